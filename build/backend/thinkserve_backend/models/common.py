@@ -1,0 +1,92 @@
+"""What every ThinkServe python-backend model needs: its parameters, onnxruntime sessions, tensor I/O."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import onnxruntime as ort
+import triton_python_backend_utils as pb_utils
+
+
+class ModelParameters:
+    """The `parameters` of a model's config.pbtxt, plus the folder holding its files."""
+
+    def __init__(self, args: dict):
+        self.config = json.loads(args["model_config"])
+        self.model_name = args["model_name"]
+        self.version_dir = Path(args["model_repository"]) / args["model_version"]
+        self._values = {k: v.get("string_value", "") for k, v in self.config.get("parameters", {}).items()}
+
+    def string(self, key: str, default: Optional[str] = None) -> str:
+        if key in self._values:
+            return self._values[key]
+        if default is None:
+            raise ValueError(f"model {self.model_name}: parameter {key!r} is missing from config.pbtxt")
+        return default
+
+    def integer(self, key: str, default: Optional[int] = None) -> int:
+        return int(self.string(key, None if default is None else str(default)))
+
+    def number(self, key: str, default: Optional[float] = None) -> float:
+        return float(self.string(key, None if default is None else str(default)))
+
+    def flag(self, key: str, default: bool = False) -> bool:
+        return self.string(key, "true" if default else "false").lower() in ("1", "true", "yes")
+
+    def json(self, key: str, default=None):
+        return json.loads(self.string(key, None if default is None else json.dumps(default)))
+
+    def file(self, key: str) -> Path:
+        """A file named by a parameter, inside this model's version folder; it must exist."""
+        path = self.version_dir / self.string(key)
+        if not path.is_file():
+            raise FileNotFoundError(f"model {self.model_name}: {key} file {path.name} is missing from {self.version_dir}")
+        return path
+
+    def output_names(self) -> list[str]:
+        return [o["name"] for o in self.config.get("output", [])]
+
+    def input_names(self) -> list[str]:
+        return [i["name"] for i in self.config.get("input", [])]
+
+
+def onnx_session(path: Path, params: ModelParameters) -> ort.InferenceSession:
+    """A CPU session that shares the machine politely with the other models of this server."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = params.integer("intra_op_threads", min(2, os.cpu_count() or 1))
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # Spinning worker threads burn the CPU that the other models' stubs need on small machines.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+
+
+def input_array(request, name: str) -> Optional[np.ndarray]:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy()
+
+
+def input_strings(request, name: str) -> Optional[list[str]]:
+    """A BYTES input as a flat list of UTF-8 strings (None when the optional input is absent)."""
+    array = input_array(request, name)
+    if array is None:
+        return None
+    return [v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v) for v in array.reshape(-1)]
+
+
+def input_scalar(request, name: str, default):
+    array = input_array(request, name)
+    return default if array is None or array.size == 0 else array.reshape(-1)[0].item()
+
+
+def bytes_tensor(name: str, values: list[str], shape: tuple[int, ...]) -> "pb_utils.Tensor":
+    array = np.array([v.encode("utf-8") for v in values], dtype=np.object_).reshape(shape)
+    return pb_utils.Tensor(name, array)
+
+
+def error_response(message: str) -> "pb_utils.InferenceResponse":
+    return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))

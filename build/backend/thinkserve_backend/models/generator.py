@@ -1,0 +1,165 @@
+"""Decoupled (streaming) generation models: the LLM, and the VLM that splices image features into its prompt.
+
+`execute` hands each request to a worker thread and returns at once, so the stub keeps accepting requests
+while tokens stream out; onnxruntime releases the GIL, so concurrent generations use the machine's cores.
+A cancelled request (client gone, deadline passed) stops at the next token.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+from tokenizers import Tokenizer
+
+from ..decoding import GenerationParams, GenerationStep, KVCacheDecoder, generate, splice_image_features
+from ..images import ImagePreprocessing, decode_image, preprocess
+from .common import (
+    ModelParameters,
+    bytes_tensor,
+    error_response,
+    input_array,
+    input_scalar,
+    input_strings,
+    onnx_session,
+)
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+class LanguageModel:
+    def initialize(self, args):
+        params = ModelParameters(args)
+        self.params = params
+        self.model_name = params.model_name
+        self.tokenizer = Tokenizer.from_file(str(params.file("tokenizer_file")))
+        self.tokenizer.no_padding()
+        self.tokenizer.no_truncation()
+        self.decoder = KVCacheDecoder(onnx_session(params.file("decoder_file"), params))
+        self.eos_token_ids = params.json("eos_token_ids")
+        self.max_context = params.integer("max_context")
+        self.default_max_tokens = params.integer("default_max_tokens", 256)
+        self.closing = threading.Event()
+        self.workers = ThreadPoolExecutor(
+            max_workers=params.integer("max_concurrent_generations", 2), thread_name_prefix=self.model_name
+        )
+
+    def execute(self, requests):
+        for request in requests:
+            self.workers.submit(self._serve, request)
+        return None
+
+    def finalize(self):
+        self.closing.set()  # running generations end at their next token with finish_reason "cancelled"
+        self.workers.shutdown(wait=True, cancel_futures=True)
+
+    def prepare(self, request):
+        """Prompt as the decoder's primary input, plus the token-id -> decoder-input function for later steps."""
+        ids = self.tokenizer.encode(_single(input_strings(request, "text_input"), "text_input")).ids
+        return np.array([ids], dtype=np.int64), None
+
+    def _serve(self, request):
+        sender = request.get_response_sender()
+        produced = 0
+        try:
+            params = self._generation_params(request)
+            prompt, embed = self.prepare(request)
+            prompt_tokens = prompt.shape[1]
+            steps = generate(
+                self.decoder,
+                prompt,
+                params,
+                decode=lambda ids: self.tokenizer.decode(list(ids), skip_special_tokens=True),
+                eos_token_ids=self.eos_token_ids,
+                max_context=self.max_context,
+                embed=embed,
+                is_cancelled=lambda: self.closing.is_set() or sender.is_cancelled(),
+            )
+            for step in steps:
+                produced = step.completion_tokens
+                if step.finish_reason == "cancelled":
+                    pb_utils.Logger.log_info(
+                        f"{self.model_name}: request '{request.request_id()}' cancelled after {produced} tokens"
+                    )
+                    sender.send(flags=FINAL)
+                    return
+                sender.send(self._response(step, prompt_tokens), flags=FINAL if step.finish_reason else 0)
+        except Exception as error:
+            if sender.is_cancelled():
+                sender.send(flags=FINAL)
+                return
+            pb_utils.Logger.log_warn(f"{self.model_name}: request failed after {produced} tokens: {error}")
+            sender.send(error_response(f"{self.model_name}: {error}"), flags=FINAL)
+
+    def _generation_params(self, request) -> GenerationParams:
+        max_tokens = int(input_scalar(request, "max_tokens", self.default_max_tokens))
+        if max_tokens < 0:
+            raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
+        temperature = float(input_scalar(request, "temperature", 0.0))
+        top_p = float(input_scalar(request, "top_p", 1.0))
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        seed = input_scalar(request, "seed", None)
+        stop = tuple(input_strings(request, "stop") or ())
+        return GenerationParams(max_tokens, temperature, top_p, stop, None if seed is None else int(seed))
+
+    def _response(self, step: GenerationStep, prompt_tokens: int):
+        n = len(step.token_ids)
+        return pb_utils.InferenceResponse(
+            [
+                bytes_tensor("text_output", [step.text], (1, 1)),
+                pb_utils.Tensor("token_ids", np.array(step.token_ids, dtype=np.int32).reshape(1, n)),
+                pb_utils.Tensor("log_probs", np.array(step.log_probs, dtype=np.float32).reshape(1, n)),
+                pb_utils.Tensor(
+                    "normalized_entropy", np.array(step.normalized_entropy, dtype=np.float32).reshape(1, n)
+                ),
+                bytes_tensor("finish_reason", [step.finish_reason], (1, 1)),
+                pb_utils.Tensor("prompt_tokens", np.array([[prompt_tokens]], dtype=np.int32)),
+                pb_utils.Tensor("completion_tokens", np.array([[step.completion_tokens]], dtype=np.int32)),
+            ]
+        )
+
+
+class VisionLanguageModel(LanguageModel):
+    """LLaVA-style: a vision tower + projector turns each image into `n` embeddings that replace its <image> token."""
+
+    def initialize(self, args):
+        super().initialize(args)
+        params = self.params
+        self.vision = onnx_session(params.file("vision_file"), params)
+        self.token_embedder = onnx_session(params.file("embed_file"), params)
+        self.image_token = params.string("image_token")
+        self.image_token_id = self.tokenizer.token_to_id(self.image_token)
+        if self.image_token_id is None:
+            raise ValueError(f"model {self.model_name}: image token {self.image_token!r} is not in the tokenizer")
+        self.preprocessing = ImagePreprocessing.from_json(params.string("preprocessing"))
+
+    def embed(self, ids: np.ndarray) -> np.ndarray:
+        return self.token_embedder.run(["inputs_embeds"], {"input_ids": ids})[0]
+
+    def prepare(self, request):
+        text = _single(input_strings(request, "text_input"), "text_input")
+        images = input_array(request, "images")
+        images = [] if images is None else [bytes(data) for data in images.reshape(-1)]
+        placeholders = text.count(self.image_token)
+        if images and placeholders == 0:
+            text = self.image_token * len(images) + "\n" + text
+        elif placeholders != len(images):
+            raise ValueError(f"prompt has {placeholders} {self.image_token} placeholders but {len(images)} images")
+        ids = np.array([self.tokenizer.encode(text).ids], dtype=np.int64)
+        embeddings = self.embed(ids)
+        if images:
+            pixels = np.stack([preprocess(decode_image(data), self.preprocessing) for data in images])
+            features = self.vision.run(["image_features"], {"pixel_values": pixels})[0]
+            embeddings = splice_image_features(ids[0], embeddings[0], features, self.image_token_id)[None]
+        return embeddings.astype(np.float32, copy=False), self.embed
+
+
+def _single(values, name: str) -> str:
+    if not values:
+        raise ValueError(f"input {name} is missing or empty")
+    if len(values) != 1:
+        raise ValueError(f"input {name} must hold exactly one prompt per request, got {len(values)}")
+    return values[0]

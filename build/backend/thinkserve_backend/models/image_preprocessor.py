@@ -1,0 +1,26 @@
+"""Preprocessing step of the page-image encoder ensembles: encoded images in, normalised pixels out."""
+
+from __future__ import annotations
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from ..images import ImagePreprocessing, decode_image, preprocess
+from .common import ModelParameters, error_response, input_array
+
+
+class ImagePreprocessorModel:
+    def initialize(self, args):
+        params = ModelParameters(args)
+        self.spec = ImagePreprocessing.from_json(params.string("preprocessing"))
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            try:
+                images = input_array(request, "image").reshape(-1)
+                pixels = np.stack([preprocess(decode_image(bytes(data)), self.spec) for data in images])
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("pixel_values", pixels)]))
+            except Exception as error:
+                responses.append(error_response(f"image preprocessing: {error}"))
+        return responses

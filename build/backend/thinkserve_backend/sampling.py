@@ -1,0 +1,54 @@
+"""Choosing the next token and measuring the model's confidence in it.
+
+Log-probabilities and entropies are taken from the model's own distribution (temperature 1, no top-p):
+they describe the model's uncertainty, whatever sampling settings the caller chose.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# Top-p first looks at this many most likely tokens; only if they hold less than top_p of the mass does it
+# sort the whole vocabulary. Exact either way, and avoids an O(V log V) sort per step for large vocabularies.
+_TOP_P_CANDIDATES = 1024
+
+
+@dataclass(frozen=True)
+class TokenChoice:
+    token_id: int
+    log_prob: float
+    normalized_entropy: float
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits.astype(np.float64) - np.max(logits)
+    return shifted - np.log(np.exp(shifted).sum())
+
+
+def choose_token(logits: np.ndarray, temperature: float, top_p: float, rng: np.random.Generator) -> TokenChoice:
+    """Greedy when temperature <= 0, else nucleus sampling; returns the token with its log-prob and entropy."""
+    log_probs = log_softmax(logits)
+    probs = np.exp(log_probs)
+    entropy = float(-(probs * log_probs).sum() / np.log(len(logits)))
+    if temperature <= 0:
+        token = int(np.argmax(logits))
+    else:
+        token = _sample(log_softmax(logits / temperature), top_p, rng)
+    return TokenChoice(token, float(log_probs[token]), min(max(entropy, 0.0), 1.0))
+
+
+def _sample(scaled_log_probs: np.ndarray, top_p: float, rng: np.random.Generator) -> int:
+    probs = np.exp(scaled_log_probs)
+    if top_p >= 1.0:
+        return int(rng.choice(len(probs), p=probs / probs.sum()))
+    candidates = min(_TOP_P_CANDIDATES, len(probs))
+    top = np.argpartition(-probs, candidates - 1)[:candidates]
+    if probs[top].sum() < top_p:
+        top = np.arange(len(probs))
+    order = top[np.argsort(-probs[top], kind="stable")]
+    cumulative = np.cumsum(probs[order])
+    keep = order[: int(np.searchsorted(cumulative, top_p)) + 1]
+    kept = probs[keep]
+    return int(keep[rng.choice(len(keep), p=kept / kept.sum())])

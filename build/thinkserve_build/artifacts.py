@@ -1,0 +1,73 @@
+"""The build cache: exported files of one model role, kept under a fingerprint of everything that made them.
+
+A role is rebuilt only when its fingerprint changes: the checkpoint's identity, the role's spec, the export
+code, or the versions of torch / transformers / onnx / onnxruntime / tokenizers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .checkpoints import ResolvedCheckpoint, source_hash
+
+TOOL_PACKAGES = ("torch", "transformers", "onnx", "onnxruntime", "tokenizers")
+
+
+@dataclass(frozen=True)
+class Artifact:
+    role: str
+    directory: Path
+    facts: dict  # what the exporter reported: file names, dimensions, special token ids, ...
+
+    def file(self, key: str) -> Path:
+        return self.directory / self.facts[key]
+
+
+def fingerprint(role: str, spec, checkpoint: ResolvedCheckpoint) -> str:
+    from thinkserve_backend import decoding, images
+
+    from . import export, onnx_tools
+
+    material = {
+        "role": role,
+        "spec": dataclasses.asdict(spec),
+        "checkpoint": checkpoint.identity,
+        "code": source_hash(export, onnx_tools, decoding, images),
+        "versions": {name: importlib.metadata.version(name) for name in TOOL_PACKAGES},
+    }
+    return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def build(
+    role: str,
+    spec,
+    checkpoint: ResolvedCheckpoint,
+    cache_dir: Path,
+    exporter: Callable[[str, Path], dict],
+    force: bool = False,
+) -> tuple[Artifact, bool]:
+    """The role's artifact, exported now unless an identical one is cached. Returns (artifact, was_built)."""
+    directory = cache_dir / "artifacts" / f"{role}-{fingerprint(role, spec, checkpoint)}"
+    manifest = directory / "manifest.json"
+    if manifest.exists() and not force:
+        return Artifact(role, directory, json.loads(manifest.read_text())["facts"]), False
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{role}-", dir=directory.parent))
+    try:
+        facts = exporter(checkpoint.location, scratch)
+        (scratch / "manifest.json").write_text(
+            json.dumps({"role": role, "checkpoint": checkpoint.identity, "facts": facts}, indent=2)
+        )
+        shutil.rmtree(directory, ignore_errors=True)
+        scratch.rename(directory)  # the artifact appears complete or not at all
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return Artifact(role, directory, facts), True

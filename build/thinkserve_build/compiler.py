@@ -1,0 +1,55 @@
+"""The model compiler: profile -> checkpoints -> ONNX artifacts (cached) -> model repository on disk."""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from pathlib import Path
+from typing import Callable
+
+from . import artifacts, checkpoints, export, repository
+from .model_config import PlannedModel
+from .profiles import Profile
+
+Log = Callable[[str], None]
+
+
+def _jobs(profile: Profile, log: Log):
+    """(role, spec, exporter(location, out) -> facts) for every model role of the profile."""
+    from orchestrator.triton.contracts import ROUTE_LABELS
+
+    yield "embedder", profile.embedder, partial(export.export_embedder, spec=profile.embedder, log=log)
+    yield "reranker", profile.reranker, partial(
+        export.export_classifier, spec=profile.reranker, labels=("relevance",), output="score", pairs=True
+    )
+    yield "router", profile.router, partial(
+        export.export_classifier, spec=profile.router, labels=ROUTE_LABELS, output="probabilities", pairs=False
+    )
+    for spec in profile.page_encoders:
+        yield f"page_{spec.family}", spec, partial(export.export_page_encoder, spec=spec)
+    yield "llm", profile.llm, partial(export.export_llm, spec=profile.llm)
+    yield "vlm", profile.vlm, partial(export.export_vlm, spec=profile.vlm)
+
+
+def compile_repository(
+    profile: Profile, output: Path, cache_dir: Path, target: str = "cpu", force: bool = False, log: Log = print
+) -> list[PlannedModel]:
+    started = time.perf_counter()
+    built: dict[str, artifacts.Artifact] = {}
+    jobs = list(_jobs(profile, log))
+    for index, (role, spec, exporter) in enumerate(jobs, 1):
+        step_started = time.perf_counter()
+        checkpoint = checkpoints.resolve(spec.checkpoint, cache_dir, log)
+        artifact, fresh = artifacts.build(
+            role, spec, checkpoint, cache_dir, lambda location, out: exporter(location, out=out), force
+        )
+        built[role] = artifact
+        state = f"exported in {time.perf_counter() - step_started:.1f}s" if fresh else "unchanged (cached)"
+        log(f"[{index}/{len(jobs)}] {role:<12} {spec.checkpoint.describe():<40} {state}")
+    models = repository.plan(profile, built, target)
+    report = repository.write(models, output)
+    log(
+        f"model repository {output}: {len(models)} models, {len(report.written)} written, "
+        f"{len(report.removed)} removed, {time.perf_counter() - started:.1f}s"
+    )
+    return models

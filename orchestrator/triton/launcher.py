@@ -1,0 +1,248 @@
+"""Starting and stopping a real tritonserver on loopback, cleanly.
+
+What this guards against (each seen with Triton 2.51 on CPU machines):
+- a port conflict only shows after every model loaded, and meanwhile the OTHER server answers on that port:
+  readiness is accepted only from a server reporting our own --id;
+- an open client stream blocks shutdown forever: after the exit timeout the whole process group is killed;
+- a killed server leaves its stubs running, /dev/shm regions and /tmp/python_env_* folders behind: the
+  process group is always killed at the end and both are removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from ..config import TritonSettings
+from ..errors import TritonSetupError
+from .contracts import ModelContract, all_contracts
+from .installation import ModelEnvironment, TritonInstallation, check_repository
+
+LOOPBACK = "127.0.0.1"
+PYTHON_ENV_GLOB = "/tmp/python_env_*"  # the python backend ignores TMPDIR for these
+
+
+@dataclass(frozen=True)
+class TritonEndpoints:
+    grpc: str  # host:port
+    http: str  # http://host:port
+    metrics: str  # http://host:port/metrics
+
+
+class TritonServer:
+    """One tritonserver process with the project's model repository. Use as a context manager."""
+
+    def __init__(self, settings: TritonSettings, required: tuple[ModelContract, ...] = all_contracts()):
+        self.settings = settings
+        self.required = required
+        self.server_id = f"thinkserve-{os.getpid()}-{secrets.token_hex(3)}"
+        self.log_path: Optional[Path] = None
+        self.endpoints: Optional[TritonEndpoints] = None
+        self._process: Optional[subprocess.Popen] = None
+        self._runtime_dir: Optional[Path] = None
+        self._env_dirs_before: set[str] = set()
+        self._env_dirs_ours: set[str] = set()
+
+    @property
+    def shm_prefix(self) -> str:
+        return f"{self.server_id}-"
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self._process.pid if self._process else None
+
+    def is_running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def __enter__(self) -> "TritonServer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> TritonEndpoints:
+        settings = self.settings
+        installation = TritonInstallation.locate(settings.install_root)
+        environment = ModelEnvironment.inspect(settings.model_environment)
+        check_repository(settings.model_repository, self.required)
+        self._runtime_dir = Path(tempfile.mkdtemp(prefix="thinkserve-triton-"))
+        try:
+            backends = installation.backend_directory(self._runtime_dir / "backends", environment.python_version)
+            automatic = not (settings.grpc_port or settings.http_port or settings.metrics_port)
+            for attempt in range(3):
+                ports = self._ports()
+                try:
+                    self._launch(installation, environment, backends, ports)
+                    return self.endpoints
+                except _PortRace:
+                    self.stop(_keep_runtime_dir=True)
+                    if not automatic or attempt == 2:
+                        raise TritonSetupError(
+                            f"another server answered on Triton's ports {ports} while ours started: a port is taken"
+                        ) from None
+        except BaseException:
+            self.stop()
+            raise
+        raise AssertionError("unreachable")
+
+    def _ports(self) -> dict[str, int]:
+        ports = {}
+        for name in ("grpc_port", "http_port", "metrics_port"):
+            port = getattr(self.settings, name)
+            if port and not _port_free(port):
+                raise TritonSetupError(f"port {port} (triton.{name}) on {LOOPBACK} is already in use")
+            ports[name] = port or _free_port(exclude=set(ports.values()))
+        return ports
+
+    def _launch(self, installation, environment: ModelEnvironment, backends: Path, ports: dict[str, int]) -> None:
+        settings = self.settings
+        settings.log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = settings.log_dir / f"triton-{self.server_id}.log"
+        command = [
+            str(installation.server_binary),
+            f"--model-repository={settings.model_repository.absolute()}",
+            f"--backend-directory={backends}",
+            "--model-control-mode=explicit",
+            "--load-model=*",
+            f"--id={self.server_id}",
+            f"--http-address={LOOPBACK}",
+            f"--grpc-address={LOOPBACK}",
+            f"--metrics-address={LOOPBACK}",
+            f"--http-port={ports['http_port']}",
+            f"--grpc-port={ports['grpc_port']}",
+            f"--metrics-port={ports['metrics_port']}",
+            "--allow-gpu-metrics=false",
+            "--pinned-memory-pool-byte-size=0",
+            "--metrics-interval-ms=100",  # the 2000 ms default delays shutdown by up to 2 s
+            f"--exit-timeout-secs={settings.exit_timeout_s}",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
+            f"--log-verbose={settings.log_verbose}",
+        ]
+        env = dict(os.environ)
+        # The stub finds its interpreter's prefix through `python3` on PATH (PYTHON* variables are ignored), and
+        # must load that interpreter's own libpython, not a system one of another patch version.
+        env["PATH"] = f"{environment.bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [environment.libdir, env.get("LD_LIBRARY_PATH")]))
+        env.pop("VIRTUAL_ENV", None)
+        self._env_dirs_before = set(glob.glob(PYTHON_ENV_GLOB))
+        with open(self.log_path, "wb") as log:
+            self._process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+            )
+        self.endpoints = TritonEndpoints(
+            grpc=f"{LOOPBACK}:{ports['grpc_port']}",
+            http=f"http://{LOOPBACK}:{ports['http_port']}",
+            metrics=f"http://{LOOPBACK}:{ports['metrics_port']}/metrics",
+        )
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.settings.startup_timeout_s
+        while time.monotonic() < deadline:
+            self._env_dirs_ours |= set(glob.glob(PYTHON_ENV_GLOB)) - self._env_dirs_before
+            if self._process.poll() is not None:
+                raise TritonSetupError(f"Triton exited during start-up: {self.failure_reason()}")
+            name = _server_name(self.endpoints.http)
+            if name is not None and name != self.server_id:
+                raise _PortRace()
+            if name == self.server_id and _http_ok(f"{self.endpoints.http}/v2/health/ready"):
+                return
+            time.sleep(0.2)
+        raise TritonSetupError(
+            f"Triton was not ready after {self.settings.startup_timeout_s:.0f}s (log: {self.log_path}): "
+            f"{self.failure_reason()}"
+        )
+
+    def failure_reason(self) -> str:
+        """The most telling line of the server log, for a one-line error."""
+        if not self.log_path or not self.log_path.exists():
+            return "no log"
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        errors = [line for line in lines if line.startswith("E")]
+        chosen = next((l for l in errors if "failed to load" in l), None) or (errors[-1] if errors else None)
+        if chosen is None:
+            chosen = next((l for l in reversed(lines) if l.strip()), "empty log")
+        message = re.sub(r"^E\d{4} [\d:.]+ \d+ \S+\] ", "", chosen).strip().strip('"')
+        message = message.split("\\n")[0].split(" At:")[0]
+        return message[:400] + f" (log: {self.log_path})"
+
+    def stop(self, _keep_runtime_dir: bool = False) -> None:
+        """Graceful stop, bounded: SIGTERM, wait the exit timeout, then SIGKILL the whole process group."""
+        process, self._process = self._process, None
+        if process is not None:
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError, FileNotFoundError, PermissionError):
+                    os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(timeout=self.settings.exit_timeout_s + 5)
+                except subprocess.TimeoutExpired:
+                    pass
+            with contextlib.suppress(ProcessLookupError, FileNotFoundError, PermissionError):  # stubs outlive a server that was killed or hung
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            self._remove_leftovers()
+        if self._runtime_dir and not _keep_runtime_dir:
+            shutil.rmtree(self._runtime_dir, ignore_errors=True)
+            self._runtime_dir = None
+
+    def _remove_leftovers(self) -> None:
+        for region in glob.glob(f"/dev/shm/{self.shm_prefix}*"):
+            with contextlib.suppress(ProcessLookupError, FileNotFoundError, PermissionError):
+                os.unlink(region)
+        for folder in self._env_dirs_ours:
+            shutil.rmtree(folder, ignore_errors=True)
+        self._env_dirs_ours = set()
+
+
+class _PortRace(Exception):
+    """Another server answers on a port we chose."""
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((LOOPBACK, port))
+            return True
+        except OSError:
+            return False
+
+
+def _free_port(exclude: set[int]) -> int:
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((LOOPBACK, 0))
+            port = probe.getsockname()[1]
+        if port not in exclude:
+            return port
+
+
+def _server_name(http: str) -> Optional[str]:
+    try:
+        with urllib.request.urlopen(f"{http}/v2", timeout=1) as response:
+            return json.loads(response.read()).get("name")
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False

@@ -1,0 +1,128 @@
+"""Typed calls to the models of orchestrator.triton.contracts: Python values in, numpy arrays / chunks out.
+
+The rest of the orchestrator calls these methods and never builds a tensor by hand. Batches larger than a
+model's max_batch_size (read from the deployed config) are split into several concurrent requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from typing import AsyncIterator, Optional, Sequence
+
+import numpy as np
+
+from . import contracts
+from .client import TritonClient
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    max_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class GenerationChunk:
+    """One streamed response of the LLM or VLM."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    log_probs: tuple[float, ...]
+    normalized_entropy: tuple[float, ...]
+    finish_reason: str  # empty until the last chunk
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def _strings(values: Sequence[str | bytes]) -> np.ndarray:
+    return np.array([v.encode("utf-8") if isinstance(v, str) else v for v in values], dtype=np.object_).reshape(-1, 1)
+
+
+class TritonModels:
+    def __init__(self, client: TritonClient):
+        self.client = client
+        self._max_batch: dict[str, int] = {}
+
+    async def max_batch_size(self, model: str) -> int:
+        if model not in self._max_batch:
+            self._max_batch[model] = max(1, (await self.client.model_config(model)).max_batch_size)
+        return self._max_batch[model]
+
+    async def _batched(self, model: str, inputs: dict[str, np.ndarray], output: str, timeout_s: Optional[float]) -> np.ndarray:
+        rows = len(next(iter(inputs.values())))
+        if rows == 0:
+            raise ValueError(f"{model}: nothing to run")
+        step = await self.max_batch_size(model)
+        calls = [
+            self.client.infer(model, {k: v[i : i + step] for k, v in inputs.items()}, [output], timeout_s)
+            for i in range(0, rows, step)
+        ]
+        return np.concatenate([result[output] for result in await asyncio.gather(*calls)])
+
+    async def embed(self, texts: Sequence[str], timeout_s: Optional[float] = None) -> np.ndarray:
+        """L2-normalised text embeddings [n, d]."""
+        c = contracts.TEXT_EMBEDDER
+        return await self._batched(c.name, {"text": _strings(texts)}, "embedding", timeout_s)
+
+    async def rerank(self, query: str, passages: Sequence[str], timeout_s: Optional[float] = None) -> np.ndarray:
+        """Relevance score of each passage for the query [n]; higher is more relevant."""
+        c = contracts.RERANKER
+        inputs = {"query": _strings([query] * len(passages)), "passage": _strings(passages)}
+        return (await self._batched(c.name, inputs, "score", timeout_s))[:, 0]
+
+    async def route(self, questions: Sequence[str], timeout_s: Optional[float] = None) -> np.ndarray:
+        """Probabilities over contracts.ROUTE_LABELS [n, 3]."""
+        return await self._batched(contracts.ROUTER.name, {"text": _strings(questions)}, "probabilities", timeout_s)
+
+    async def embed_page_text(self, family: str, texts: Sequence[str], timeout_s: Optional[float] = None) -> np.ndarray:
+        model = contracts.page_text_encoder(family).name
+        return await self._batched(model, {"text": _strings(texts)}, "embedding", timeout_s)
+
+    async def embed_page_images(self, family: str, images: Sequence[bytes], timeout_s: Optional[float] = None) -> np.ndarray:
+        model = contracts.page_image_encoder(family).name
+        return await self._batched(model, {"image": _strings(images)}, "embedding", timeout_s)
+
+    @contextlib.asynccontextmanager
+    async def generate(
+        self,
+        prompt: str,
+        options: GenerationOptions,
+        images: Sequence[bytes] = (),
+        timeout_s: Optional[float] = None,
+        request_id: str = "",
+    ) -> AsyncIterator[AsyncIterator[GenerationChunk]]:
+        """Stream from the LLM, or from the VLM when images are given. Leaving the block cancels generation."""
+        inputs = {
+            "text_input": _strings([prompt]),
+            "max_tokens": np.array([[options.max_tokens]], dtype=np.int32),
+            "temperature": np.array([[options.temperature]], dtype=np.float32),
+            "top_p": np.array([[options.top_p]], dtype=np.float32),
+        }
+        if options.stop:
+            inputs["stop"] = _strings(options.stop).reshape(1, -1)
+        if options.seed is not None:
+            inputs["seed"] = np.array([[options.seed]], dtype=np.uint64)
+        model = contracts.LLM.name
+        if images:
+            inputs["images"] = _strings(images).reshape(1, -1)
+            model = contracts.VLM.name
+        async with self.client.stream(model, inputs, timeout_s, request_id) as responses:
+            yield _chunks(responses)
+
+
+async def _chunks(responses) -> AsyncIterator[GenerationChunk]:
+    async for arrays in responses:
+        yield GenerationChunk(
+            text=arrays["text_output"].reshape(-1)[0].decode("utf-8"),
+            token_ids=tuple(int(t) for t in arrays["token_ids"].reshape(-1)),
+            log_probs=tuple(float(v) for v in arrays["log_probs"].reshape(-1)),
+            normalized_entropy=tuple(float(v) for v in arrays["normalized_entropy"].reshape(-1)),
+            finish_reason=arrays["finish_reason"].reshape(-1)[0].decode("utf-8"),
+            prompt_tokens=int(arrays["prompt_tokens"].reshape(-1)[0]),
+            completion_tokens=int(arrays["completion_tokens"].reshape(-1)[0]),
+        )
