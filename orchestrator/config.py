@@ -54,8 +54,7 @@ class StorageSettings(_Section):
 class RetrievalSettings(_Section):
     top_k: int = Field(5, ge=1)
     max_top_k: int = Field(50, ge=1)
-    passage_chars: int = Field(1200, ge=100)  # target passage size when splitting text documents
-    embed_batch_size: int = Field(16, ge=1)  # texts per embedder request during ingest
+    passage_chars: int = Field(800, ge=100)  # target passage size when splitting text documents
 
 
 class GenerationSettings(_Section):

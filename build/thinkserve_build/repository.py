@@ -50,7 +50,7 @@ class CpuTarget:
             "decoder_file": facts["decoder_file"],
             "tokenizer_file": "tokenizer.json",
             "eos_token_ids": facts["eos_token_ids"],
-            "max_context": facts["max_context"],
+            contracts.CONTEXT_PARAMETER: facts["max_context"],
             "default_max_tokens": facts["default_max_tokens"],
             "max_concurrent_generations": serving.concurrent_generations,
             "intra_op_threads": serving.intra_op_threads,

@@ -99,17 +99,19 @@ class TritonClient:
     async def stream(
         self, model: str, inputs: Arrays, timeout_s: Optional[float] = None, request_id: str = ""
     ) -> AsyncIterator[AsyncIterator[Arrays]]:
-        """Responses of a decoupled model, until its final one. Leaving the block cancels the request."""
+        """Responses of a decoupled model, until its final one. Leaving the block early cancels the request."""
         request = build_request(model, inputs, (), request_id)
         request.parameters["triton_enable_empty_final_response"].bool_param = True
         timeout = timeout_s or self.default_timeout_s
         call = self._stub.ModelStreamInfer(iter([request]), timeout=timeout)
+        state = _StreamState()
         try:
-            yield self._stream_responses(call, model, timeout)
+            yield self._stream_responses(call, model, timeout, state)
         finally:
-            call.cancel()
+            if not state.finished:
+                call.cancel()
 
-    async def _stream_responses(self, call, model: str, timeout: float) -> AsyncIterator[Arrays]:
+    async def _stream_responses(self, call, model: str, timeout: float, state: "_StreamState") -> AsyncIterator[Arrays]:
         try:
             async for message in call:
                 if message.error_message:
@@ -119,6 +121,11 @@ class TritonClient:
                     yield decode_response(response)
                 final = response.parameters.get("triton_final_response")
                 if final is not None and final.bool_param:
+                    # Let Triton close the stream itself: cancelling a stream whose request already completed
+                    # can leave the request unreleased in Triton 2.51 (the model then never unloads).
+                    async for _ in call:
+                        pass
+                    state.finished = True
                     return
         except grpc.aio.AioRpcError as error:
             raise self._map_error(error, model, timeout) from None
@@ -141,6 +148,10 @@ class TritonClient:
         if code == grpc.StatusCode.CANCELLED:
             return TritonUnavailableError(f"{what}: call cancelled ({details})")
         return _model_error(model, details, code)
+
+
+class _StreamState:
+    finished = False
 
 
 def _model_error(model: str, details: str, code: Optional[grpc.StatusCode] = None) -> ThinkServeError:

@@ -91,6 +91,10 @@ GENERATION_OUTPUTS: tuple[Tensor, ...] = (
     Tensor("completion_tokens", "INT32", (1,)),  # cumulative
 )
 
+# Every LLM/VLM deployment declares its context length (prompt + generated tokens) as a config.pbtxt parameter
+# of this name, whatever its backend, so the orchestrator can keep prompts inside it.
+CONTEXT_PARAMETER = "max_context"
+
 LLM = ModelContract(
     name="llm",
     inputs=GENERATION_INPUTS,

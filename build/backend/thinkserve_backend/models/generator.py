@@ -39,7 +39,7 @@ class LanguageModel:
         self.tokenizer.no_truncation()
         self.decoder = KVCacheDecoder(onnx_session(params.file("decoder_file"), params))
         self.eos_token_ids = params.json("eos_token_ids")
-        self.max_context = params.integer("max_context")
+        self.max_context = params.integer("max_context")  # orchestrator.triton.contracts.CONTEXT_PARAMETER
         self.default_max_tokens = params.integer("default_max_tokens", 256)
         self.closing = threading.Event()
         self.workers = ThreadPoolExecutor(

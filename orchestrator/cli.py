@@ -1,0 +1,160 @@
+"""`thinkserve`: serve, ingest, ask, health, demo. Errors are one line naming the cause, never a traceback wall."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Optional
+
+import grpc
+
+from .config import Settings
+from .errors import ThinkServeError
+
+
+def _settings(args) -> Settings:
+    overrides = {"profile": getattr(args, "profile", None)}
+    if getattr(args, "port", None) is not None:
+        overrides["server.port"] = args.port
+    if getattr(args, "triton_url", None):
+        overrides["triton.url"] = args.triton_url
+    if getattr(args, "model_repository", None):
+        overrides["triton.model_repository"] = str(args.model_repository)
+    return Settings.load(args.config, overrides)
+
+
+def _address(args) -> str:
+    if args.address:
+        return args.address
+    server = _settings(args).server
+    return f"{server.host}:{server.port}"
+
+
+def cmd_serve(args) -> int:
+    from .deployment import Deployment
+
+    settings = _settings(args)
+
+    async def serve() -> None:
+        deployment = Deployment(settings)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        await deployment.start(progress=print)
+        print("serving; Ctrl-C stops (in-flight requests are drained first)", flush=True)
+        try:
+            await stop.wait()
+        finally:
+            print("stopping ...", flush=True)
+            await deployment.stop()
+
+    asyncio.run(serve())
+    return 0
+
+
+def cmd_ingest(args) -> int:
+    from .client import ThinkServeClient
+
+    with ThinkServeClient(_address(args)) as client:
+        for path in args.files:
+            report = client.ingest_file(args.collection, path)
+            state = "already present" if report.already_present else f"{report.passages} passages in {report.seconds:.2f}s"
+            print(f"{path}: {state} (document {report.document_id})")
+    return 0
+
+
+def cmd_ask(args) -> int:
+    from .client import ThinkServeClient
+    from .presentation import print_query
+
+    with ThinkServeClient(_address(args)) as client:
+        events = client.query(args.collection, args.question, top_k=args.top_k, max_tokens=args.max_tokens, seed=args.seed)
+        print_query(args.question, events)
+    return 0
+
+
+def cmd_health(args) -> int:
+    from .client import ThinkServeClient
+
+    with ThinkServeClient(_address(args)) as client:
+        health = client.health()
+    print(f"serving: {health.serving}  version {health.version}  profile {health.profile}")
+    for model in health.models:
+        print(f"  {model.name:<20} {'ready' if model.ready else 'NOT READY: ' + model.detail}")
+    return 0 if health.serving else 1
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    return asyncio.run(run_demo(_settings(args), args.samples, args.questions))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="thinkserve", description="Triton-served multimodal document QA.")
+    parser.add_argument("--config", type=Path, help="settings file (TOML); see README")
+    parser.add_argument("--profile", help="model profile label reported by Health (default: tiny)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logs and tracebacks")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="start Triton and the orchestrator, serve until Ctrl-C")
+    serve.add_argument("--port", type=int, help="orchestrator gRPC port (0 = any free port)")
+    serve.add_argument("--triton-url", help="use a running Triton (host:grpc_port) instead of starting one")
+    serve.add_argument("--model-repository", type=Path, help="model repository (default: model_repository/tiny)")
+    serve.set_defaults(run=cmd_serve)
+
+    for name, helptext, run in (
+        ("ingest", "upload documents (text, Markdown) into a collection", cmd_ingest),
+        ("ask", "ask a question over a collection; the answer streams", cmd_ask),
+        ("health", "readiness of the orchestrator and every model", cmd_health),
+    ):
+        command = commands.add_parser(name, help=helptext)
+        command.add_argument("--address", help="orchestrator address host:port (default: from settings)")
+        command.set_defaults(run=run)
+        if name == "ingest":
+            command.add_argument("--collection", required=True)
+            command.add_argument("files", nargs="+", type=Path)
+        if name == "ask":
+            command.add_argument("--collection", required=True)
+            command.add_argument("question")
+            command.add_argument("--top-k", type=int)
+            command.add_argument("--max-tokens", type=int)
+            command.add_argument("--seed", type=int)
+
+    demo = commands.add_parser("demo", help="start everything, ingest the bundled sample, ask its questions, stop")
+    demo.add_argument("--samples", type=Path, nargs="+", default=[Path("samples/northwind-2024-annual-report.md")])
+    demo.add_argument("--questions", type=Path, default=Path("samples/questions.txt"))
+    demo.set_defaults(run=cmd_demo)
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:
+        return 130
+    except ThinkServeError as error:
+        if args.verbose:
+            raise
+        print(f"thinkserve: error: {error}", file=sys.stderr)
+        return 2
+    except grpc.RpcError as error:
+        if args.verbose:
+            raise
+        print(f"thinkserve: error: {error.code().name}: {error.details()}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        if args.verbose:
+            raise
+        print(f"thinkserve: error: {error}", file=sys.stderr)
+        return 2

@@ -1,0 +1,96 @@
+"""A running deployment: Triton (launched here, or an existing one), the Triton client, the knowledge base
+and the gRPC server, started in order and stopped in reverse. `serve`, the demo and the tests all use it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable, Optional
+
+import grpc
+
+from .api.protos import pb_grpc
+from .api.service import ThinkServeService
+from .config import Settings
+from .errors import ConfigurationError, TritonUnavailableError
+from .knowledge.ingest import Ingestor
+from .knowledge.store import KnowledgeBase
+from .pipeline.query import QueryPipeline
+from .triton.client import TritonClient
+from .triton.contracts import ModelContract, all_contracts
+from .triton.launcher import TritonServer
+from .triton.models import TritonModels
+
+log = logging.getLogger("thinkserve.deployment")
+
+
+class Deployment:
+    def __init__(self, settings: Settings, required_models: tuple[ModelContract, ...] = all_contracts()):
+        self.settings = settings
+        self.required_models = required_models
+        self.triton: Optional[TritonServer] = None
+        self.triton_client: Optional[TritonClient] = None
+        self.server: Optional[grpc.aio.Server] = None
+        self.address: str = ""
+
+    @property
+    def triton_url(self) -> str:
+        return self.triton.endpoints.grpc if self.triton else self.settings.triton.url
+
+    async def start(self, progress: Callable[[str], None] = log.info) -> str:
+        """Start everything; returns the orchestrator's gRPC address (host:port)."""
+        try:
+            if not self.settings.triton.url:
+                progress("starting Triton (loading every model of the repository) ...")
+                self.triton = TritonServer(self.settings.triton, self.required_models)
+                endpoints = await asyncio.to_thread(self.triton.start)
+                progress(f"Triton ready on {endpoints.grpc} (log: {self.triton.log_path})")
+            self.triton_client = TritonClient(self.triton_url, self.settings.triton.call_timeout_s)
+            if not await self.triton_client.server_ready():
+                raise TritonUnavailableError(f"Triton at {self.triton_url} is not ready")
+            models = TritonModels(self.triton_client)
+            knowledge = KnowledgeBase(self.settings.storage.data_dir)
+            service = ThinkServeService(
+                self.settings,
+                models,
+                Ingestor(knowledge, models, self.settings.retrieval),
+                QueryPipeline(self.settings, models, knowledge),
+                self.required_models,
+            )
+            self.address = await self._start_server(service)
+            progress(f"orchestrator listening on {self.address}")
+            return self.address
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start_server(self, service: ThinkServeService) -> str:
+        limits = self.settings.server
+        self.server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", limits.max_message_bytes),
+                ("grpc.max_send_message_length", limits.max_message_bytes),
+                ("grpc.so_reuseport", 0),  # a second server on the same port must fail, not share it
+            ]
+        )
+        pb_grpc.add_ThinkServeServicer_to_server(service, self.server)
+        try:
+            port = self.server.add_insecure_port(f"{limits.host}:{limits.port}")
+        except RuntimeError:  # grpcio raises instead of returning 0 in recent versions
+            port = 0
+        if port == 0:
+            raise ConfigurationError(f"cannot listen on {limits.host}:{limits.port} (server.port): address in use or not local")
+        await self.server.start()
+        return f"{limits.host}:{port}"
+
+    async def stop(self) -> None:
+        """Drain in-flight requests (server.shutdown_grace_s), close Triton client streams, then stop Triton."""
+        if self.server is not None:
+            await self.server.stop(self.settings.server.shutdown_grace_s)
+            self.server = None
+        if self.triton_client is not None:
+            await self.triton_client.close()
+            self.triton_client = None
+        if self.triton is not None:
+            await asyncio.to_thread(self.triton.stop)
+            self.triton = None

@@ -1,0 +1,1 @@
+"""Knowledge base: documents split into passages, their embeddings, one folder per collection (tenant)."""

@@ -1,0 +1,1 @@
+"""Query pipeline: question -> retrieval -> prompt -> streamed answer with evidence, citations and timings."""
