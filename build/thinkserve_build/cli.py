@@ -24,6 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     profile = load_profile(args.profile).with_embedder_precision(args.embedder_precision)
     if profile.name == "tiny":
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the tiny profile never touches the network
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # our own progress lines say what is happening
     from .compiler import compile_repository  # heavy imports (torch) only once arguments are valid
 
     output = args.output or Path("model_repository") / profile.name

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import torch
 
@@ -82,6 +83,13 @@ def quantize_int8(fp32: Path, out: Path, num_heads: int, hidden_size: int) -> Pa
         optimize_model(str(fp32), model_type="bert", num_heads=num_heads, hidden_size=hidden_size).save_model_to_file(
             str(fused)
         )
-        quantize_dynamic(str(fused), str(out), per_channel=True, weight_type=QuantType.QInt8)
+        # Shape inference cannot type the outputs of fused com.microsoft ops; they are float32.
+        quantize_dynamic(
+            str(fused),
+            str(out),
+            per_channel=True,
+            weight_type=QuantType.QInt8,
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+        )
     fused.unlink()
     return out

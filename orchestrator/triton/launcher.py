@@ -5,12 +5,15 @@ What this guards against (each seen with Triton 2.51 on CPU machines):
   readiness is accepted only from a server reporting our own --id;
 - an open client stream blocks shutdown forever: after the exit timeout the whole process group is killed;
 - a killed server leaves its stubs running, /dev/shm regions and /tmp/python_env_* folders behind: the
-  process group is always killed at the end and both are removed.
+  process group is always killed at the end and both are removed;
+- stubs orphaned by a killed server would become zombies of PID 1, which in a container may never reap them:
+  the launching process makes itself their subreaper and reaps them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import glob
 import json
 import os
@@ -20,6 +23,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -141,6 +145,7 @@ class TritonServer:
         env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [environment.libdir, env.get("LD_LIBRARY_PATH")]))
         env.pop("VIRTUAL_ENV", None)
         self._env_dirs_before = set(glob.glob(PYTHON_ENV_GLOB))
+        _become_subreaper()
         with open(self.log_path, "wb") as log:
             self._process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
@@ -186,16 +191,20 @@ class TritonServer:
         """Graceful stop, bounded: SIGTERM, wait the exit timeout, then SIGKILL the whole process group."""
         process, self._process = self._process, None
         if process is not None:
+            stubs = _group_members(process.pid) - {process.pid}
             if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError, FileNotFoundError, PermissionError):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(process.pid, signal.SIGTERM)
                 try:
                     process.wait(timeout=self.settings.exit_timeout_s + 5)
                 except subprocess.TimeoutExpired:
                     pass
-            with contextlib.suppress(ProcessLookupError, FileNotFoundError, PermissionError):  # stubs outlive a server that was killed or hung
+            with contextlib.suppress(ProcessLookupError, PermissionError):  # stubs outlive a killed or hung server
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+            for pid in stubs:
+                with contextlib.suppress(ChildProcessError):  # ours only when we are their subreaper
+                    os.waitpid(pid, 0)
             self._remove_leftovers()
         if self._runtime_dir and not _keep_runtime_dir:
             shutil.rmtree(self._runtime_dir, ignore_errors=True)
@@ -212,6 +221,27 @@ class TritonServer:
 
 class _PortRace(Exception):
     """Another server answers on a port we chose."""
+
+
+def _become_subreaper() -> None:
+    """Orphaned descendants (stubs of a killed server) are re-parented to this process, which reaps them."""
+    if sys.platform.startswith("linux"):
+        pr_set_child_subreaper = 36
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)
+
+
+def _group_members(pgid: int) -> set[int]:
+    """Processes of a process group, read from /proc (the server and its stubs)."""
+    members = set()
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # fields after "(comm)": state, ppid, pgrp, ...
+            members.add(int(stat.split("/")[2]))
+    return members
 
 
 def _port_free(port: int) -> bool:

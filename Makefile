@@ -1,0 +1,60 @@
+# ThinkServe: the two commands a new user needs are `make demo` and `make test` (see README).
+# Everything installs into two local environments; repeated runs reuse what is already built.
+
+PYTHON ?= python3.11
+VENV := .venv
+MODEL_VENV := .venv-triton
+PROFILE ?= tiny
+# Extra pip arguments for torch, e.g. `--index-url https://download.pytorch.org/whl/cpu` on machines whose
+# index would otherwise hand out a CUDA build.
+PIP_TORCH_ARGS ?=
+PIP := pip install --disable-pip-version-check --quiet
+BIN := $(VENV)/bin
+
+.PHONY: help setup models demo test test-unit test-integration bench clean
+
+help:
+	@echo "make demo   - set everything up, build the tiny models, run the demo (Triton + orchestrator)"
+	@echo "make test   - set everything up, build the tiny models, run every test"
+	@echo "make setup | models | bench | clean"
+
+setup: $(VENV)/.installed $(MODEL_VENV)/.installed
+
+# The project environment: orchestrator, model compiler, tests (numpy 2).
+# torch first, from its CPU build: anything that depends on torch must find it already satisfied.
+$(VENV)/.installed: pyproject.toml setup.py setup.cfg proto/thinkserve/v1/orchestrator.proto requirements/project.txt build/backend/pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/$(PIP) -c requirements/project.txt torch $(PIP_TORCH_ARGS)
+	$(BIN)/$(PIP) -c requirements/project.txt -e ".[build,dev]"
+	# The tritonserver binary ships inside this wheel; its Python dependencies are not needed.
+	$(BIN)/$(PIP) --no-deps -c requirements/project.txt nvidia-pytriton
+	# The backend code, importable here for the model compiler and the unit tests (its numpy<2 pin is for Triton only).
+	$(BIN)/$(PIP) --no-deps -e build/backend
+	touch $@
+
+# The environment Triton's python-backend stubs run in: numpy<2, onnxruntime, tokenizers, thinkserve-backend.
+$(MODEL_VENV)/.installed: build/backend/pyproject.toml requirements/triton-models.txt
+	$(PYTHON) -m venv $(MODEL_VENV)
+	$(MODEL_VENV)/bin/$(PIP) -c requirements/triton-models.txt -e build/backend
+	touch $@
+
+models: setup
+	$(BIN)/python -m thinkserve_build --profile $(PROFILE)
+
+demo: models
+	$(BIN)/thinkserve demo
+
+test: models
+	$(BIN)/python -m pytest tests
+
+test-unit: setup
+	$(BIN)/python -m pytest tests/unit
+
+test-integration: models
+	$(BIN)/python -m pytest tests/integration
+
+bench: models
+	$(BIN)/python -m benchmarks.triton_overhead
+
+clean:
+	rm -rf $(VENV) $(MODEL_VENV) .thinkserve model_repository/*/ orchestrator/api/_generated

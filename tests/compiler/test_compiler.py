@@ -1,0 +1,87 @@
+"""The model compiler: caching, the int8 embedder, and the hf profile sharing the tiny profile's code."""
+
+import os
+from dataclasses import replace
+
+import pytest
+
+from tests.conftest import ROOT
+from thinkserve_build import artifacts, compiler, export, onnx_tools, profiles
+from thinkserve_build.checkpoints import ResolvedCheckpoint, resolve
+
+CACHE = ROOT / ".thinkserve" / "cache"
+
+
+def test_unchanged_inputs_are_not_rebuilt_and_weights_are_linked_not_copied(model_repository, tmp_path):
+    lines = []
+    output = tmp_path / "repo"
+    models = compiler.compile_repository(profiles.tiny(), output, CACHE, log=lines.append)
+    assert sum("unchanged (cached)" in line for line in lines) == 7, lines
+    onnx = output / "text_embedder_encode" / "1" / "encoder.onnx"
+    assert os.stat(onnx).st_ino == os.stat(model_repository / "text_embedder_encode" / "1" / "encoder.onnx").st_ino
+    lines.clear()
+    compiler.compile_repository(profiles.tiny(), output, CACHE, log=lines.append)
+    assert f"{len(models)} models, 0 written, 0 removed" in lines[-1]
+
+
+def test_the_fingerprint_follows_the_spec():
+    checkpoint = ResolvedCheckpoint("somewhere", "id-1")
+    fp32 = profiles.tiny().embedder
+    assert artifacts.fingerprint("embedder", fp32, checkpoint) == artifacts.fingerprint("embedder", fp32, checkpoint)
+    assert artifacts.fingerprint("embedder", fp32, checkpoint) != artifacts.fingerprint(
+        "embedder", replace(fp32, precision="int8"), checkpoint
+    )
+    assert artifacts.fingerprint("embedder", fp32, checkpoint) != artifacts.fingerprint(
+        "embedder", fp32, ResolvedCheckpoint("somewhere", "id-2")
+    )
+
+
+def test_int8_embedder_stays_close_to_fp32(model_repository, tmp_path):
+    spec = replace(profiles.tiny().embedder, precision="int8")
+    location = resolve(spec.checkpoint, CACHE).location
+    facts = export.export_embedder(location, spec, tmp_path, log=lambda _: None)
+    assert facts["precision"] == "int8" and facts["onnx_file"] == "encoder.int8.onnx"
+    assert not (tmp_path / "encoder.onnx").exists()
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(location)
+    texts = ["Total revenue grew 18 percent.", "Who is the chief executive?", "Energy per instrument fell."]
+    batch = dict(tokenizer(texts, padding=True, return_tensors="np"))
+    int8 = onnx_tools.run(tmp_path / "encoder.int8.onnx", batch, ["embedding"])[0]
+    fp32 = onnx_tools.run(model_repository / "text_embedder_encode" / "1" / "encoder.onnx", batch, ["embedding"])[0]
+    assert onnx_tools.min_cosine(int8, fp32) >= 0.98
+
+
+def test_hf_profile_runs_the_same_exporters_with_hub_checkpoints():
+    tiny_jobs = list(compiler._jobs(profiles.tiny(), print))
+    hf_jobs = list(compiler._jobs(profiles.hf(), print))
+    assert [(role, job.func) for role, _, job in tiny_jobs] == [(role, job.func) for role, _, job in hf_jobs]
+    for _, spec, _ in hf_jobs:
+        assert spec.checkpoint.hub_id
+        resolved = resolve(spec.checkpoint, CACHE)  # a hub id resolves without downloading
+        assert resolved.location == spec.checkpoint.hub_id and resolved.identity.startswith("hub:")
+
+
+def test_unknown_profile_and_target_are_named():
+    with pytest.raises(ValueError, match="unknown profile 'huge'"):
+        profiles.load_profile("huge")
+    from thinkserve_build.repository import plan
+
+    with pytest.raises(ValueError, match="unknown target 'tpu'"):
+        plan(profiles.tiny(), {}, "tpu")
+
+
+def test_cli_reports_errors_in_one_line(capsys):
+    from thinkserve_build.cli import main
+
+    assert main(["--profile", "tiny", "--target", "tpu", "--cache", str(CACHE), "--output", "/nonexistent/x"]) == 1
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "unknown target 'tpu'" in error
+
+
+def test_exported_decoder_matches_pytorch_greedy_decoding(tmp_path):
+    spec = profiles.tiny().llm
+    location = resolve(spec.checkpoint, CACHE).location
+    facts = export.export_llm(location, spec, tmp_path)  # raises ExportMismatchError on any divergence
+    assert facts["eos_token_ids"] and facts["max_context"] == 2048
+    assert (tmp_path / facts["decoder_file"]).is_file()

@@ -1,0 +1,67 @@
+"""One real tritonserver for the session, and one orchestrator (real gRPC server) in front of it.
+
+Teardown order matters: client streams are closed by the tests themselves (context managers), then the
+orchestrator stops, then Triton.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from orchestrator.deployment import Deployment
+from orchestrator.triton.launcher import TritonServer
+from tests.conftest import settings_with
+
+
+class BackgroundLoop:
+    """An asyncio loop on its own thread, so synchronous tests can talk to an async server."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="orchestrator-loop", daemon=True)
+        self.thread.start()
+
+    def run(self, coroutine, timeout: float = 600):
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    def close(self):
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+@pytest.fixture(scope="session")
+def triton(triton_settings):
+    server = TritonServer(triton_settings)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def orchestrator(triton, triton_settings, tmp_path_factory):
+    """Address of a running orchestrator using the session's Triton (so Triton is not started twice)."""
+    settings = settings_with(
+        triton_settings.model_copy(update={"url": triton.endpoints.grpc}),
+        tmp_path_factory.mktemp("data"),
+        server={"port": 0, "max_upload_bytes": 64 * 1024},
+    )
+    loop = BackgroundLoop()
+    deployment = Deployment(settings)
+    address = loop.run(deployment.start(progress=lambda _: None))
+    yield address
+    loop.run(deployment.stop())
+    loop.close()
+
+
+def repository_subset(source: Path, target: Path, names: list[str]) -> Path:
+    """A repository with only some models (hard links: no weight is copied), for servers that start fast."""
+    for name in names:
+        shutil.copytree(source / name, target / name, copy_function=os.link, ignore=shutil.ignore_patterns("__pycache__"))
+    return target

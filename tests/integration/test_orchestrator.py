@@ -1,0 +1,101 @@
+"""The orchestrator's gRPC API over a real socket, in front of the real Triton."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from orchestrator.client import ThinkServeClient
+from orchestrator.triton import contracts
+from tests.conftest import SAMPLE_DOCUMENT
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def client(orchestrator):
+    with ThinkServeClient(orchestrator, timeout_s=120) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def sample_collection(client):
+    report = client.ingest_file("reports", SAMPLE_DOCUMENT)
+    assert report.passages > 3 and not report.already_present
+    return "reports"
+
+
+def test_health_lists_every_model_ready(client):
+    health = client.health()
+    assert health.serving and health.profile == "tiny"
+    assert {m.name for m in health.models} == {c.name for c in contracts.all_contracts()}
+    assert all(m.ready for m in health.models)
+
+
+def test_query_streams_evidence_then_answer_then_final(client, sample_collection):
+    events = list(client.query(sample_collection, "What was the total revenue in 2024?", max_tokens=8, top_k=3))
+    kinds = [e.WhichOneof("event") for e in events]
+    assert kinds[0] == "evidence" and kinds[-1] == "final"
+    assert set(kinds[1:-1]) == {"delta"} and len(kinds) - 2 == 8
+    assert len({e.request_id for e in events}) == 1 and events[0].request_id
+
+    evidence = events[0].evidence.items
+    assert [item.rank for item in evidence] == list(range(1, len(evidence) + 1))
+    assert "412 million euros" in evidence[0].text  # the real embedder finds the passage with the answer
+    assert evidence[0].document_name == SAMPLE_DOCUMENT.name and evidence[0].section.endswith("Financial results")
+    assert evidence[0].score >= evidence[-1].score
+
+    final = events[-1].final
+    assert final.answer_source == "llm" and final.finish_reason == "length"
+    assert final.text == "".join(e.delta.text for e in events[1:-1]).strip()
+    assert final.usage.completion_tokens == 8 and final.usage.prompt_tokens > 100
+    stages = {t.stage: t.milliseconds for t in final.timings}
+    assert {"embed_query", "dense_search", "llm_ttft", "rag_ttft", "llm_generation", "total"} <= set(stages)
+    assert all(value >= 0 for value in stages.values())
+    tokens = [t for e in events[1:-1] for t in e.delta.tokens]
+    assert len(tokens) == 8 and all(t.log_prob <= 0 for t in tokens)
+
+
+def test_ingesting_the_same_bytes_again_changes_nothing(client, sample_collection):
+    again = client.ingest_file(sample_collection, SAMPLE_DOCUMENT)
+    assert again.already_present
+    events = list(client.query(sample_collection, "Who is the chief executive?", max_tokens=1, top_k=50))
+    passage_ids = [item.passage_id for item in events[0].evidence.items]
+    assert len(passage_ids) == len(set(passage_ids))
+
+
+def test_collections_are_isolated(client, sample_collection):
+    client.ingest("other", b"# Other\n\nThe cafeteria opens at eight.", "other.md")
+    events = list(client.query("other", "What was the total revenue in 2024?", max_tokens=1))
+    assert {item.document_name for item in events[0].evidence.items} == {"other.md"}
+
+
+def rpc_error(call) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as caught:
+        call()
+    return caught.value
+
+
+def test_bad_requests_get_a_status_and_a_reason(client, sample_collection):
+    cases = [
+        (lambda: list(client.query("nope", "anything?")), grpc.StatusCode.NOT_FOUND, "collection 'nope' does not exist"),
+        (lambda: list(client.query(sample_collection, "   ")), grpc.StatusCode.INVALID_ARGUMENT, "question is empty"),
+        (lambda: list(client.query(sample_collection, "x" * 5000)), grpc.StatusCode.INVALID_ARGUMENT, "server.max_question_chars"),
+        (lambda: list(client.query(sample_collection, "why?", top_k=500)), grpc.StatusCode.INVALID_ARGUMENT, "retrieval.max_top_k"),
+        (lambda: list(client.query("Bad Name", "why?")), grpc.StatusCode.INVALID_ARGUMENT, "must match"),
+        (lambda: client.ingest("reports", b"%PDF-1.7 ...", "report.pdf"), grpc.StatusCode.INVALID_ARGUMENT, "unsupported media type"),
+        (lambda: client.ingest("reports", b"\xff\xfe\x00bad", "bad.txt"), grpc.StatusCode.INVALID_ARGUMENT, "not UTF-8"),
+        (lambda: client.ingest("reports", b"a" * 70_000, "big.txt"), grpc.StatusCode.INVALID_ARGUMENT, "server.max_upload_bytes"),
+    ]
+    for call, code, reason in cases:
+        error = rpc_error(call)
+        assert error.code() == code, (reason, error.details())
+        assert reason in error.details()
+    # none of it touched what was stored
+    assert client.ingest_file(sample_collection, SAMPLE_DOCUMENT).already_present
+
+
+def test_an_expired_deadline_is_deadline_exceeded(orchestrator, sample_collection):
+    with ThinkServeClient(orchestrator, timeout_s=0.05) as impatient:
+        error = rpc_error(lambda: list(impatient.query(sample_collection, "What happened in 2024?", max_tokens=500)))
+    assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED

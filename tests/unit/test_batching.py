@@ -1,0 +1,25 @@
+import numpy as np
+import pytest
+
+from thinkserve_backend.batching import pad_and_concatenate, split_rows
+
+
+def test_ragged_requests_are_right_padded_and_split_back():
+    a = np.array([[1, 2, 3]])
+    b = np.array([[4], [5]])
+    batch = pad_and_concatenate([a, b], pad_value=0)
+    assert batch.tolist() == [[1, 2, 3], [4, 0, 0], [5, 0, 0]]
+    first, second = split_rows(batch, [1, 2])
+    assert first.tolist() == [[1, 2, 3]] and second.shape == (2, 3)
+
+
+def test_equal_shapes_are_not_copied_into_padding():
+    a = np.ones((2, 3, 4), dtype=np.float32)
+    assert pad_and_concatenate([a, a]).shape == (4, 3, 4)
+
+
+def test_mismatched_ranks_and_row_counts_are_errors():
+    with pytest.raises(ValueError, match="ranks"):
+        pad_and_concatenate([np.zeros((1, 2)), np.zeros((1, 2, 3))])
+    with pytest.raises(ValueError, match="cannot be split"):
+        split_rows(np.zeros((3, 2)), [1, 1])

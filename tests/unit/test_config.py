@@ -1,0 +1,26 @@
+import pytest
+
+from orchestrator.config import Settings
+from orchestrator.errors import ConfigurationError
+
+
+def test_file_then_overrides(tmp_path):
+    path = tmp_path / "thinkserve.toml"
+    path.write_text('profile = "hf"\n[server]\nport = 6000\n[retrieval]\ntop_k = 7\n')
+    settings = Settings.load(path, {"server.port": 0, "triton.url": "127.0.0.1:8001"})
+    assert (settings.profile, settings.server.port, settings.retrieval.top_k) == ("hf", 0, 7)
+    assert settings.triton.url == "127.0.0.1:8001"
+
+
+def test_unknown_keys_and_bad_values_name_the_setting(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("[server]\nprot = 1\n")
+    with pytest.raises(ConfigurationError, match=r"server\.prot: Extra inputs are not permitted"):
+        Settings.load(path)
+    with pytest.raises(ConfigurationError, match=r"triton\.exit_timeout_s"):
+        Settings.load(None, {"triton.exit_timeout_s": 1})
+
+
+def test_unreadable_file_is_a_configuration_error(tmp_path):
+    with pytest.raises(ConfigurationError, match="cannot read settings file"):
+        Settings.load(tmp_path / "missing.toml")
