@@ -11,6 +11,8 @@ import numpy as np
 import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 
+from ..sessions import cpu_session
+
 
 class ModelParameters:
     """The `parameters` of a model's config.pbtxt, plus the folder holding its files."""
@@ -55,14 +57,7 @@ class ModelParameters:
 
 
 def onnx_session(path: Path, params: ModelParameters) -> ort.InferenceSession:
-    """A CPU session that shares the machine politely with the other models of this server."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = params.integer("intra_op_threads", min(2, os.cpu_count() or 1))
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    # Spinning worker threads burn the CPU that the other models' stubs need on small machines.
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+    return cpu_session(path, params.integer("intra_op_threads", min(2, os.cpu_count() or 1)))
 
 
 def input_array(request, name: str) -> Optional[np.ndarray]:
