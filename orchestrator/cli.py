@@ -143,18 +143,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         return args.run(args)
     except KeyboardInterrupt:
         return 130
-    except ThinkServeError as error:
+    except (ThinkServeError, grpc.RpcError, OSError) as error:
         if args.verbose:
             raise
-        print(f"thinkserve: error: {error}", file=sys.stderr)
+        print(f"thinkserve: error: {_describe(error)}", file=sys.stderr)
         return 2
-    except grpc.RpcError as error:
-        if args.verbose:
-            raise
-        print(f"thinkserve: error: {error.code().name}: {error.details()}", file=sys.stderr)
-        return 2
-    except OSError as error:
-        if args.verbose:
-            raise
-        print(f"thinkserve: error: {error}", file=sys.stderr)
-        return 2
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, grpc.RpcError):
+        return f"{error.code().name}: {error.details()}"
+    return str(error)

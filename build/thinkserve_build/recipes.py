@@ -96,7 +96,7 @@ def _qwen2_tokenizer(out: Path):
         if line.strip() and not line.startswith(("[", "##"))
     ]
     corpus = [" ".join(words[i : i + 64]) for i in range(0, len(words), 64)]
-    tokenizer = Qwen2Tokenizer().train_new_from_iterator(corpus, vocab_size=4096)
+    tokenizer = Qwen2Tokenizer().train_new_from_iterator(corpus, vocab_size=4096, show_progress=False)
     tokenizer.add_special_tokens({"additional_special_tokens": [*CHAT_SPECIAL_TOKENS, IMAGE_TOKEN]})
     tokenizer.eos_token = "<|im_end|>"
     tokenizer.chat_template = CHATML_TEMPLATE

@@ -149,10 +149,11 @@ class KnowledgeBase:
     def collection(self, name: str, create: bool = False) -> Collection:
         if not COLLECTION_NAME.match(name or ""):
             raise InvalidRequestError(f"collection name {name!r} must match {COLLECTION_NAME.pattern}")
+        root = self.root / name
+        # A collection exists once its first document is committed, even if an ingest created the object.
+        if not create and not (root / "CURRENT").exists():
+            raise NotFoundError(f"collection {name!r} does not exist (ingest a document into it first)")
         if name not in self._collections:
-            root = self.root / name
-            if not create and not (root / "CURRENT").exists():
-                raise NotFoundError(f"collection {name!r} does not exist (ingest a document into it first)")
             self._collections[name] = Collection(root)
         return self._collections[name]
 

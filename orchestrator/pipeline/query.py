@@ -75,8 +75,10 @@ class QueryPipeline:
         timer = StageTimer()
         generation = self.settings.generation
         snapshot = self.knowledge.collection(query.collection).snapshot
+        model_calls = 0
         with timer.stage("embed_query"):
             vector = (await self.models.embed([query.question], _remaining(deadline)))[0]
+            model_calls += 1
         with timer.stage("dense_search"):
             hits = snapshot.search(vector, query.top_k or self.settings.retrieval.top_k)
         evidence = [EvidenceItem(rank, score, passage) for rank, (passage, score) in enumerate(hits, 1)]
@@ -94,6 +96,7 @@ class QueryPipeline:
         parts: list[str] = []
         last = None
         generation_started = time.monotonic()
+        model_calls += 1
         async with self.models.generate(prompt, options, timeout_s=_remaining(deadline), request_id=request_id) as chunks:
             async for chunk in chunks:
                 if last is None:
@@ -119,7 +122,7 @@ class QueryPipeline:
             answer_source="llm",
             timings_ms=timer.report(),
             usage=Usage(
-                model_calls=2,
+                model_calls=model_calls,
                 prompt_tokens=last.prompt_tokens if last else 0,
                 completion_tokens=last.completion_tokens if last else 0,
             ),

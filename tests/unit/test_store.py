@@ -49,6 +49,14 @@ def test_unknown_and_malformed_collection_names(tmp_path):
             kb.collection(bad, create=True)
 
 
+def test_a_collection_whose_first_ingest_failed_still_does_not_exist(tmp_path):
+    kb = KnowledgeBase(tmp_path)
+    kb.collection("fresh", create=True)  # an ingest started, then failed before its commit
+    with pytest.raises(NotFoundError):
+        kb.collection("fresh")
+    assert kb.names() == []
+
+
 def test_a_commit_that_fails_midway_leaves_the_previous_snapshot(tmp_path, monkeypatch):
     kb = KnowledgeBase(tmp_path)
     add(kb, "alpha", "d1", 2)

@@ -83,5 +83,7 @@ def bytes_tensor(name: str, values: list[str], shape: tuple[int, ...]) -> "pb_ut
     return pb_utils.Tensor(name, array)
 
 
-def error_response(message: str) -> "pb_utils.InferenceResponse":
-    return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
+def error_response(message: str, error: Optional[BaseException] = None) -> "pb_utils.InferenceResponse":
+    """An error response; a ValueError (bad input: undecodable image, prompt too long) is INVALID_ARG."""
+    code = pb_utils.TritonError.INVALID_ARG if isinstance(error, ValueError) else pb_utils.TritonError.INTERNAL
+    return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message, code))

@@ -91,7 +91,7 @@ class LanguageModel:
                 sender.send(flags=FINAL)
                 return
             pb_utils.Logger.log_warn(f"{self.model_name}: request failed after {produced} tokens: {error}")
-            sender.send(error_response(f"{self.model_name}: {error}"), flags=FINAL)
+            sender.send(error_response(f"{self.model_name}: {error}", error), flags=FINAL)
 
     def _generation_params(self, request) -> GenerationParams:
         max_tokens = int(input_scalar(request, "max_tokens", self.default_max_tokens))

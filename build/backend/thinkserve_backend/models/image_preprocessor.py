@@ -22,5 +22,5 @@ class ImagePreprocessorModel:
                 pixels = np.stack([preprocess(decode_image(bytes(data)), self.spec) for data in images])
                 responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("pixel_values", pixels)]))
             except Exception as error:
-                responses.append(error_response(f"image preprocessing: {error}"))
+                responses.append(error_response(f"image preprocessing: {error}", error))
         return responses

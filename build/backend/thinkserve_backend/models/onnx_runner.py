@@ -33,7 +33,7 @@ class OnnxRunnerModel:
             feeds = {name: pad_and_concatenate(arrays, self.pad_values.get(name, 0)) for name, arrays in batches.items()}
             results = self.session.run(self.outputs, feeds)
         except Exception as error:
-            return [error_response(f"{self.model_name}: {error}") for _ in requests]
+            return [error_response(f"{self.model_name}: {error}", error) for _ in requests]
         per_output = [split_rows(result, rows) for result in results]
         return [
             pb_utils.InferenceResponse([pb_utils.Tensor(name, per_output[k][i]) for k, name in enumerate(self.outputs)])

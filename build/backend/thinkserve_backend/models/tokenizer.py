@@ -34,5 +34,5 @@ class TokenizerModel:
                 )
                 responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(n, arrays[n]) for n in self.outputs]))
             except Exception as error:
-                responses.append(error_response(f"tokenizer: {error}"))
+                responses.append(error_response(f"tokenizer: {error}", error))
         return responses
