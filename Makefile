@@ -54,7 +54,7 @@ test-integration: models
 	$(BIN)/python -m pytest tests/integration
 
 bench: models
-	$(BIN)/python -m benchmarks.triton_overhead
+	$(BIN)/python -m benchmarks.triton_overhead --rounds 10
 
 clean:
 	rm -rf $(VENV) $(MODEL_VENV) .thinkserve model_repository/*/ orchestrator/api/_generated
