@@ -7,6 +7,7 @@ cancelling the task that reads it, cancels the gRPC call, and Triton passes the 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import struct
 from typing import AsyncIterator, Optional, Sequence
@@ -115,17 +116,15 @@ class TritonClient:
         try:
             async for message in call:
                 if message.error_message:
+                    # ThinkServe's models send an error as their final response: let the stream close itself.
+                    state.finished = await _drained(call)
                     raise _model_error(model, message.error_message)
                 response = message.infer_response
                 if response.outputs:
                     yield decode_response(response)
                 final = response.parameters.get("triton_final_response")
                 if final is not None and final.bool_param:
-                    # Let Triton close the stream itself: cancelling a stream whose request already completed
-                    # can leave the request unreleased in Triton 2.51 (the model then never unloads).
-                    async for _ in call:
-                        pass
-                    state.finished = True
+                    state.finished = await _drained(call)
                     return
         except grpc.aio.AioRpcError as error:
             raise self._map_error(error, model, timeout) from None
@@ -151,7 +150,22 @@ class TritonClient:
 
 
 class _StreamState:
-    finished = False
+    finished = False  # Triton closed the stream: nothing left to cancel
+
+
+async def _drained(call, timeout_s: float = 5.0) -> bool:
+    """Read a finished request's stream to its end instead of cancelling it: cancelling a stream whose request
+    already completed can leave the request unreleased in Triton 2.51 (its model then never unloads)."""
+
+    async def rest():
+        async for _ in call:
+            pass
+
+    try:
+        await asyncio.wait_for(rest(), timeout_s)
+        return True
+    except (asyncio.TimeoutError, grpc.aio.AioRpcError):
+        return False
 
 
 def _model_error(model: str, details: str, code: Optional[grpc.StatusCode] = None) -> ThinkServeError:
