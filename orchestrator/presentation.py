@@ -12,14 +12,14 @@ from .api.protos import pb
 class QueryPrinter:
     def __init__(self, question: str, out: TextIO = sys.stdout, evidence_chars: int = 160):
         self.out = out
+        self.question = question
         self.evidence_chars = evidence_chars
         self.evidence: list = []
-        self.out.write(f"\nQ: {question}\nA: ")
-        self.out.flush()
 
     def handle(self, event: "pb.QueryEvent") -> None:
         kind = event.WhichOneof("event")
-        if kind == "evidence":
+        if kind == "evidence":  # the first event: the query was accepted
+            self.out.write(f"\nQ: {self.question}\nA: ")
             self.evidence = list(event.evidence.items)
         elif kind == "delta":
             self.out.write(event.delta.text)
