@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ConfigurationError
 
@@ -21,7 +21,7 @@ class _Section(BaseModel):
 class TritonSettings(_Section):
     # An already-running Triton to use (gRPC "host:port"). Empty: `serve` launches and supervises its own.
     url: str = ""
-    model_repository: Path = Path("model_repository/tiny")
+    model_repository: Path = Path("model_repository/tiny")  # in Settings: model_repository/<profile> unless set
     # Python environment the python-backend stubs run in (numpy<2, onnxruntime, thinkserve-backend).
     model_environment: Path = Path(".venv-triton")
     # Folder holding bin/tritonserver and backends/; empty: the nvidia-pytriton wheel, then /opt/tritonserver.
@@ -71,6 +71,13 @@ class Settings(_Section):
     storage: StorageSettings = StorageSettings()
     retrieval: RetrievalSettings = RetrievalSettings()
     generation: GenerationSettings = GenerationSettings()
+
+    @model_validator(mode="after")
+    def _repository_follows_profile(self) -> "Settings":
+        if "model_repository" not in self.triton.model_fields_set:
+            repository = Path("model_repository") / self.profile
+            object.__setattr__(self, "triton", self.triton.model_copy(update={"model_repository": repository}))
+        return self
 
     @classmethod
     def load(cls, path: Optional[Path] = None, overrides: Optional[dict[str, Any]] = None) -> "Settings":

@@ -24,31 +24,31 @@ log = logging.getLogger("thinkserve.api")
 REQUEST_ID_HEADER = "x-request-id"
 
 
-def _request_id(context) -> str:
+async def _begin(context) -> str:
+    """The call's request id (the client's x-request-id, or a new one), sent back in the initial metadata."""
     supplied = dict(context.invocation_metadata() or ()).get(REQUEST_ID_HEADER, "")
-    return supplied[:64] if supplied else uuid.uuid4().hex[:16]
+    request_id = supplied[:64] if supplied else uuid.uuid4().hex[:16]
+    await context.send_initial_metadata(((REQUEST_ID_HEADER, request_id),))
+    return request_id
 
 
-async def _abort(context, error: BaseException, request_id: str, method: str):
+async def _abort(context, error: Exception, request_id: str, method: str):
+    """Our errors keep their status and message; anything else is INTERNAL with the request id to find the log."""
     if isinstance(error, ThinkServeError):
         log.info("%s %s failed: %s: %s", method, request_id, error.status.name, error)
         await context.abort(error.status, str(error))
-    log.exception("%s %s: internal error", method, request_id)
-    await context.abort(grpc.StatusCode.INTERNAL, f"internal error (request id {request_id})")
+    else:
+        log.exception("%s %s: internal error", method, request_id)
+        await context.abort(grpc.StatusCode.INTERNAL, f"internal error (request id {request_id})")
 
 
 def unary(method):
-    """Map our errors to gRPC status codes; anything else is INTERNAL with the request id to find the log."""
-
     @functools.wraps(method)
     async def handler(self, request, context):
-        request_id = _request_id(context)
-        await context.send_initial_metadata(((REQUEST_ID_HEADER, request_id),))
+        request_id = await _begin(context)
         try:
             return await method(self, request, context, request_id)
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
+        except Exception as error:  # a cancelled call raises CancelledError, which is not an Exception
             await _abort(context, error, request_id, method.__name__)
 
     return handler
@@ -57,13 +57,10 @@ def unary(method):
 def streaming(method):
     @functools.wraps(method)
     async def handler(self, request, context):
-        request_id = _request_id(context)
-        await context.send_initial_metadata(((REQUEST_ID_HEADER, request_id),))
+        request_id = await _begin(context)
         try:
             async for message in method(self, request, context, request_id):
                 yield message
-        except asyncio.CancelledError:
-            raise
         except Exception as error:
             await _abort(context, error, request_id, method.__name__)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import AsyncIterator, Optional
 
 from ..config import Settings
-from ..errors import DeadlineExceededError, InvalidRequestError
+from ..errors import DeadlineExceededError, InvalidRequestError, TritonUnavailableError
 from ..knowledge.store import KnowledgeBase
 from ..triton import contracts
 from ..triton.models import GenerationOptions, TritonModels
@@ -132,7 +132,12 @@ class QueryPipeline:
         if self._llm_context is None:
             config = await self.models.client.model_config(contracts.LLM.name)
             parameter = config.parameters.get(contracts.CONTEXT_PARAMETER)
-            self._llm_context = int(parameter.string_value) if parameter is not None else 2048
+            if parameter is None:
+                raise TritonUnavailableError(
+                    f"model {contracts.LLM.name} does not declare its context length (config parameter "
+                    f"{contracts.CONTEXT_PARAMETER!r}): rebuild the model repository"
+                )
+            self._llm_context = int(parameter.string_value)
         return self._llm_context
 
 

@@ -24,3 +24,10 @@ def test_unknown_keys_and_bad_values_name_the_setting(tmp_path):
 def test_unreadable_file_is_a_configuration_error(tmp_path):
     with pytest.raises(ConfigurationError, match="cannot read settings file"):
         Settings.load(tmp_path / "missing.toml")
+
+
+def test_the_model_repository_follows_the_profile_unless_set(tmp_path):
+    assert str(Settings.load(None, {"profile": "hf"}).triton.model_repository) == "model_repository/hf"
+    assert str(Settings().triton.model_repository) == "model_repository/tiny"
+    explicit = Settings.load(None, {"profile": "hf", "triton.model_repository": "elsewhere"})
+    assert str(explicit.triton.model_repository) == "elsewhere"
