@@ -58,13 +58,26 @@ def cmd_serve(args) -> int:
 
 
 def cmd_ingest(args) -> int:
+    from .ingest_batch import ingest_paths
+
+    failures = asyncio.run(ingest_paths(_address(args), args.collection, args.paths, args.concurrency))
+    return 1 if failures else 0
+
+
+def cmd_documents(args) -> int:
     from .client import ThinkServeClient
 
     with ThinkServeClient(_address(args)) as client:
-        for path in args.files:
-            report = client.ingest_file(args.collection, path)
-            state = "already present" if report.already_present else f"{report.passages} passages in {report.seconds:.2f}s"
-            print(f"{path}: {state} (document {report.document_id})")
+        if args.delete:
+            for name in args.delete:
+                removed = client.delete_document(args.collection, name)
+                print(f"deleted {removed.name} ({removed.chunks} chunks, {removed.units} units, {removed.pages} pages)")
+            return 0
+        for document in client.list_documents(args.collection):
+            print(
+                f"{document.name:<40} {document.pages:>5} pages {document.chunks:>5} chunks {document.units:>4} units "
+                f"{document.entities:>5} entities  {document.parser}  {document.document_id}"
+            )
     return 0
 
 
@@ -109,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(run=cmd_serve)
 
     for name, helptext, run in (
-        ("ingest", "upload documents (text, Markdown) into a collection", cmd_ingest),
+        ("ingest", "ingest documents (PDF, images, Markdown, text, MinerU output folders) into a collection", cmd_ingest),
+        ("documents", "list a collection's documents, or delete some with --delete NAME", cmd_documents),
         ("ask", "ask a question over a collection; the answer streams", cmd_ask),
         ("health", "readiness of the orchestrator and every model", cmd_health),
     ):
@@ -118,7 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
         command.set_defaults(run=run)
         if name == "ingest":
             command.add_argument("--collection", required=True)
-            command.add_argument("files", nargs="+", type=Path)
+            command.add_argument("paths", nargs="+", type=Path, help="files and folders (searched recursively)")
+            command.add_argument(
+                "--concurrency", type=int, default=2, help="documents in flight: parsing one overlaps model work on another"
+            )
+        if name == "documents":
+            command.add_argument("--collection", required=True)
+            command.add_argument("--delete", nargs="+", metavar="NAME", help="document names to delete")
         if name == "ask":
             command.add_argument("--collection", required=True)
             command.add_argument("question")

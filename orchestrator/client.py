@@ -8,6 +8,7 @@ from typing import AsyncIterator, Iterator, Optional
 import grpc
 
 from .api.protos import pb, pb_grpc
+from .local_documents import read_source
 
 CHUNK_BYTES = 1 << 20
 _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024), ("grpc.max_send_message_length", 64 * 1024 * 1024)]
@@ -20,6 +21,10 @@ def query_request(collection: str, question: str, **options) -> "pb.QueryRequest
         question=question,
         options=pb.QueryOptions(**{k: v for k, v in options.items() if v is not None}),
     )
+
+
+def list_documents_request(collection: str) -> "pb.ListDocumentsRequest":
+    return pb.ListDocumentsRequest(collection=collection)
 
 
 def upload(collection: str, data: bytes, filename: str, media_type: str = "") -> Iterator["pb.IngestRequest"]:
@@ -51,8 +56,16 @@ class ThinkServeClient:
     def ingest(self, collection: str, data: bytes, filename: str, media_type: str = "") -> "pb.IngestReport":
         return self._stub.Ingest(upload(collection, data, filename, media_type), timeout=self.timeout_s)
 
-    def ingest_file(self, collection: str, path: Path) -> "pb.IngestReport":
-        return self.ingest(collection, Path(path).read_bytes(), Path(path).name)
+    def ingest_file(self, collection: str, path: Path, name: str = "") -> "pb.IngestReport":
+        """A file, or a MinerU output folder (sent zipped with its images); `name` defaults to the base name."""
+        source = read_source(Path(path), name)
+        return self.ingest(collection, source.data, source.name, source.media_type)
+
+    def list_documents(self, collection: str, timeout_s: float = 30.0) -> list["pb.DocumentInfo"]:
+        return list(self._stub.ListDocuments(list_documents_request(collection), timeout=timeout_s).documents)
+
+    def delete_document(self, collection: str, name: str, timeout_s: float = 60.0) -> "pb.DocumentInfo":
+        return self._stub.DeleteDocument(pb.DeleteDocumentRequest(collection=collection, name=name), timeout=timeout_s)
 
     def query(self, collection: str, question: str, **options) -> Iterator["pb.QueryEvent"]:
         """Events as they arrive; breaking out of the loop cancels the query on the server."""
@@ -86,8 +99,15 @@ class AsyncThinkServeClient:
     async def ingest(self, collection: str, data: bytes, filename: str, media_type: str = "") -> "pb.IngestReport":
         return await self._stub.Ingest(upload(collection, data, filename, media_type), timeout=self.timeout_s)
 
-    async def ingest_file(self, collection: str, path: Path) -> "pb.IngestReport":
-        return await self.ingest(collection, Path(path).read_bytes(), Path(path).name)
+    async def ingest_file(self, collection: str, path: Path, name: str = "") -> "pb.IngestReport":
+        source = read_source(Path(path), name)
+        return await self.ingest(collection, source.data, source.name, source.media_type)
+
+    async def list_documents(self, collection: str, timeout_s: float = 30.0) -> list["pb.DocumentInfo"]:
+        return list((await self._stub.ListDocuments(list_documents_request(collection), timeout=timeout_s)).documents)
+
+    async def delete_document(self, collection: str, name: str, timeout_s: float = 60.0) -> "pb.DocumentInfo":
+        return await self._stub.DeleteDocument(pb.DeleteDocumentRequest(collection=collection, name=name), timeout=timeout_s)
 
     async def query(self, collection: str, question: str, **options) -> AsyncIterator["pb.QueryEvent"]:
         call = self._stub.Query(query_request(collection, question, **options), timeout=self.timeout_s)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -54,7 +54,49 @@ class StorageSettings(_Section):
 class RetrievalSettings(_Section):
     top_k: int = Field(5, ge=1)
     max_top_k: int = Field(50, ge=1)
-    passage_chars: int = Field(800, ge=100)  # target passage size when splitting text documents
+
+
+class IndexSettings(_Section):
+    """FAISS index kind for every vector table of a collection (derived data: changing it needs no re-ingest)."""
+
+    kind: Literal["flat", "ivf", "hnsw"] = "flat"
+    ivf_lists: int = Field(0, ge=0)  # 0: about 4 * sqrt(vectors)
+    ivf_probe: int = Field(16, ge=1)
+    ivf_min_vectors: int = Field(10_000, ge=1)  # fewer vectors: exact Flat instead (IVF cannot train on them)
+    hnsw_neighbors: int = Field(32, ge=4)
+    hnsw_ef_search: int = Field(128, ge=1)
+    use_gpu: bool = True  # when faiss sees a GPU
+
+
+class IngestSettings(_Section):
+    # Text stream: windows of the embedder's tokens (LightRAG's 1,200 / 100).
+    chunk_tokens: int = Field(1200, ge=16)
+    chunk_overlap_tokens: int = Field(100, ge=0)
+    # The embedder reads at most this many tokens: longer chunks are embedded as the mean of such pieces.
+    embed_window_tokens: int = Field(254, ge=8)
+    # The embedder's tokenizer.json; empty: the one the model repository's text_embedder_tokenize serves.
+    tokenizer: Optional[Path] = None
+    # Entities and relations: "cooccurrence" (model-free, GraphRAG's fast mode) or "llm" (through Triton).
+    extractor: Literal["cooccurrence", "llm"] = "cooccurrence"
+    extraction_max_tokens: int = Field(512, ge=16)
+    # Images, tables, equations: "caption" (caption, footnote and table text) or "vlm" (described through Triton).
+    describer: Literal["caption", "vlm"] = "caption"
+    description_context_blocks: int = Field(2, ge=0)  # neighbouring blocks on each side given to the VLM
+    description_max_tokens: int = Field(128, ge=8)
+    # Page renders for page-image retrieval, embedded by every page-image encoder family.
+    page_images: bool = True
+    page_render_dpi: float = Field(40.0, gt=0)
+    max_pages: int = Field(1000, ge=1)  # a PDF with more pages is refused with a clear error
+    # MinerU: the offline "flash" tier by default; "basic" / "standard" / "advanced" need their model folders.
+    parser_tier: str = "flash"
+    parser_mode: Literal["subprocess", "inprocess"] = "subprocess"
+    parser_timeout_s: float = Field(1800.0, gt=0)
+    # "local" never downloads: higher tiers read models pre-placed in parser_model_dir (default ~/.mineru/models).
+    parser_model_source: Literal["local", "auto", "huggingface", "modelscope"] = "local"
+    parser_model_dir: Optional[Path] = None
+    # Model calls: texts per request and requests in flight per document (Triton batches across them).
+    embed_batch: int = Field(32, ge=1)
+    max_concurrent_calls: int = Field(8, ge=1)
 
 
 class GenerationSettings(_Section):
@@ -70,6 +112,8 @@ class Settings(_Section):
     server: ServerSettings = ServerSettings()
     storage: StorageSettings = StorageSettings()
     retrieval: RetrievalSettings = RetrievalSettings()
+    index: IndexSettings = IndexSettings()
+    ingest: IngestSettings = IngestSettings()
     generation: GenerationSettings = GenerationSettings()
 
     @model_validator(mode="after")
@@ -77,7 +121,16 @@ class Settings(_Section):
         if "model_repository" not in self.triton.model_fields_set:
             repository = Path("model_repository") / self.profile
             object.__setattr__(self, "triton", self.triton.model_copy(update={"model_repository": repository}))
+        if self.ingest.chunk_overlap_tokens >= self.ingest.chunk_tokens:
+            raise ValueError("ingest.chunk_overlap_tokens must be smaller than ingest.chunk_tokens")
         return self
+
+    @property
+    def tokenizer_file(self) -> Path:
+        """The text embedder's tokenizer: chunks are counted in the tokens the embedder reads."""
+        if self.ingest.tokenizer is not None:
+            return self.ingest.tokenizer
+        return self.triton.model_repository / "text_embedder_tokenize" / "1" / "tokenizer.json"
 
     @classmethod
     def load(cls, path: Optional[Path] = None, overrides: Optional[dict[str, Any]] = None) -> "Settings":

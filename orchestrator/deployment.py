@@ -14,6 +14,7 @@ from .api.service import ThinkServeService
 from .config import Settings
 from .errors import ConfigurationError, TritonUnavailableError
 from .knowledge.ingest import Ingestor
+from .knowledge.indexes import index_spec
 from .knowledge.store import KnowledgeBase
 from .pipeline.query import QueryPipeline
 from .triton.client import TritonClient
@@ -49,11 +50,11 @@ class Deployment:
             if not await self.triton_client.server_ready():
                 raise TritonUnavailableError(f"Triton at {self.triton_url} is not ready")
             models = TritonModels(self.triton_client)
-            knowledge = KnowledgeBase(self.settings.storage.data_dir)
+            knowledge = KnowledgeBase(self.settings.storage.data_dir, index_spec(self.settings.index))
             service = ThinkServeService(
                 self.settings,
                 models,
-                Ingestor(knowledge, models, self.settings.retrieval),
+                Ingestor(knowledge, models, self.settings.ingest, self.settings.tokenizer_file),
                 QueryPipeline(self.settings, models, knowledge),
                 self.required_models,
             )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..knowledge.ingest import IngestResult
+from ..knowledge.segments import DocumentRecord
 from ..pipeline.events import AnswerDeltaEvent, EvidenceEvent, FinalAnswerEvent, QueryEvent
 from ..pipeline.query import QueryInput
 from .protos import pb
@@ -28,15 +30,17 @@ def query_event(event: QueryEvent, request_id: str) -> "pb.QueryEvent":
     if isinstance(event, EvidenceEvent):
         items = [
             pb.EvidenceItem(
-                passage_id=item.passage.passage_id,
-                document_id=item.passage.document_id,
-                document_name=item.passage.document_name,
-                page=item.passage.page,
-                block_type=item.passage.block_type,
-                section=item.passage.section,
-                text=item.passage.text,
+                passage_id=item.record.evidence_id,
+                document_id=item.record.document_id,
+                document_name=item.record.document_name,
+                page=item.record.page,
+                block_type=item.record.block_type,
+                section=item.record.section,
+                text=item.record.text,
                 score=item.score,
                 rank=item.rank,
+                regions=[pb.Region(page=s.page, bbox=list(s.bbox) if any(s.bbox) else []) for s in item.record.spans if s.page >= 0],
+                asset=item.record.asset,
             )
             for item in event.items
         ]
@@ -62,3 +66,34 @@ def query_event(event: QueryEvent, request_id: str) -> "pb.QueryEvent":
         )
         return pb.QueryEvent(request_id=request_id, final=final)
     raise TypeError(f"unknown event {type(event).__name__}")
+
+
+def document_info(document: DocumentRecord) -> "pb.DocumentInfo":
+    return pb.DocumentInfo(
+        document_id=document.document_id,
+        name=document.name,
+        media_type=document.media_type,
+        parser=document.parser,
+        pages=document.pages,
+        blocks=document.blocks,
+        chunks=document.chunks,
+        units=document.units,
+        entities=document.entities,
+        relations=document.relations,
+        bytes=document.bytes,
+        added_at=document.added_at,
+        warnings=list(document.warnings),
+    )
+
+
+def ingest_report(result: IngestResult) -> "pb.IngestReport":
+    return pb.IngestReport(
+        collection=result.collection,
+        document_id=result.document.document_id,
+        passages=result.document.chunks + result.document.units,
+        already_present=result.already_present,
+        seconds=result.seconds,
+        document=document_info(result.document),
+        replaced=result.replaced is not None,
+        stages=[pb.StageTiming(stage=name, milliseconds=seconds * 1000) for name, seconds in result.stage_seconds.items()],
+    )

@@ -119,14 +119,27 @@ class ThinkServeService(pb_grpc.ThinkServeServicer):
             header.collection, header.filename or "document", b"".join(chunks), header.media_type,
             timeout_s=self._deadline(context) - time.monotonic(),
         )
-        log.info("ingest %s: %s into %s, %d passages", request_id, header.filename, header.collection, result.passages)
-        return pb.IngestReport(
-            collection=result.collection,
-            document_id=result.document_id,
-            passages=result.passages,
-            already_present=result.already_present,
-            seconds=result.seconds,
+        document = result.document
+        log.info(
+            "ingest %s: %s into %s: %s, %d pages, %d chunks, %d units, %d entities in %.2f s",
+            request_id, document.name, header.collection,
+            "already present" if result.already_present else ("replaced" if result.replaced else "added"),
+            document.pages, document.chunks, document.units, document.entities, result.seconds,
         )
+        return convert.ingest_report(result)
+
+    @unary
+    async def ListDocuments(self, request, context, request_id):
+        snapshot = self.ingestor.knowledge.collection(request.collection).snapshot
+        return pb.ListDocumentsResponse(documents=[convert.document_info(d) for d in snapshot.documents.values()])
+
+    @unary
+    async def DeleteDocument(self, request, context, request_id):
+        collection = self.ingestor.knowledge.collection(request.collection)
+        async with collection.write_lock:
+            removed = await asyncio.to_thread(collection.delete, request.name)
+        log.info("delete %s: %s from %s", request_id, removed.name, request.collection)
+        return convert.document_info(removed)
 
     @streaming
     async def Query(self, request, context, request_id):

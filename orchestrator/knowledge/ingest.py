@@ -1,65 +1,394 @@
-"""Document bytes -> passages -> embeddings (Triton) -> one atomic commit into a collection."""
+"""Document bytes -> blocks -> text chunks + multimodal units -> entities and relations -> vectors -> one commit.
+
+The stages that wait on Triton (descriptions, extraction with the LLM, every embedding) send their inputs in
+batches, several requests in flight at once, so Triton's dynamic batcher sees full batches; parsing and page
+rendering run in worker threads (MinerU in a subprocess), so several documents ingested together overlap
+parsing with model work. Only the commit takes the collection's write lock.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
+import re
+import shutil
 import time
-from dataclasses import dataclass
-from pathlib import PurePath
-from typing import Optional
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
+from typing import Awaitable, Callable, Optional, Sequence
 
-from ..config import RetrievalSettings
+import numpy as np
+
+from ..config import IngestSettings
 from ..errors import InvalidRequestError
-from ..triton.models import TritonModels
-from .passages import split_passages
-from .store import KnowledgeBase, PassageRecord, new_document
+from ..pipeline.prompts import chat
+from ..triton import contracts
+from ..triton.models import GenerationOptions, TritonModels
+from . import sources
+from .chunking import ChunkTokenizer, Span, chunk_blocks
+from .content_list import read_content_list
+from .documents import Block, ParsedDocument
+from .extraction import CooccurrenceExtractor, Extraction, LlmExtractor, describe_fallback, normalize_entity_name
+from .mineru import MineruOptions, MineruParser
+from .pdf import inspect_pdf, render_pages
+from .segments import DocumentRecord, EntityMention, EvidenceRecord, PageRecord, RelationMention, Segment
+from .store import KnowledgeBase
+from .text_source import decode_text, parse_text
 
-MEDIA_TYPES = {".txt": "text/plain", ".md": "text/markdown", ".markdown": "text/markdown"}
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class IngestResult:
     collection: str
-    document_id: str
-    passages: int
-    already_present: bool
+    document: DocumentRecord
+    already_present: bool  # the same bytes are in the collection already (under `document.name`)
+    replaced: Optional[DocumentRecord]  # the earlier version of a document of the same name
     seconds: float
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+
+class _Stages:
+    """Wall time per ingest stage, for the report and the ingest benchmark."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    def timed(self, stage: str):
+        stages = self
+
+        class _Timer:
+            def __enter__(self):
+                self.started = time.monotonic()
+
+            def __exit__(self, *_):
+                stages.seconds[stage] = stages.seconds.get(stage, 0.0) + time.monotonic() - self.started
+
+        return _Timer()
 
 
 class Ingestor:
-    def __init__(self, knowledge: KnowledgeBase, models: TritonModels, settings: RetrievalSettings):
+    def __init__(self, knowledge: KnowledgeBase, models: TritonModels, settings: IngestSettings, tokenizer_file: Path):
         self.knowledge = knowledge
         self.models = models
         self.settings = settings
+        self.tokenizer = ChunkTokenizer(tokenizer_file)
+        self.parser = MineruParser(
+            MineruOptions(
+                tier=settings.parser_tier,
+                mode=settings.parser_mode,
+                timeout_s=settings.parser_timeout_s,
+                model_source=settings.parser_model_source,
+                model_dir=settings.parser_model_dir,
+            )
+        )
+        self.cooccurrence = CooccurrenceExtractor()
 
     async def ingest(
         self, collection: str, filename: str, data: bytes, media_type: str = "", timeout_s: Optional[float] = None
     ) -> IngestResult:
+        """Add `data` as document `filename`; the same name with other bytes replaces the stored version."""
         started = time.monotonic()
-        media_type = media_type or MEDIA_TYPES.get(PurePath(filename).suffix.lower(), "")
-        if media_type not in MEDIA_TYPES.values():
-            raise InvalidRequestError(
-                f"{filename!r}: unsupported media type {media_type or 'unknown'!r}; "
-                f"this version ingests {', '.join(sorted(set(MEDIA_TYPES.values())))}"
-            )
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise InvalidRequestError(f"{filename!r} is not UTF-8 text (invalid byte at offset {error.start})") from None
+        name = filename.strip()
+        if not name:
+            raise InvalidRequestError("a document needs a name (the filename field is empty)")
+        source = sources.detect(name, data, media_type)
         document_id = hashlib.sha256(data).hexdigest()[:24]
         target = self.knowledge.collection(collection, create=True)
-        async with target.write_lock:
-            if document_id in target.snapshot.documents:
-                return IngestResult(collection, document_id, target.snapshot.documents[document_id].passages, True, time.monotonic() - started)
-            passages = split_passages(text, self.settings.passage_chars)
-            if not passages:
-                raise InvalidRequestError(f"{filename!r} contains no text")
-            embeddings = await self.models.embed([p.text for p in passages], timeout_s)
-            records = [
-                PassageRecord(f"{document_id}:{p.ordinal}", document_id, filename, p.section, p.ordinal, p.text)
-                for p in passages
+        if (present := _present(target.snapshot.documents, document_id)) is not None:
+            return IngestResult(collection, present, True, None, time.monotonic() - started)
+
+        stages = _Stages()
+        staging = target.staging_folder()
+        try:
+            parsed = await self._parse(source, name, data, staging, stages)
+            segment = await self._build_segment(parsed, source, name, document_id, len(data), staging, stages, timeout_s)
+            async with target.write_lock:
+                if (present := _present(target.snapshot.documents, document_id)) is not None:
+                    target.discard_staging(staging)
+                    return IngestResult(collection, present, True, None, time.monotonic() - started)
+                with stages.timed("commit"):
+                    replaced = await asyncio.to_thread(target.commit, segment, staging)
+        except BaseException:
+            target.discard_staging(staging)
+            raise
+        return IngestResult(collection, segment.document, False, replaced, time.monotonic() - started, stages.seconds)
+
+    async def _parse(self, source: sources.SourceKind, name: str, data: bytes, staging: Path, stages: _Stages) -> ParsedDocument:
+        """Parse into blocks whose assets live under staging/assets, with page renders under staging/pages."""
+        work = staging / "work"
+        work.mkdir()
+        try:
+            if source.kind in (sources.MARKDOWN, sources.TEXT):
+                with stages.timed("parse"):
+                    return parse_text(decode_text(data, name), markdown=source.kind == sources.MARKDOWN)
+            if source.kind == sources.CONTENT_LIST:
+                archive = work / "upload.zip"
+                archive.write_bytes(data)
+                with stages.timed("parse"):
+                    content_list = await asyncio.to_thread(sources.unpack_content_list, archive, work / "unpacked", name)
+                    parsed = await asyncio.to_thread(read_content_list, content_list)
+                return _adopt_assets(parsed, staging)
+            suffix = ".pdf" if source.kind == sources.PDF else (".png" if source.media_type == "image/png" else ".jpg")
+            original = work / _local_name(name, suffix)  # parsers name the file in their messages
+            original.write_bytes(data)
+            renders: asyncio.Future | None = None
+            if source.kind == sources.PDF:
+                pages = await asyncio.to_thread(inspect_pdf, original)
+                if pages > self.settings.max_pages:
+                    raise InvalidRequestError(
+                        f"{name!r} has {pages} pages; the limit is ingest.max_pages = {self.settings.max_pages}"
+                    )
+                if self.settings.page_images:  # rendering overlaps MinerU's parse
+                    renders = asyncio.ensure_future(self._render(original, staging / "pages", stages))
+            with stages.timed("parse"):
+                parsed = await asyncio.to_thread(self.parser.parse, original, work / "mineru")
+            parsed = _adopt_assets(parsed, staging)
+            if renders is not None:
+                parsed.page_images = await renders
+            elif source.kind == sources.IMAGE and self.settings.page_images:
+                (staging / "pages").mkdir(exist_ok=True)
+                page = staging / "pages" / f"page-0000{suffix}"
+                shutil.copyfile(original, page)
+                parsed.page_images = [page]
+            return parsed
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    async def _render(self, pdf: Path, folder: Path, stages: _Stages) -> list[Path]:
+        with stages.timed("render_pages"):
+            return await asyncio.to_thread(render_pages, pdf, folder, self.settings.page_render_dpi, None)
+
+    async def _build_segment(
+        self,
+        parsed: ParsedDocument,
+        source: sources.SourceKind,
+        name: str,
+        document_id: str,
+        size: int,
+        staging: Path,
+        stages: _Stages,
+        timeout_s: Optional[float],
+    ) -> Segment:
+        settings = self.settings
+        with stages.timed("chunk"):
+            chunks = await asyncio.to_thread(
+                chunk_blocks, parsed.blocks, self.tokenizer, settings.chunk_tokens, settings.chunk_overlap_tokens, settings.embed_window_tokens
+            )
+        units = [i for i, block in enumerate(parsed.blocks) if block.is_visual]
+        with stages.timed("describe"):
+            descriptions = await self._describe(parsed, units, staging, timeout_s)
+        evidence = [
+            EvidenceRecord(f"{document_id}:c{n}", document_id, name, "chunk", "text", c.text, c.section, c.spans, tokens=c.tokens)
+            for n, c in enumerate(chunks)
+        ]
+        for n, (index, text) in enumerate(zip(units, descriptions)):
+            block = parsed.blocks[index]
+            evidence.append(
+                EvidenceRecord(
+                    f"{document_id}:u{n}", document_id, name, "unit", block.type, text, _section_before(parsed.blocks, index),
+                    (Span(index, block.page, block.bbox),), asset=f"{document_id}/{block.asset}" if block.asset else "",
+                    tokens=self.tokenizer.count(text),
+                )
+            )
+        if not evidence:
+            raise InvalidRequestError(f"{name!r}: no text, table or figure was found in it ({parsed.parser})")
+
+        with stages.timed("extract"):
+            extractions = await self._extract([e.text for e in evidence], timeout_s)
+        entities, relations = _mentions(evidence, extractions)
+        entity_keys = list(dict.fromkeys(m.key for m in entities))
+        first_mention = {}
+        for mention in entities:
+            first_mention.setdefault(mention.key, mention)
+        relation_keys = list(dict.fromkeys((r.source, r.target) for r in relations))
+        first_relation = {}
+        for relation in relations:
+            first_relation.setdefault((relation.source, relation.target), relation)
+
+        with stages.timed("embed"):
+            piece_texts = [piece for c in chunks for piece in c.embedding_texts]
+            jobs = [
+                self._embed(piece_texts, timeout_s),
+                self._embed([e.text for e in evidence[len(chunks) :]], timeout_s),
+                self._embed([f"{first_mention[k].name}: {first_mention[k].description}" for k in entity_keys], timeout_s),
+                self._embed([_relation_text(first_mention, first_relation[k]) for k in relation_keys], timeout_s),
             ]
-            document = new_document(document_id, filename, media_type, len(records))
-            await asyncio.to_thread(target.commit_document, document, records, embeddings)
-        return IngestResult(collection, document_id, len(records), False, time.monotonic() - started)
+            families = list(contracts.PAGE_ENCODER_FAMILIES) if parsed.page_images else []
+            images = [path.read_bytes() for path in parsed.page_images] if families else []
+            jobs += [self._embed_images(family, images, timeout_s) for family in families]
+            pieces, unit_vectors, entity_vectors, relation_vectors, *page_vectors = await asyncio.gather(*jobs)
+            chunk_vectors = _mean_per_chunk(pieces, [len(c.embedding_texts) for c in chunks])
+            evidence_vectors = _concat(chunk_vectors, unit_vectors)
+
+        document = DocumentRecord(
+            document_id=document_id,
+            name=name,
+            media_type=source.media_type,
+            parser=parsed.parser,
+            pages=parsed.page_count,
+            blocks=len(parsed.blocks),
+            chunks=len(chunks),
+            units=len(units),
+            entities=len(entity_keys),
+            relations=len(relation_keys),
+            bytes=size,
+            added_at=time.time(),
+            warnings=tuple(parsed.warnings),
+        )
+        pages = [PageRecord(document_id, n, str(path.relative_to(staging))) for n, path in enumerate(parsed.page_images)]
+        return Segment(
+            document=document,
+            blocks=parsed.blocks,
+            evidence=evidence,
+            evidence_vectors=evidence_vectors,
+            entities=entities,
+            entity_keys=entity_keys,
+            entity_vectors=entity_vectors,
+            relations=relations,
+            relation_keys=relation_keys,
+            relation_vectors=relation_vectors,
+            pages=pages,
+            page_vectors=dict(zip(families, page_vectors)),
+        )
+
+    async def _describe(self, parsed: ParsedDocument, units: Sequence[int], staging: Path, timeout_s: Optional[float]) -> list[str]:
+        """Caption + description per multimodal unit; the VLM describes when configured and an image exists."""
+        fallbacks = [describe_fallback(parsed.blocks[i]) for i in units]
+        if self.settings.describer != "vlm":
+            return fallbacks
+        options = GenerationOptions(max_tokens=self.settings.description_max_tokens, temperature=0.0, top_p=1.0)
+        limit = asyncio.Semaphore(self.settings.max_concurrent_calls)
+
+        async def describe(index: int, fallback: str) -> str:
+            block = parsed.blocks[index]
+            image = staging / block.asset if block.asset else None
+            if image is None or not image.is_file():
+                return fallback
+            prompt = _chat(_description_request(parsed.blocks, index, self.settings.description_context_blocks))
+            async with limit, self.models.generate(prompt, options, [image.read_bytes()], timeout_s) as stream:
+                text = "".join([chunk.text async for chunk in stream]).strip()
+            return f"{fallback}\n{text}".strip() if text else fallback
+
+        return list(await asyncio.gather(*(describe(i, f) for i, f in zip(units, fallbacks))))
+
+    async def _extract(self, texts: Sequence[str], timeout_s: Optional[float]) -> list[Extraction]:
+        if self.settings.extractor == "cooccurrence":
+            return await asyncio.to_thread(lambda: [self.cooccurrence.extract(text) for text in texts])
+        limit = asyncio.Semaphore(self.settings.max_concurrent_calls)
+        options = GenerationOptions(max_tokens=self.settings.extraction_max_tokens, temperature=0.0, top_p=1.0)
+
+        async def generate(prompt: str, max_tokens: int) -> str:
+            async with limit, self.models.generate(_chat(prompt), replace(options, max_tokens=max_tokens), (), timeout_s) as stream:
+                return "".join([chunk.text async for chunk in stream])
+
+        extractor = LlmExtractor(generate, max_tokens=self.settings.extraction_max_tokens)
+        return list(await asyncio.gather(*(extractor.extract(text) for text in texts)))
+
+    async def _embed(self, texts: Sequence[str], timeout_s: Optional[float]) -> np.ndarray:
+        return await self._batches(texts, lambda batch: self.models.embed(batch, timeout_s))
+
+    async def _embed_images(self, family: str, images: Sequence[bytes], timeout_s: Optional[float]) -> np.ndarray:
+        return await self._batches(images, lambda batch: self.models.embed_page_images(family, batch, timeout_s))
+
+    async def _batches(self, items: Sequence, call: Callable[[Sequence], Awaitable[np.ndarray]]) -> np.ndarray:
+        """Requests of embed_batch items, max_concurrent_calls in flight: full batches for Triton's batcher."""
+        if not items:
+            return np.zeros((0, 0), dtype=np.float32)
+        limit = asyncio.Semaphore(self.settings.max_concurrent_calls)
+        step = self.settings.embed_batch
+
+        async def run(batch: Sequence) -> np.ndarray:
+            async with limit:
+                return await call(batch)
+
+        parts = await asyncio.gather(*(run(items[i : i + step]) for i in range(0, len(items), step)))
+        return np.concatenate(parts).astype(np.float32)
+
+
+def _local_name(name: str, suffix: str) -> str:
+    """A safe file name for a document name (which may hold folders or any character)."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", PurePosixPath(name).stem).strip("._") or "document"
+    return f"{stem[:100]}{suffix}"
+
+
+def _chat(user: str) -> str:
+    return chat("You read documents carefully and answer exactly as asked.", user)
+
+
+def _present(documents: dict[str, DocumentRecord], document_id: str) -> Optional[DocumentRecord]:
+    return next((d for d in documents.values() if d.document_id == document_id), None)
+
+
+def _adopt_assets(parsed: ParsedDocument, staging: Path) -> ParsedDocument:
+    """Copy the blocks' images into staging/assets and make their paths relative to the segment folder."""
+    if parsed.asset_root is None:
+        return parsed
+    blocks: list[Block] = []
+    for block in parsed.blocks:
+        if block.asset:
+            source = parsed.asset_root / block.asset
+            target = staging / "assets" / block.asset
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+            block = replace(block, asset=f"assets/{block.asset}")
+        blocks.append(block)
+    return replace(parsed, blocks=blocks, asset_root=staging)
+
+
+def _section_before(blocks: Sequence[Block], index: int) -> str:
+    headings: list[str] = []
+    for block in blocks[:index]:
+        if block.type == "title":
+            headings[max(0, block.level - 1) :] = [block.content.strip()]
+    return " > ".join(headings)
+
+
+def _description_request(blocks: Sequence[Block], index: int, window: int) -> str:
+    block = blocks[index]
+    context = [
+        b.content for b in blocks[max(0, index - window) : index] + blocks[index + 1 : index + 1 + window] if b.content and not b.is_visual
+    ]
+    parts = [f"Describe this {block.type} from a document precisely, with every number and label it shows."]
+    if block.caption:
+        parts.append(f"Caption: {block.caption}")
+    if context:
+        parts.append("Surrounding text:\n" + "\n".join(context))
+    return "\n\n".join(parts)
+
+
+def _mentions(evidence: Sequence[EvidenceRecord], extractions: Sequence[Extraction]):
+    entities: list[EntityMention] = []
+    relations: list[RelationMention] = []
+    for record, extraction in zip(evidence, extractions):
+        for entity in extraction.entities:
+            key = normalize_entity_name(entity.name)
+            if key:
+                entities.append(EntityMention(key, entity.name.strip(), entity.type, entity.description, record.evidence_id))
+        for relation in extraction.relations:
+            source, target = sorted((normalize_entity_name(relation.source), normalize_entity_name(relation.target)))
+            if source and target and source != target:
+                relations.append(
+                    RelationMention(source, target, relation.description, relation.keywords, relation.weight, record.evidence_id)
+                )
+    return entities, relations
+
+
+def _relation_text(first_mention: dict[str, EntityMention], relation: RelationMention) -> str:
+    names = [first_mention[k].name if k in first_mention else k for k in (relation.source, relation.target)]
+    return f"{names[0]} - {names[1]}: {relation.keywords} {relation.description}".strip()
+
+
+def _mean_per_chunk(pieces: np.ndarray, counts: Sequence[int]) -> np.ndarray:
+    """A chunk longer than the embedder's window is the normalised mean of its pieces' embeddings."""
+    if not counts:
+        return pieces
+    ends = np.cumsum(counts)
+    vectors = np.stack([pieces[end - count : end].mean(axis=0) for count, end in zip(counts, ends)])
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+
+def _concat(*arrays: np.ndarray) -> np.ndarray:
+    present = [a for a in arrays if len(a)]
+    return np.concatenate(present).astype(np.float32) if present else np.zeros((0, 0), dtype=np.float32)

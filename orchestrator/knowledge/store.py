@@ -1,182 +1,305 @@
-"""Collections on disk: immutable snapshots (passages + FAISS index), switched atomically one document at a time.
+"""Collections on disk: a manifest naming one segment per document, switched atomically per document.
 
-    <data_dir>/collections/<name>/CURRENT        name of the live snapshot folder
-    <data_dir>/collections/<name>/snap-000007/   documents.json, passages.jsonl, dense.faiss
+    <data_dir>/collections/<name>/manifest.json    {"generation": N, "documents": [{"name", "segment"}, ...]}
+    <data_dir>/collections/<name>/seg-<id>-<nonce>/ one document (see segments.py)
 
-A commit writes a complete new snapshot beside the live one, then replaces CURRENT (os.replace, fsynced): a
-crash at any moment leaves the previous snapshot or the new one, never half a document. Queries read the
-snapshot object they started with, so they never see a commit half-applied.
+Adding, replacing or deleting a document writes any new segment completely (fsynced) beside the live ones,
+then replaces manifest.json (os.replace of a fsynced file, then a fsync of the folder). A crash at any moment
+leaves the old manifest or the new one, so the collection holds the document completely or not at all;
+folders no manifest names (staging leftovers, dropped segments) are removed when the collection is opened.
+Queries read the Snapshot they started with: a commit never changes a snapshot, it makes a new one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import logging
 import os
 import re
 import secrets
 import shutil
-import time
-from dataclasses import asdict, dataclass
+import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
-import faiss
 import numpy as np
 
 from ..errors import InvalidRequestError, NotFoundError
+from .graph import KnowledgeGraph, build_graph
+from .indexes import BM25Index, IndexSpec, VectorIndex
+from .segments import DocumentRecord, EvidenceRecord, PageRecord, Segment, fsync_path, write_durably
+
+log = logging.getLogger(__name__)
 
 COLLECTION_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-_SNAPSHOT = re.compile(r"^snap-(\d{6})$")
+MANIFEST = "manifest.json"
+_STAGING_PREFIX = ".staging-"
 
 
 @dataclass(frozen=True)
-class PassageRecord:
-    passage_id: str
-    document_id: str
-    document_name: str
-    section: str
-    ordinal: int
-    text: str
-    page: int = -1  # -1: the source has no pages
-    block_type: str = "text"
-
-
-@dataclass(frozen=True)
-class DocumentRecord:
-    document_id: str
+class ManifestEntry:
     name: str
-    media_type: str
-    passages: int
-    added_at: float
+    segment: str
 
 
 class Snapshot:
-    """One immutable state of a collection."""
+    """One immutable state of a collection: its documents' records merged, with their indexes.
 
-    def __init__(self, name: str, documents: dict[str, DocumentRecord], passages: list[PassageRecord], index: Optional[faiss.Index]):
-        self.name = name
-        self.documents = documents
-        self.passages = passages
-        self.index = index
+    The vector indexes are built when the snapshot is made (appending to the previous snapshot's when the
+    commit only added a document); the graph and the BM25 index are built on first use.
+    """
 
-    def search(self, vector: np.ndarray, k: int) -> list[tuple[PassageRecord, float]]:
-        """Passages by cosine similarity (the embeddings are L2-normalised), best first."""
-        if self.index is None or self.index.ntotal == 0:
+    def __init__(self, generation: int, segments: Sequence[Segment], spec: IndexSpec, base: Optional["Snapshot"] = None):
+        self.generation = generation
+        self.segments = tuple(segments)
+        self.spec = spec
+        self.documents: dict[str, DocumentRecord] = {s.document.name: s.document for s in self.segments}
+        self.evidence: list[EvidenceRecord] = [e for s in self.segments for e in s.evidence]
+        self.pages: list[PageRecord] = [p for s in self.segments for p in s.pages]
+        self._segment_of_document = {s.document.document_id: s for s in self.segments}
+        self._lock = threading.Lock()
+        appended = self.segments[len(base.segments) :] if base is not None and _is_prefix(base.segments, self.segments) else None
+
+        self.entity_keys, entity_rows = _first_rows((s.entity_keys for s in self.segments))
+        self.relation_keys, relation_rows = _first_rows((s.relation_keys for s in self.segments))
+        if appended is not None and base is not None:
+            self.evidence_index = base.evidence_index.extended(_stack(s.evidence_vectors for s in appended))
+            self.entity_index = base.entity_index.extended(_rows(self.segments, "entity", entity_rows[len(base.entity_keys) :]))
+            self.relation_index = base.relation_index.extended(
+                _rows(self.segments, "relation", relation_rows[len(base.relation_keys) :])
+            )
+            self.page_indexes = {
+                family: index.extended(_stack(s.page_vectors.get(family, ()) for s in appended))
+                for family, index in base.page_indexes.items()
+            }
+            for family in _families(appended) - set(self.page_indexes):
+                self.page_indexes[family] = self._build(_stack(s.page_vectors.get(family, ()) for s in self.segments))
+        else:
+            self.evidence_index = self._build(_stack(s.evidence_vectors for s in self.segments))
+            self.entity_index = self._build(_rows(self.segments, "entity", entity_rows))
+            self.relation_index = self._build(_rows(self.segments, "relation", relation_rows))
+            self.page_indexes = {
+                family: self._build(_stack(s.page_vectors.get(family, ()) for s in self.segments))
+                for family in _families(self.segments)
+            }
+        if self.evidence_index.size != len(self.evidence):
+            raise RuntimeError(f"snapshot {generation}: {self.evidence_index.size} vectors for {len(self.evidence)} evidence records")
+
+    def _build(self, vectors: np.ndarray) -> VectorIndex:
+        return VectorIndex.build(self.spec, vectors, vectors.shape[1] if vectors.ndim == 2 and vectors.shape[1] else 0)
+
+    @property
+    def dimension(self) -> int:
+        return self.evidence_index.dimension
+
+    @functools.cached_property
+    def graph(self) -> KnowledgeGraph:
+        with self._lock:
+            return build_graph(segment.graph_input() for segment in self.segments)
+
+    @functools.cached_property
+    def lexical(self) -> BM25Index:
+        with self._lock:
+            return BM25Index([e.text for e in self.evidence])
+
+    def search_evidence(self, vector: np.ndarray, k: int) -> list[tuple[EvidenceRecord, float]]:
+        """Chunks and units by cosine similarity (embeddings are L2-normalised), best first."""
+        scores, rows = self.evidence_index.search(vector, k)
+        return [(self.evidence[row], float(score)) for row, score in zip(rows[0], scores[0]) if row >= 0]
+
+    def search_lexical(self, question: str, k: int) -> list[tuple[EvidenceRecord, float]]:
+        return [(self.evidence[row], score) for row, score in self.lexical.search(question, k)]
+
+    def search_entities(self, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
+        """Entity keys by similarity of their name embeddings."""
+        scores, rows = self.entity_index.search(vector, k)
+        return [(self.entity_keys[row], float(score)) for row, score in zip(rows[0], scores[0]) if row >= 0]
+
+    def search_pages(self, family: str, vector: np.ndarray, k: int) -> list[tuple[PageRecord, float]]:
+        index = self.page_indexes.get(family)
+        if index is None:
             return []
-        scores, rows = self.index.search(np.ascontiguousarray(vector.reshape(1, -1), dtype=np.float32), min(k, self.index.ntotal))
-        return [(self.passages[row], float(score)) for row, score in zip(rows[0], scores[0]) if row >= 0]
+        scores, rows = index.search(vector, k)
+        return [(self.pages[row], float(score)) for row, score in zip(rows[0], scores[0]) if row >= 0]
+
+    def segment(self, document_id: str) -> Segment:
+        return self._segment_of_document[document_id]
+
+    def asset_file(self, asset: str) -> Optional[Path]:
+        """The file behind a client-visible asset path "<document id>/<path>", if it is in this snapshot."""
+        document_id, _, relative = asset.partition("/")
+        segment = self._segment_of_document.get(document_id)
+        if segment is None or segment.folder is None or not relative:
+            return None
+        path = (segment.folder / relative).resolve()
+        return path if path.is_relative_to(segment.folder.resolve()) and path.is_file() else None
 
 
 class Collection:
-    def __init__(self, root: Path):
+    """One tenant's documents. One writer at a time (write_lock); any number of readers of snapshots."""
+
+    def __init__(self, root: Path, spec: IndexSpec, read_only: bool = False):
         self.root = root
+        self.read_only = read_only  # a reader beside the serving process: never cleans up, never writes
         self.name = root.name
+        self.spec = spec
         self.write_lock = asyncio.Lock()
         self._snapshot: Optional[Snapshot] = None
+        self._manifest: list[ManifestEntry] = []
+        self._staging: set[str] = set()  # folders of ingests running now in this process
 
     @property
     def snapshot(self) -> Snapshot:
         if self._snapshot is None:
-            self._snapshot = self._load()
+            self._snapshot = self._open()
         return self._snapshot
 
-    def _load(self) -> Snapshot:
-        current = self.root / "CURRENT"
-        if not current.exists():
-            return Snapshot("", {}, [], None)
-        folder = self.root / current.read_text().strip()
-        documents = {
-            key: DocumentRecord(**value) for key, value in json.loads((folder / "documents.json").read_text()).items()
-        }
-        with open(folder / "passages.jsonl", encoding="utf-8") as lines:
-            passages = [PassageRecord(**json.loads(line)) for line in lines]
-        index = faiss.read_index(str(folder / "dense.faiss"))
-        if index.ntotal != len(passages):
-            raise RuntimeError(f"collection {self.name}: snapshot {folder.name} has {index.ntotal} vectors for {len(passages)} passages")
-        return Snapshot(folder.name, documents, passages, index)
+    def exists(self) -> bool:
+        return (self.root / MANIFEST).exists()
 
-    def commit_document(self, document: DocumentRecord, passages: list[PassageRecord], embeddings: np.ndarray) -> None:
-        """Add one document: build the next snapshot, then switch to it atomically. Caller holds write_lock."""
-        old = self.snapshot
-        vectors = np.ascontiguousarray(embeddings, dtype=np.float32)
-        if old.index is not None and old.index.d != vectors.shape[1]:
-            raise InvalidRequestError(
-                f"collection {self.name} holds {old.index.d}-d embeddings but the embedder now gives "
-                f"{vectors.shape[1]}-d: it was built with another model profile"
-            )
-        index = faiss.clone_index(old.index) if old.index is not None else faiss.IndexFlatIP(vectors.shape[1])
-        index.add(vectors)
-        documents = {**old.documents, document.document_id: document}
-        all_passages = old.passages + passages
+    def _open(self) -> Snapshot:
+        generation, self._manifest = read_manifest(self.root)
+        segments = [Segment.load(self.root / entry.segment) for entry in self._manifest]
+        if not self.read_only:
+            self._remove_unreferenced()
+        return Snapshot(generation, segments, self.spec)
 
-        number = int(_SNAPSHOT.match(old.name).group(1)) + 1 if old.name else 1
-        name = f"snap-{number:06d}"
+    def staging_folder(self) -> Path:
+        """A private folder on the collection's filesystem where one document's segment is assembled."""
+        if self.read_only:
+            raise RuntimeError(f"collection {self.name} is open read-only")
         self.root.mkdir(parents=True, exist_ok=True)
-        scratch = self.root / f".{name}.tmp-{secrets.token_hex(4)}"
-        scratch.mkdir()
-        try:
-            _write_durably(scratch / "documents.json", json.dumps({k: asdict(v) for k, v in documents.items()}))
-            _write_durably(
-                scratch / "passages.jsonl", "".join(json.dumps(asdict(p), ensure_ascii=False) + "\n" for p in all_passages)
-            )
-            faiss.write_index(index, str(scratch / "dense.faiss"))
-            _fsync(scratch / "dense.faiss")
-            scratch.rename(self.root / name)
-            _fsync(self.root)
-            _write_durably(self.root / "CURRENT.tmp", name)
-            os.replace(self.root / "CURRENT.tmp", self.root / "CURRENT")
-            _fsync(self.root)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        self._snapshot = Snapshot(name, documents, all_passages, index)
-        self._remove_stale(keep={name})
+        folder = self.root / f"{_STAGING_PREFIX}{secrets.token_hex(6)}"
+        folder.mkdir()
+        self._staging.add(folder.name)
+        return folder
 
-    def _remove_stale(self, keep: set[str]) -> None:
-        """Old snapshots and scratch folders of interrupted commits (queries hold their snapshot in memory)."""
-        for entry in self.root.iterdir():
-            if entry.is_dir() and entry.name not in keep:
+    def discard_staging(self, folder: Path) -> None:
+        """Drop the folder of an ingest that failed or found its document already present."""
+        self._staging.discard(folder.name)
+        shutil.rmtree(folder, ignore_errors=True)
+
+    def commit(self, segment: Segment, staging: Path) -> Optional[DocumentRecord]:
+        """Add the document of `segment` (written into `staging`), replacing the document of the same name.
+
+        Returns the replaced document's record, if any. Caller holds write_lock (commits are serialised).
+        """
+        old = self.snapshot
+        if old.segments and old.dimension and segment.evidence_vectors.shape[1] != old.dimension:
+            raise InvalidRequestError(
+                f"collection {self.name} holds {old.dimension}-d embeddings but the embedder now gives "
+                f"{segment.evidence_vectors.shape[1]}-d: it was built with another model profile"
+            )
+        segment.write(staging)
+        self._staging.discard(staging.name)
+        name = f"seg-{segment.document.document_id}-{secrets.token_hex(4)}"
+        final = self.root / name
+        staging.rename(final)
+        fsync_path(self.root)
+        segment.folder = final
+        replaced = next((e for e in self._manifest if e.name == segment.document.name), None)
+        manifest = [e for e in self._manifest if e is not replaced] + [ManifestEntry(segment.document.name, name)]
+        kept = [s for s in old.segments if s.document.name != segment.document.name]
+        snapshot = Snapshot(old.generation + 1, kept + [segment], self.spec, base=old)
+        self._switch(snapshot, manifest)
+        return old.documents.get(segment.document.name) if replaced else None
+
+    def delete(self, name: str) -> DocumentRecord:
+        """Remove a document: its segment leaves the manifest, so every record and vector of it goes."""
+        old = self.snapshot
+        if name not in old.documents:
+            raise NotFoundError(f"collection {self.name} has no document named {name!r}")
+        manifest = [e for e in self._manifest if e.name != name]
+        snapshot = Snapshot(old.generation + 1, [s for s in old.segments if s.document.name != name], self.spec)
+        self._switch(snapshot, manifest)
+        return old.documents[name]
+
+    def _switch(self, snapshot: Snapshot, manifest: list[ManifestEntry]) -> None:
+        if self.read_only:
+            raise RuntimeError(f"collection {self.name} is open read-only")
+        write_manifest(self.root, snapshot.generation, manifest)
+        self._snapshot, self._manifest = snapshot, manifest
+        self._remove_unreferenced()
+
+    def _remove_unreferenced(self) -> None:
+        """Segments no manifest names: staging folders of interrupted ingests and dropped documents."""
+        live = {entry.segment for entry in self._manifest}
+        for entry in self.root.iterdir() if self.root.exists() else ():
+            if entry.is_dir() and entry.name not in live and entry.name not in self._staging:
                 shutil.rmtree(entry, ignore_errors=True)
+            elif entry.name.startswith(f".{MANIFEST}."):  # a manifest write cut short by a crash
+                entry.unlink(missing_ok=True)
 
 
 class KnowledgeBase:
     """All collections under one data folder; collections never share files."""
 
-    def __init__(self, data_dir: Path):
+    def __init__(self, data_dir: Path, spec: IndexSpec = IndexSpec(), read_only: bool = False):
         self.root = data_dir / "collections"
+        self.spec = spec
+        self.read_only = read_only
         self._collections: dict[str, Collection] = {}
 
     def collection(self, name: str, create: bool = False) -> Collection:
         if not COLLECTION_NAME.match(name or ""):
             raise InvalidRequestError(f"collection name {name!r} must match {COLLECTION_NAME.pattern}")
-        root = self.root / name
-        # A collection exists once its first document is committed, even if an ingest created the object.
-        if not create and not (root / "CURRENT").exists():
-            raise NotFoundError(f"collection {name!r} does not exist (ingest a document into it first)")
         if name not in self._collections:
-            self._collections[name] = Collection(root)
-        return self._collections[name]
+            self._collections[name] = Collection(self.root / name, self.spec, self.read_only)
+        collection = self._collections[name]
+        # A collection exists once its first document is committed, even if an ingest created the object.
+        if not create and not collection.exists():
+            raise NotFoundError(f"collection {name!r} does not exist (ingest a document into it first)")
+        return collection
 
     def names(self) -> list[str]:
         if not self.root.exists():
             return []
-        return sorted(p.name for p in self.root.iterdir() if (p / "CURRENT").exists())
+        return sorted(p.name for p in self.root.iterdir() if (p / MANIFEST).exists())
 
 
-def new_document(document_id: str, name: str, media_type: str, passages: int) -> DocumentRecord:
-    return DocumentRecord(document_id, name, media_type, passages, time.time())
+def read_manifest(root: Path) -> tuple[int, list[ManifestEntry]]:
+    path = root / MANIFEST
+    if not path.exists():
+        return 0, []
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return int(data["generation"]), [ManifestEntry(**entry) for entry in data["documents"]]
 
 
-def _write_durably(path: Path, text: str) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
+def write_manifest(root: Path, generation: int, entries: list[ManifestEntry]) -> None:
+    temporary = root / f".{MANIFEST}.{secrets.token_hex(4)}"
+    body = {"generation": generation, "documents": [{"name": e.name, "segment": e.segment} for e in entries]}
+    write_durably(temporary, json.dumps(body, ensure_ascii=False, indent=1))
+    os.replace(temporary, root / MANIFEST)
+    fsync_path(root)
 
 
-def _fsync(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+def _is_prefix(prefix: Sequence[Segment], whole: Sequence[Segment]) -> bool:
+    return len(prefix) <= len(whole) and all(a is b for a, b in zip(prefix, whole))
+
+
+def _first_rows(key_lists) -> tuple[list, list[tuple[int, int]]]:
+    """Unique keys in first-seen order across segments, with (segment, row) of their first occurrence."""
+    seen: dict = {}
+    for number, keys in enumerate(key_lists):
+        for row, key in enumerate(keys):
+            seen.setdefault(key if isinstance(key, str) else tuple(key), (number, row))
+    return list(seen), list(seen.values())
+
+
+def _rows(segments: Sequence[Segment], kind: str, rows: Sequence[tuple[int, int]]) -> np.ndarray:
+    if not rows:
+        return _stack(())
+    attribute = f"{kind}_vectors"
+    return np.stack([np.asarray(getattr(segments[number], attribute)[row]) for number, row in rows]).astype(np.float32)
+
+
+def _stack(arrays) -> np.ndarray:
+    arrays = [np.asarray(a, dtype=np.float32) for a in arrays if len(a)]
+    return np.concatenate(arrays) if arrays else np.zeros((0, 0), dtype=np.float32)
+
+
+def _families(segments: Sequence[Segment]) -> set[str]:
+    return {family for segment in segments for family in segment.page_vectors}

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..knowledge.store import PassageRecord
+from ..knowledge.segments import EvidenceRecord
 
 
 @dataclass(frozen=True)
 class EvidenceItem:
     rank: int  # 1-based, as cited in the answer ([1], [2], ...)
     score: float
-    passage: PassageRecord
+    record: EvidenceRecord
 
 
 @dataclass(frozen=True)

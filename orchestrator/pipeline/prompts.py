@@ -26,8 +26,8 @@ def answer_prompt(question: str, evidence: list[EvidenceItem], budget_tokens: in
     budget_chars = int(budget_tokens * CHARS_PER_TOKEN) - len(SYSTEM) - len(question) - 64
     used, blocks = [], []
     for item in evidence:
-        source = item.passage.document_name + (f", {item.passage.section}" if item.passage.section else "")
-        block = f"[{item.rank}] ({source})\n{item.passage.text}"
+        source = item.record.document_name + (f", {item.record.section}" if item.record.section else "")
+        block = f"[{item.rank}] ({source})\n{item.record.text}"
         if used and sum(map(len, blocks)) + len(block) > budget_chars:
             break
         used.append(item)

@@ -80,7 +80,7 @@ class QueryPipeline:
             vector = (await self.models.embed([query.question], _remaining(deadline)))[0]
             model_calls += 1
         with timer.stage("dense_search"):
-            hits = snapshot.search(vector, query.top_k or self.settings.retrieval.top_k)
+            hits = snapshot.search_evidence(vector, query.top_k or self.settings.retrieval.top_k)
         evidence = [EvidenceItem(rank, score, passage) for rank, (passage, score) in enumerate(hits, 1)]
         max_tokens = generation.max_tokens if query.max_tokens is None else query.max_tokens
         prompt, evidence = answer_prompt(query.question, evidence, await self._context_tokens() - max_tokens)
@@ -112,7 +112,7 @@ class QueryPipeline:
         answer = "".join(parts).strip()
         by_rank = {item.rank: item for item in evidence}
         citations = tuple(
-            Citation(rank, by_rank[rank].passage.passage_id, by_rank[rank].passage.document_name, by_rank[rank].passage.page)
+            Citation(rank, by_rank[rank].record.evidence_id, by_rank[rank].record.document_name, by_rank[rank].record.page)
             for rank in cited_ranks(answer, set(by_rank))
         )
         yield FinalAnswerEvent(

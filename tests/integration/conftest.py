@@ -10,6 +10,7 @@ import asyncio
 import os
 import shutil
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -44,20 +45,39 @@ def triton(triton_settings):
     server.stop()
 
 
+@dataclass(frozen=True)
+class RunningOrchestrator:
+    address: str
+    data_dir: Path
+
+
+# Uploads above this are refused: big enough for the 2,000-page PDF the ingest tests send (1.3 MB).
+TEST_UPLOAD_LIMIT = 4 * 1024 * 1024
+
+
 @pytest.fixture(scope="session")
-def orchestrator(triton, triton_settings, tmp_path_factory):
-    """Address of a running orchestrator using the session's Triton (so Triton is not started twice)."""
+def running_orchestrator(triton, triton_settings, tmp_path_factory):
+    """A running orchestrator using the session's Triton (so Triton is not started twice)."""
+    data_dir = tmp_path_factory.mktemp("data")
     settings = settings_with(
         triton_settings.model_copy(update={"url": triton.endpoints.grpc}),
-        tmp_path_factory.mktemp("data"),
-        server={"port": 0, "max_upload_bytes": 64 * 1024},
+        data_dir,
+        server={"port": 0, "max_upload_bytes": TEST_UPLOAD_LIMIT},
+        # Chunks smaller than the 1,200-token default, so the sample document spans several and retrieval chooses.
+        ingest={"chunk_tokens": 200, "chunk_overlap_tokens": 20},
     )
     loop = BackgroundLoop()
     deployment = Deployment(settings)
     address = loop.run(deployment.start(progress=lambda _: None))
-    yield address
+    yield RunningOrchestrator(address, data_dir)
     loop.run(deployment.stop())
     loop.close()
+
+
+@pytest.fixture(scope="session")
+def orchestrator(running_orchestrator):
+    """The running orchestrator's address."""
+    return running_orchestrator.address
 
 
 def repository_subset(source: Path, target: Path, names: list[str]) -> Path:

@@ -1,0 +1,55 @@
+"""What every parser produces: a document as an ordered list of blocks with exact provenance.
+
+Parsers (MinerU on a PDF, a content list made elsewhere, plain text / Markdown) all end here, so chunking,
+extraction, description and indexing never care where a document came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+# Block types after normalisation. MinerU's own names map onto these (see content_list.py).
+TEXT_TYPES = frozenset({"text", "title", "list", "code", "footnote", "aside"})
+VISUAL_TYPES = frozenset({"image", "table", "equation", "chart"})  # multimodal units: anchors in the graph
+BLOCK_TYPES = TEXT_TYPES | VISUAL_TYPES
+
+BBOX_SCALE = 1000  # bboxes are integers on a 0-1000 page scale, as MinerU writes them
+
+NO_PAGE = -1  # page index of blocks from sources without pages (plain text, Markdown)
+
+
+@dataclass(frozen=True)
+class Block:
+    """One unit of a parsed page: a paragraph, a title, a table, an image, an equation...
+
+    `content` is the block's text: the paragraph, the table as text (HTML cells flattened), the LaTeX of an
+    equation; for images it is empty and `caption` / `footnote` carry what the page says about them.
+    """
+
+    type: str  # one of BLOCK_TYPES
+    content: str
+    page: int = NO_PAGE  # 0-based
+    bbox: tuple[int, int, int, int] = (0, 0, 0, 0)  # x0, y0, x1, y1 on the 0-1000 page scale; zeros: unknown
+    asset: str = ""  # path of the block's image, relative to ParsedDocument.asset_root; "" when none
+    caption: str = ""
+    footnote: str = ""
+    level: int = 0  # heading level for titles (1 = top), 0 otherwise
+    table_html: str = ""  # the table as the parser gave it, when it is a table
+
+    @property
+    def is_visual(self) -> bool:
+        return self.type in VISUAL_TYPES
+
+
+@dataclass
+class ParsedDocument:
+    """A parsed document before it is chunked, described and indexed."""
+
+    blocks: list[Block]
+    page_count: int  # 0 for sources without pages
+    parser: str  # e.g. "mineru-4.0.12/flash", "content_list_v1", "markdown"
+    asset_root: Optional[Path] = None  # folder the blocks' asset paths are relative to
+    page_images: list[Path] = field(default_factory=list)  # one render per page (PNG), in page order
+    warnings: list[str] = field(default_factory=list)  # things skipped or repaired, reported to the user

@@ -1,0 +1,565 @@
+"""The collection's knowledge graph: entities merged across documents, multimodal units as anchor nodes.
+
+RAG-Anything's dual graph in one structure: entity nodes joined by "related" edges (from text chunks and unit
+descriptions alike) and unit nodes (images, tables, equations, charts) joined to the entities extracted from
+their descriptions by "belongs_to" edges. Entities merge on the hard-match key (`normalize_entity_name`).
+
+The graph is derived data: it is rebuilt in memory from the per-document records whenever a snapshot is
+loaded, so deleting a document is building without it (nothing can be left orphaned). It is kept as node and
+edge tables plus a symmetric weighted scipy.sparse CSR adjacency, the source of truth for traversal and
+PageRank; cuGraph is only an optional accelerator behind `gpu_available()`, never required.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import importlib.util
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Literal, Mapping, Optional, Protocol, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+ENTITY = "entity"
+UNIT = "unit"
+RELATED = "related"
+BELONGS_TO = "belongs_to"
+IMPLICIT_TYPE = "concept"  # entities only named by a relation or a belongs_to link
+UNKNOWN_UNIT_TYPE = "unknown"  # units only named by a belongs_to link
+GPU_MIN_NODES = 100_000  # below this, a GPU call costs more than the CPU power iteration (per-call floor)
+
+
+class EntityMentionRecord(Protocol):
+    """What the graph reads of an entity mention (segments.EntityMention has these fields)."""
+
+    key: str  # normalised name
+    name: str  # as written
+    type: str
+    description: str
+    evidence_id: str  # the chunk or unit it was extracted from
+
+
+class RelationMentionRecord(Protocol):
+    """What the graph reads of a relation mention (segments.RelationMention has these fields)."""
+
+    source: str  # entity keys
+    target: str
+    description: str
+    keywords: str
+    weight: float
+    evidence_id: str
+
+
+@dataclass(frozen=True)
+class MultimodalUnit:
+    unit_id: str  # the unit's evidence id, e.g. "<document id>:u3"
+    type: str  # image, table, equation, chart
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class DocumentGraph:
+    """One document's contribution to the graph, as stored with the document."""
+
+    document_id: str
+    entities: Sequence[EntityMentionRecord] = ()
+    relations: Sequence[RelationMentionRecord] = ()
+    units: Sequence[MultimodalUnit] = ()
+    belongs_to: Sequence[tuple[str, str]] = ()  # (entity key, unit id)
+
+    @classmethod
+    def from_mentions(
+        cls,
+        document_id: str,
+        entities: Sequence[EntityMentionRecord],
+        relations: Sequence[RelationMentionRecord],
+        units: Sequence[MultimodalUnit],
+    ) -> "DocumentGraph":
+        """belongs_to links derived as RAG-Anything does: the entities extracted from a unit's description."""
+        unit_ids = {u.unit_id for u in units}
+        links = list(dict.fromkeys((m.key, m.evidence_id) for m in entities if m.evidence_id in unit_ids and m.key))
+        return cls(document_id, entities, relations, units, links)
+
+
+@dataclass(frozen=True)
+class NodeTable:
+    """Columns of the nodes; a node's id is its row. Entities come first (sorted by key), then units (by id)."""
+
+    kind: list[str]  # ENTITY | UNIT
+    key: list[str]  # entity key, or unit id
+    name: list[str]  # most frequent written form; the unit id for units
+    type: list[str]
+    description: list[str]
+    documents: list[tuple[str, ...]]  # documents mentioning it, in input order
+    evidence: list[tuple[str, ...]]  # chunks / units it was extracted from (for units: the unit itself)
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+
+@dataclass(frozen=True)
+class EdgeTable:
+    """Columns of the undirected edges: "related" edges (src < dst) first, then belongs_to (entity, unit)."""
+
+    src: np.ndarray  # int64 node ids
+    dst: np.ndarray
+    kind: list[str]  # RELATED | BELONGS_TO
+    weight: np.ndarray  # float64: summed relation weights; belongs_to_weight for belongs_to edges
+    description: list[str]
+    keywords: list[str]
+    documents: list[tuple[str, ...]]
+    evidence: list[tuple[str, ...]]
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+
+@dataclass
+class KnowledgeGraph:
+    nodes: NodeTable
+    edges: EdgeTable
+    adjacency: sp.csr_matrix  # symmetric, weighted, sorted indices
+    entity_index: dict[str, int]  # entity key -> node id
+    unit_index: dict[str, int]  # unit id -> node id
+    documents: tuple[str, ...]
+    _edge_of_entry: np.ndarray = field(repr=False)  # edge id of each stored entry of `adjacency`
+
+    @property
+    def node_count(self) -> int:
+        return len(self.nodes)
+
+    @functools.cached_property
+    def degree(self) -> np.ndarray:
+        """Distinct neighbours per node: structural importance (LightRAG's node rank)."""
+        return np.diff(self.adjacency.indptr).astype(np.int64)
+
+    @functools.cached_property
+    def weighted_degree(self) -> np.ndarray:
+        return np.asarray(self.adjacency.sum(axis=1)).ravel()
+
+    def node(self, key: str) -> Optional[int]:
+        """The node of an entity key or, failing that, of a unit id."""
+        found = self.entity_index.get(key)
+        return found if found is not None else self.unit_index.get(key)
+
+    def neighbors(self, node: int) -> np.ndarray:
+        """Neighbouring node ids, ascending."""
+        self._check(node)
+        return self.adjacency.indices[self.adjacency.indptr[node] : self.adjacency.indptr[node + 1]].astype(np.int64)
+
+    def incident_edges(self, node: int) -> np.ndarray:
+        """Edge ids (rows of `edges`) touching `node`, in the order of `neighbors(node)`."""
+        self._check(node)
+        return self._edge_of_entry[self.adjacency.indptr[node] : self.adjacency.indptr[node + 1]]
+
+    def edge_between(self, a: int, b: int) -> Optional[int]:
+        neighbours = self.neighbors(a)
+        at = int(np.searchsorted(neighbours, b))
+        if at < len(neighbours) and neighbours[at] == b:
+            return int(self._edge_of_entry[self.adjacency.indptr[a] + at])
+        return None
+
+    def k_hop(self, seed_nodes: Iterable[int], hops: int, max_nodes: Optional[int] = None) -> list[tuple[int, int]]:
+        """(node, hop distance) within `hops` of the seeds, by breadth-first search on the CSR rows.
+
+        Seeds come first in the order given (hop 0); each further hop lists its new nodes by the total weight
+        of their edges to the previous hop, heaviest first, then by node id: the order is deterministic and the
+        best-connected nodes survive a `max_nodes` cut.
+        """
+        seeds = list(dict.fromkeys(int(s) for s in seed_nodes))
+        for seed in seeds:
+            self._check(seed)
+        limit = self.node_count if max_nodes is None else max(0, max_nodes)
+        found = [(seed, 0) for seed in seeds[:limit]]
+        visited = np.zeros(self.node_count, dtype=bool)
+        frontier = np.asarray([s for s, _ in found], dtype=np.int64)
+        visited[frontier] = True
+        indptr, indices, data = self.adjacency.indptr, self.adjacency.indices, self.adjacency.data
+        for hop in range(1, hops + 1):
+            if len(found) >= limit or not len(frontier):
+                break
+            entries = _row_entries(indptr, frontier)
+            if not len(entries):
+                break
+            candidates, inverse = np.unique(indices[entries], return_inverse=True)
+            strength = np.bincount(inverse, weights=data[entries], minlength=len(candidates))
+            new = ~visited[candidates]
+            candidates, strength = candidates[new], strength[new]
+            order = np.lexsort((candidates, -strength))[: limit - len(found)]
+            frontier = candidates[order].astype(np.int64)
+            visited[frontier] = True
+            found.extend((int(node), hop) for node in frontier)
+        return found
+
+    def personalized_pagerank(
+        self,
+        seeds: Optional[Mapping[int, float]],
+        damping: float = 0.85,
+        max_iter: int = 100,
+        tol: float = 1e-6,
+        restrict_to: Optional[Iterable[int]] = None,
+        backend: Literal["auto", "cpu", "gpu"] = "auto",
+    ) -> np.ndarray:
+        """PageRank teleporting to the seeds (weights normalised), one score per node of the graph.
+
+        networkx.pagerank's iteration exactly: start uniform, x <- d (x P + dangling mass * p) + (1 - d) p with
+        P the row-normalised adjacency, stop when the L1 change is below n * tol (or after max_iter, keeping
+        the last iterate). Dangling nodes teleport to the seed distribution. No seeds (or all zero): global
+        PageRank. `restrict_to`: the same on the induced subgraph (e.g. a k-hop neighbourhood); nodes outside
+        it score 0 and seeds outside it are ignored.
+        """
+        if not 0 <= damping < 1:
+            raise ValueError(f"damping must be in [0, 1), not {damping}")
+        n = self.node_count
+        if restrict_to is None:
+            members: Optional[np.ndarray] = None
+            matrix, degree = self.adjacency, self.weighted_degree
+        else:
+            members = np.unique(np.fromiter((int(x) for x in restrict_to), dtype=np.int64))
+            if len(members) and (members[0] < 0 or members[-1] >= n):
+                raise IndexError(f"restrict_to names nodes outside 0..{n - 1}")
+            matrix = self.adjacency[members][:, members].tocsr()
+            degree = np.asarray(matrix.sum(axis=1)).ravel()
+        size = matrix.shape[0]
+        scores = np.zeros(n)
+        if size == 0:
+            return scores
+
+        teleport = np.zeros(size)
+        for node, weight in (seeds or {}).items():
+            weight = float(weight)
+            if not math.isfinite(weight) or weight < 0:
+                raise ValueError(f"seed weights must be finite and non-negative, not {weight} (node {node})")
+            self._check(int(node))
+            if members is None:
+                teleport[int(node)] += weight
+            else:
+                at = int(np.searchsorted(members, int(node)))
+                if at < size and members[at] == int(node):
+                    teleport[at] += weight
+        total = teleport.sum()
+        teleport = teleport / total if total > 0 else np.full(size, 1.0 / size)
+
+        if backend == "gpu" or (backend == "auto" and size >= GPU_MIN_NODES and gpu_available()):
+            if not gpu_available():
+                raise RuntimeError("backend='gpu' needs cuGraph and a visible GPU")
+            result = _pagerank_cugraph(matrix, teleport, damping, max_iter, tol)
+        else:
+            result = _pagerank_scipy(matrix, degree, teleport, damping, max_iter, tol)
+        if members is None:
+            return result
+        scores[members] = result
+        return scores
+
+    def _check(self, node: int) -> None:
+        if not 0 <= node < self.node_count:
+            raise IndexError(f"node {node} is not in the graph (0..{self.node_count - 1})")
+
+
+def _row_entries(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Positions in indices/data of every entry of `rows`, without building a sliced matrix."""
+    starts, ends = indptr[rows], indptr[rows + 1]
+    lengths = ends - starts
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
+    return np.arange(total, dtype=np.int64) + offsets
+
+
+def _pagerank_scipy(
+    matrix: sp.csr_matrix, degree: np.ndarray, teleport: np.ndarray, damping: float, max_iter: int, tol: float
+) -> np.ndarray:
+    """The power iteration on the CPU. The adjacency is symmetric, so x P = A (x / degree)."""
+    size = matrix.shape[0]
+    dangling = degree == 0
+    inverse = np.zeros(size)
+    inverse[~dangling] = 1.0 / degree[~dangling]
+    x = np.full(size, 1.0 / size)
+    for _ in range(max_iter):
+        previous = x
+        x = damping * (matrix @ (x * inverse) + x[dangling].sum() * teleport) + (1 - damping) * teleport
+        if np.abs(x - previous).sum() < size * tol:
+            break
+    return x
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_available() -> bool:
+    """cuGraph installed and a GPU visible; checked once per process (imports cost seconds, calls fail
+    with CUDA errors without a GPU)."""
+    if importlib.util.find_spec("cugraph") is None or importlib.util.find_spec("cupy") is None:
+        return False
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return False
+        import cugraph  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def _pagerank_cugraph(matrix: sp.csr_matrix, teleport: np.ndarray, damping: float, max_iter: int, tol: float) -> np.ndarray:
+    """The GPU seam (untested here: no cuGraph on the development machines). Same inputs as the CPU path.
+
+    cuGraph's personalised PageRank also starts uniform and teleports dangling mass to the personalisation;
+    its sums run in another order, so scores agree to the tolerance, not bit for bit. tol is scaled by n
+    to stop on networkx's criterion (L1 change < n * tol).
+    """
+    import cudf
+    import cugraph
+
+    size = matrix.shape[0]
+    graph = cugraph.Graph(directed=True)  # both directions of every undirected edge are stored
+    graph.from_cudf_adjlist(
+        cudf.Series(matrix.indptr.astype(np.int32)),
+        cudf.Series(matrix.indices.astype(np.int32)),
+        cudf.Series(matrix.data.astype(np.float64)),
+    )
+    nonzero = np.flatnonzero(teleport)
+    personalization = cudf.DataFrame({"vertex": nonzero.astype(np.int32), "values": teleport[nonzero]})
+    start = cudf.DataFrame({"vertex": np.arange(size, dtype=np.int32), "values": np.full(size, 1.0 / size)})
+    frame = cugraph.pagerank(
+        graph, alpha=damping, personalization=personalization, max_iter=max_iter, tol=tol * size,
+        nstart=start, fail_on_nonconvergence=False,
+    )
+    if isinstance(frame, tuple):  # (scores, converged) when fail_on_nonconvergence=False
+        frame = frame[0]
+    scores = np.zeros(size)
+    scores[frame["vertex"].to_numpy()] = frame["pagerank"].to_numpy()
+    return scores
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Building
+
+
+# Per-key accumulators are plain lists (cheaper than objects at a million records); documents arrive one at a
+# time, so a key's document list stays free of duplicates by comparing with its last element.
+_NAMES, _TYPES, _DESCRIPTIONS, _EVIDENCE, _DOCUMENTS = range(5)  # entity accumulator slots
+_WEIGHT, _RELATION_DESCRIPTIONS, _KEYWORDS = 0, 1, 2  # relation accumulator slots (then evidence, documents)
+
+
+def build_graph(
+    documents: Iterable[DocumentGraph],
+    max_descriptions: int = 8,
+    max_description_chars: int = 2000,
+    belongs_to_weight: float = 1.0,
+) -> KnowledgeGraph:
+    """Merge documents' records into one graph (see _build); the cyclic garbage collector is paused meanwhile.
+
+    Building allocates millions of small containers and no cycles: with the collector running, its repeated
+    full scans took half of the build time at a million relations.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _build(documents, max_descriptions, max_description_chars, belongs_to_weight)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _build(
+    documents: Iterable[DocumentGraph], max_descriptions: int, max_description_chars: int, belongs_to_weight: float
+) -> KnowledgeGraph:
+    """Merge documents' records into one graph.
+
+    Entities merge by key: display name = most frequent written form (ties: first seen), type = most
+    frequent type other than "concept" when there is one, descriptions deduplicated in input order (at most
+    `max_descriptions`, `max_description_chars`). Relations merge by unordered key pair: weights summed,
+    descriptions and keywords deduplicated. Records are taken as stored: a relation or belongs_to link naming
+    an entity no mention names adds that entity ("concept", named by its key); a link to an undeclared unit
+    adds the unit ("unknown"); self-relations and empty keys are dropped; weights that are not positive
+    finite numbers count as 1.0.
+    """
+    if belongs_to_weight <= 0 or not math.isfinite(belongs_to_weight):
+        raise ValueError(f"belongs_to_weight must be a positive number, not {belongs_to_weight}")
+    entities: dict[str, list] = {}
+    relations: dict[tuple[str, str], list] = {}
+    units: dict[str, list] = {}  # unit id -> [type, description, documents]
+    links: dict[tuple[str, str], list[str]] = {}  # (entity key, unit id) -> documents
+    document_ids: list[str] = []
+
+    for document in documents:
+        doc = document.document_id
+        if doc in document_ids:
+            raise ValueError(f"document {doc!r} appears twice in the graph's input")
+        document_ids.append(doc)
+        for mention in document.entities:
+            key, name, description = mention.key, mention.name, mention.description
+            if not key:
+                continue
+            acc = entities.get(key)
+            if acc is None:
+                entities[key] = [
+                    {name: 1} if name else {}, {mention.type: 1}, [description] if description else [],
+                    [mention.evidence_id], [doc],
+                ]
+                continue
+            if name:
+                names = acc[_NAMES]
+                names[name] = names.get(name, 0) + 1
+            types = acc[_TYPES]
+            types[mention.type] = types.get(mention.type, 0) + 1
+            if description:
+                acc[_DESCRIPTIONS].append(description)
+            acc[_EVIDENCE].append(mention.evidence_id)
+            if acc[_DOCUMENTS][-1] != doc:
+                acc[_DOCUMENTS].append(doc)
+        for mention in document.relations:
+            a, b, description, keywords = mention.source, mention.target, mention.description, mention.keywords
+            if not a or not b or a == b:
+                continue
+            pair = (a, b) if a < b else (b, a)
+            weight = mention.weight
+            if not (type(weight) is float and 0.0 < weight < math.inf):
+                weight = _positive(weight)
+            acc = relations.get(pair)
+            if acc is None:
+                relations[pair] = [
+                    weight, [description] if description else [], [keywords] if keywords else [],
+                    [mention.evidence_id], [doc],
+                ]
+                continue
+            acc[_WEIGHT] += weight
+            if description:
+                acc[_RELATION_DESCRIPTIONS].append(description)
+            if keywords:
+                acc[_KEYWORDS].append(keywords)
+            acc[_EVIDENCE].append(mention.evidence_id)
+            if acc[_DOCUMENTS][-1] != doc:
+                acc[_DOCUMENTS].append(doc)
+        for unit in document.units:
+            record = units.setdefault(unit.unit_id, [unit.type, unit.description, []])
+            if doc not in record[2]:
+                record[2].append(doc)
+        for key, unit_id in document.belongs_to:
+            if not key or not unit_id:
+                continue
+            acc = entities.setdefault(key, [{}, {}, [], [], [doc]])
+            if acc[_DOCUMENTS][-1] != doc:
+                acc[_DOCUMENTS].append(doc)
+            record = units.setdefault(unit_id, [UNKNOWN_UNIT_TYPE, "", []])
+            if doc not in record[2]:
+                record[2].append(doc)
+            linked = links.setdefault((key, unit_id), [])
+            if doc not in linked:
+                linked.append(doc)
+
+    position = {doc: i for i, doc in enumerate(document_ids)}
+    for pair, acc in relations.items():  # endpoints no mention named
+        for key in pair:
+            if key not in entities:
+                entities[key] = [{}, {}, [], list(acc[_EVIDENCE]), list(acc[_DOCUMENTS])]
+            elif not entities[key][_NAMES] and not entities[key][_TYPES]:
+                implicit = entities[key]
+                implicit[_DOCUMENTS] = sorted({*implicit[_DOCUMENTS], *acc[_DOCUMENTS]}, key=position.__getitem__)
+                implicit[_EVIDENCE].extend(acc[_EVIDENCE])
+
+    entity_keys = sorted(entities)
+    unit_ids = sorted(units)
+    entity_index = {key: i for i, key in enumerate(entity_keys)}
+    unit_index = {uid: len(entity_keys) + i for i, uid in enumerate(unit_ids)}
+
+    names, types, descriptions, node_documents, node_evidence = [], [], [], [], []
+    for key in entity_keys:
+        acc = entities[key]
+        names.append(_most_frequent(acc[_NAMES]) if acc[_NAMES] else key)
+        types.append(_merged_type(acc[_TYPES]))
+        descriptions.append(_joined(acc[_DESCRIPTIONS], max_descriptions, max_description_chars))
+        node_documents.append(tuple(acc[_DOCUMENTS]))
+        node_evidence.append(_unique(acc[_EVIDENCE]))
+    for uid in unit_ids:
+        unit_type, description, docs = units[uid]
+        names.append(uid)
+        types.append(unit_type)
+        descriptions.append(description)
+        node_documents.append(tuple(docs))
+        node_evidence.append((uid,))
+    nodes = NodeTable(
+        [ENTITY] * len(entity_keys) + [UNIT] * len(unit_ids), entity_keys + unit_ids, names, types, descriptions,
+        node_documents, node_evidence,
+    )
+
+    pairs = list(relations)
+    related_src = np.fromiter((entity_index[a] for a, _ in pairs), dtype=np.int64, count=len(pairs))
+    related_dst = np.fromiter((entity_index[b] for _, b in pairs), dtype=np.int64, count=len(pairs))
+    order = np.lexsort((related_dst, related_src))
+    pairs = [pairs[i] for i in order]
+    link_pairs = sorted(links, key=lambda link: (entity_index[link[0]], unit_index[link[1]]))
+    accs = [relations[p] for p in pairs]
+    src = np.concatenate((related_src[order], np.fromiter((entity_index[k] for k, _ in link_pairs), np.int64, len(link_pairs))))
+    dst = np.concatenate((related_dst[order], np.fromiter((unit_index[u] for _, u in link_pairs), np.int64, len(link_pairs))))
+    weights = np.concatenate((np.fromiter((acc[_WEIGHT] for acc in accs), np.float64, len(accs)), np.full(len(link_pairs), belongs_to_weight)))
+    edges = EdgeTable(
+        src=src,
+        dst=dst,
+        kind=[RELATED] * len(pairs) + [BELONGS_TO] * len(link_pairs),
+        weight=weights,
+        description=[_joined(acc[_RELATION_DESCRIPTIONS], max_descriptions, max_description_chars) for acc in accs]
+        + [""] * len(link_pairs),
+        keywords=[_keywords(acc[_KEYWORDS]) for acc in accs] + [""] * len(link_pairs),
+        documents=[tuple(acc[_DOCUMENTS]) for acc in accs] + [tuple(links[link]) for link in link_pairs],
+        evidence=[_unique(acc[_EVIDENCE]) for acc in accs] + [()] * len(link_pairs),
+    )
+    adjacency, edge_of_entry = _adjacency(len(nodes), src, dst, weights)
+    return KnowledgeGraph(nodes, edges, adjacency, entity_index, unit_index, tuple(document_ids), edge_of_entry)
+
+
+def _adjacency(n: int, src: np.ndarray, dst: np.ndarray, weights: np.ndarray) -> tuple[sp.csr_matrix, np.ndarray]:
+    """Symmetric CSR of the edges, and the edge id of each stored entry (same canonical order)."""
+    rows = np.concatenate((src, dst))
+    cols = np.concatenate((dst, src))
+    ids = np.arange(len(src), dtype=np.int64)
+    order = np.lexsort((cols, rows))  # canonical CSR order: by row, then column; pairs are unique
+    rows, cols = rows[order], cols[order]
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+    index_dtype = np.int32 if max(n, len(rows)) < 2**31 else np.int64
+    adjacency = sp.csr_matrix(
+        (np.concatenate((weights, weights))[order], cols.astype(index_dtype), indptr.astype(index_dtype)), shape=(n, n)
+    )
+    adjacency.has_sorted_indices = True
+    return adjacency, np.concatenate((ids, ids))[order]
+
+
+def _positive(weight: object) -> float:
+    try:
+        value = float(weight)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return 1.0
+    return value if math.isfinite(value) and value > 0 else 1.0
+
+
+def _most_frequent(counts: dict[str, int]) -> str:
+    """Ties go to the first seen (dicts keep insertion order; max keeps the first maximum)."""
+    return max(counts.items(), key=lambda item: item[1])[0]
+
+
+def _merged_type(counts: dict[str, int]) -> str:
+    specific = {t: c for t, c in counts.items() if t and t != IMPLICIT_TYPE}
+    return _most_frequent(specific) if specific else IMPLICIT_TYPE
+
+
+def _unique(values: list[str]) -> tuple[str, ...]:
+    return tuple(values) if len(values) < 2 else tuple(dict.fromkeys(values))
+
+
+def _joined(descriptions: list[str], limit: int, max_chars: int) -> str:
+    if not descriptions:
+        return ""
+    text = descriptions[0] if len(descriptions) == 1 else "\n".join(list(dict.fromkeys(descriptions))[:limit])
+    return text if len(text) <= max_chars else text[: max_chars - 1].rstrip() + "…"
+
+
+def _keywords(lists: list[str]) -> str:
+    if not lists:
+        return ""
+    if len(lists) == 1 and "," not in lists[0]:
+        return lists[0].strip()
+    return ", ".join(dict.fromkeys(w.strip() for words in lists for w in words.split(",") if w.strip()))

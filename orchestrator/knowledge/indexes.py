@@ -1,0 +1,172 @@
+"""Vector indexes (FAISS: Flat / IVF / HNSW, on a GPU when faiss sees one) and the BM25 lexical index.
+
+Both are derived data: they are rebuilt in memory from the per-document segments, so a crash can never leave
+an index out of step with the records it points at. Row i of an index is row i of the table it was built for.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import re
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import faiss
+import numpy as np
+from scipy import sparse
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    """Which FAISS index to build. IVF and HNSW are approximate; Flat is exact (inner product = cosine here)."""
+
+    kind: str = "flat"  # flat | ivf | hnsw
+    ivf_lists: int = 0  # 0: about 4 * sqrt(n)
+    ivf_probe: int = 16
+    ivf_min_vectors: int = 10_000  # below this IVF cannot train well: an exact Flat index is built instead
+    hnsw_neighbors: int = 32
+    hnsw_ef_search: int = 128
+    use_gpu: bool = True  # when faiss reports a GPU (Flat and IVF only; HNSW stays on the CPU)
+
+
+@functools.cache
+def gpu_count() -> int:
+    """GPUs faiss can use. A faiss-cpu build has no get_num_gpus; faiss-gpu without a GPU reports 0."""
+    try:
+        return int(faiss.get_num_gpus())
+    except AttributeError:
+        return 0
+
+
+class VectorIndex:
+    """An immutable FAISS index over row-aligned vectors with the same search API on CPU and GPU."""
+
+    def __init__(self, spec: IndexSpec, dimension: int, index: Optional[faiss.Index] = None, kind: str = "flat"):
+        self.spec = spec
+        self.dimension = dimension
+        self._index = index
+        self.kind = kind  # what was actually built (IVF below its minimum size is Flat)
+
+    @classmethod
+    def build(cls, spec: IndexSpec, vectors: np.ndarray, dimension: int) -> "VectorIndex":
+        if np.size(vectors) == 0:
+            return cls(spec, dimension)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1, dimension)
+        kind = spec.kind
+        if kind == "ivf" and len(vectors) < spec.ivf_min_vectors:
+            kind = "flat"
+        if kind == "flat":
+            index = faiss.IndexFlatIP(dimension)
+        elif kind == "ivf":
+            lists = spec.ivf_lists or max(1, int(4 * math.sqrt(len(vectors))))
+            index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dimension), dimension, lists, faiss.METRIC_INNER_PRODUCT)
+            index.train(vectors)
+            index.nprobe = spec.ivf_probe
+        elif kind == "hnsw":
+            index = faiss.IndexHNSWFlat(dimension, spec.hnsw_neighbors, faiss.METRIC_INNER_PRODUCT)
+            index.hnsw.efSearch = spec.hnsw_ef_search
+        else:
+            raise ValueError(f"unknown index kind {spec.kind!r} (flat, ivf, hnsw)")
+        index.add(vectors)
+        if spec.use_gpu and kind != "hnsw" and gpu_count() > 0:
+            index = faiss.index_cpu_to_all_gpus(index)
+        return cls(spec, dimension, index, kind)
+
+    def extended(self, vectors: np.ndarray) -> "VectorIndex":
+        """A new index with `vectors` appended as the next rows (the old one stays usable by running queries)."""
+        if len(vectors) == 0:
+            return self
+        if self._index is None:
+            return VectorIndex.build(self.spec, vectors, vectors.shape[-1])
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1, self.dimension)
+        if self.kind != self.spec.kind:  # a small IVF is Flat until there are enough vectors to train it
+            return VectorIndex.build(self.spec, np.concatenate([self.vectors(), vectors]), self.dimension)
+        index = _clone(self._index)
+        index.add(vectors)
+        return VectorIndex(self.spec, self.dimension, index, self.kind)
+
+    @property
+    def size(self) -> int:
+        return 0 if self._index is None else int(self._index.ntotal)
+
+    def vectors(self) -> np.ndarray:
+        if self._index is None:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        cpu = faiss.index_gpu_to_cpu(self._index) if gpu_count() > 0 and self.kind != "hnsw" else self._index
+        return cpu.reconstruct_n(0, cpu.ntotal)
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, rows) of shape [n_queries, k']; k' = min(k, size); rows are -1 where fewer matched."""
+        if self._index is None or k <= 0:
+            rows = len(np.atleast_2d(queries))
+            return np.zeros((rows, 0), np.float32), np.zeros((rows, 0), np.int64)
+        queries = np.ascontiguousarray(queries, dtype=np.float32).reshape(-1, self.dimension)
+        return self._index.search(queries, min(k, self.size))
+
+
+def _clone(index: faiss.Index) -> faiss.Index:
+    if gpu_count() > 0 and not isinstance(index, faiss.IndexHNSW):
+        return faiss.index_cpu_to_all_gpus(faiss.clone_index(faiss.index_gpu_to_cpu(index)))
+    return faiss.clone_index(index)
+
+
+_WORD = re.compile(r"[0-9]+(?:[.,][0-9]+)*%?|[^\W_]+", re.UNICODE)
+
+
+def lexical_terms(text: str) -> list[str]:
+    """Lower-cased words and numbers (1,200 and 4.5% stay whole): the BM25 vocabulary."""
+    return [match.group(0).casefold() for match in _WORD.finditer(text)]
+
+
+class BM25Index:
+    """Okapi BM25 over a fixed list of texts, as a sparse term-document matrix (scipy CSR)."""
+
+    def __init__(self, texts: Sequence[str], k1: float = 1.2, b: float = 0.75):
+        self.k1, self.b = k1, b
+        vocabulary: dict[str, int] = {}
+        rows, columns, counts = [], [], []
+        lengths = np.zeros(len(texts), dtype=np.float32)
+        for row, text in enumerate(texts):
+            terms = lexical_terms(text)
+            lengths[row] = len(terms)
+            frequencies: dict[int, int] = {}
+            for term in terms:
+                column = vocabulary.setdefault(term, len(vocabulary))
+                frequencies[column] = frequencies.get(column, 0) + 1
+            rows.extend([row] * len(frequencies))
+            columns.extend(frequencies.keys())
+            counts.extend(frequencies.values())
+        self.vocabulary = vocabulary
+        shape = (len(texts), max(1, len(vocabulary)))
+        tf = sparse.csr_matrix((np.asarray(counts, np.float32), (rows, columns)), shape=shape)
+        documents_with_term = np.bincount(np.asarray(columns, dtype=np.int64), minlength=shape[1]).astype(np.float32)
+        n = max(1, len(texts))
+        self.idf = np.log1p((n - documents_with_term + 0.5) / (documents_with_term + 0.5)).astype(np.float32)
+        average = float(lengths.mean()) if len(texts) else 1.0
+        # Term weights precomputed once: tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avg)).
+        norms = k1 * (1 - b + b * lengths / max(average, 1e-9))
+        tf = tf.tocoo()
+        weights = tf.data * (k1 + 1) / (tf.data + norms[tf.row])
+        self._weights = sparse.csc_matrix((weights, (tf.row, tf.col)), shape=shape)
+        self.size = len(texts)
+
+    def search(self, query: str, k: int) -> list[tuple[int, float]]:
+        """(row, score) of the k best texts for the query, best first; texts sharing no term are left out."""
+        columns = sorted({self.vocabulary[t] for t in lexical_terms(query) if t in self.vocabulary})
+        if not columns or k <= 0:
+            return []
+        scores = np.asarray(self._weights[:, columns] @ self.idf[columns]).ravel()
+        candidates = np.flatnonzero(scores > 0)
+        if len(candidates) > k:
+            candidates = candidates[np.argpartition(-scores[candidates], k - 1)[:k]]
+        order = candidates[np.lexsort((candidates, -scores[candidates]))]
+        return [(int(row), float(scores[row])) for row in order]
+
+
+def index_spec(settings) -> IndexSpec:
+    """The IndexSpec for config.IndexSettings (same field names)."""
+    return IndexSpec(**settings.model_dump())

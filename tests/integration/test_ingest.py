@@ -1,0 +1,235 @@
+"""Ingest through the real orchestrator and Triton: MinerU on generated PDFs, content lists made elsewhere,
+replace and delete without orphans, the graph's exact contents, and bad documents refused one by one."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import grpc
+import pytest
+
+from orchestrator.client import ThinkServeClient
+from orchestrator.ingest_batch import ingest_paths
+from orchestrator.knowledge.graph import BELONGS_TO
+from orchestrator.knowledge.store import MANIFEST, KnowledgeBase
+from tests import pdf_factory
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def client(running_orchestrator):
+    with ThinkServeClient(running_orchestrator.address, timeout_s=300) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def orchestrator(running_orchestrator):
+    return running_orchestrator
+
+
+def stored(orchestrator, collection: str):
+    """The collection as the server committed it, read from disk by a separate read-only reader."""
+    return KnowledgeBase(orchestrator.data_dir, read_only=True).collection(collection).snapshot
+
+
+@pytest.fixture(scope="module")
+def report_pdf(tmp_path_factory):
+    return pdf_factory.write_sample_report(tmp_path_factory.mktemp("pdf") / "northwind-report.pdf")
+
+
+def test_a_pdf_becomes_blocks_chunks_units_pages_and_vectors(client, orchestrator, report_pdf):
+    report = client.ingest_file("pdfs", report_pdf.path)
+    document = report.document
+    assert not report.already_present and not report.replaced
+    assert document.parser.startswith("mineru-") and document.parser.endswith("/flash")
+    assert document.pages == 3 and document.units == 2 and document.chunks >= 1 and document.entities > 0
+    assert {t.stage for t in report.stages} >= {"parse", "render_pages", "chunk", "extract", "embed", "commit"}
+
+    snapshot = stored(orchestrator, "pdfs")
+    units = {e.block_type: e for e in snapshot.evidence if e.kind == "unit"}
+    assert set(units) == {"table", "image"}
+    table, figure = units["table"], units["image"]
+    assert table.pages == (1,) and figure.pages == (2,)
+    assert report_pdf.table_caption in table.text and "Revenue" in table.text and "1250" in table.text
+    assert report_pdf.figure_caption in figure.text
+    for unit in (table, figure):
+        assert unit.asset.startswith(f"{document.document_id}/assets/")
+        assert snapshot.asset_file(unit.asset) is not None  # the image is stored with the document
+        (span,) = unit.spans
+        assert 0 <= span.bbox[0] < span.bbox[2] <= 1000 and 0 <= span.bbox[1] < span.bbox[3] <= 1000
+    chunk_pages = {page for e in snapshot.evidence if e.kind == "chunk" for page in e.pages}
+    assert chunk_pages == {0, 1, 2}  # every page has text (page 2: the "Shipments" heading)
+    assert any(report_pdf.sentences[0][:40] in e.text for e in snapshot.evidence if e.kind == "chunk")
+    assert [p.page for p in snapshot.pages] == [0, 1, 2]
+    assert {family: index.size for family, index in snapshot.page_indexes.items()} == {"clip": 3, "siglip": 3}
+
+    # the evidence a query returns carries page regions and the asset path, never a server path
+    events = list(client.query("pdfs", "Revenue by region in thousands of euros", max_tokens=1, top_k=5))
+    items = events[0].evidence.items
+    table_item = next(item for item in items if item.block_type == "table")
+    assert [r.page for r in table_item.regions] == [1] and len(table_item.regions[0].bbox) == 4
+    assert table_item.asset == table.asset and not table_item.asset.startswith("/")
+
+
+GRAPH_TEXT = """# Partners
+
+Acme Corporation signed a supply contract with Globex Industries in March.
+
+Globex Industries opened a plant in Springfield.
+"""
+
+
+def png_bytes() -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 32), "white").save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def content_list_archive(caption: str) -> bytes:
+    """A MinerU V1 output folder, zipped as the CLI sends it: a table with a caption and its image."""
+    items = [
+        {"type": "text", "text": "Quarterly Review", "text_level": 1, "bbox": [100, 60, 900, 90], "page_idx": 0},
+        {"type": "text", "text": "Sales grew in every region.", "bbox": [100, 100, 900, 140], "page_idx": 0},
+        {
+            "type": "table",
+            "img_path": "images/table.png",
+            "table_caption": [caption],
+            "table_body": "<table><tr><td>Region</td><td>Sales</td></tr><tr><td>North</td><td>12</td></tr></table>",
+            "table_footnote": [],
+            "bbox": [120, 200, 880, 400],
+            "page_idx": 1,
+        },
+    ]
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("review/review_content_list.json", json.dumps(items))
+        archive.writestr("review/images/table.png", png_bytes())
+    return buffer.getvalue()
+
+
+def test_the_graph_holds_exactly_the_extracted_entities_and_belongs_to_edges(client, orchestrator):
+    client.ingest("graph", GRAPH_TEXT.encode(), "partners.md")
+    client.ingest("graph", content_list_archive("Table 1: Sales of Initech by region"), "review")
+    snapshot = stored(orchestrator, "graph")
+    graph = snapshot.graph
+    entities = {graph.nodes.key[n] for n in range(graph.node_count) if graph.nodes.kind[n] == "entity"}
+    assert {"acme corporation", "globex industries", "springfield", "initech"} <= entities
+    related = {
+        frozenset((graph.nodes.key[s], graph.nodes.key[d]))
+        for s, d, kind in zip(graph.edges.src, graph.edges.dst, graph.edges.kind)
+        if kind != BELONGS_TO
+    }
+    assert frozenset(("acme corporation", "globex industries")) in related
+    assert frozenset(("globex industries", "springfield")) in related
+    assert frozenset(("acme corporation", "springfield")) not in related  # never in the same sentence
+    (unit,) = [e for e in snapshot.evidence if e.kind == "unit"]
+    belongs = {
+        graph.nodes.key[s] for s, d, kind in zip(graph.edges.src, graph.edges.dst, graph.edges.kind)
+        if kind == BELONGS_TO and graph.nodes.key[d] == unit.evidence_id
+    }
+    assert "initech" in belongs
+    assert unit.pages == (1,) and unit.spans[0].bbox == (120, 200, 880, 400)
+    assert unit.text.startswith("Table: Table 1: Sales of Initech by region") and "North | 12" in unit.text
+
+
+def test_replace_and_delete_leave_no_orphans(client, orchestrator):
+    collection = "lifecycle"
+    client.ingest(collection, b"# Shared\n\nAcme Corporation works with Umbrella Group.", "keep.md")
+    first = client.ingest(collection, b"# Old\n\nAcme Corporation bought Hooli Systems.", "notes.md")
+    second = client.ingest(collection, b"# New\n\nAcme Corporation sold Pied Piper.", "notes.md")
+    assert second.replaced and not first.replaced and second.document_id != first.document_id
+    snapshot = stored(orchestrator, collection)
+    assert list(snapshot.documents) == ["keep.md", "notes.md"]
+    assert "hooli systems" not in snapshot.entity_keys and "pied piper" in snapshot.entity_keys
+    assert not any("Hooli" in e.text for e in snapshot.evidence)
+
+    removed = client.delete_document(collection, "notes.md")
+    assert removed.document_id == second.document_id
+    snapshot = stored(orchestrator, collection)
+    assert list(snapshot.documents) == ["keep.md"]
+    assert {"acme corporation", "umbrella group"} <= set(snapshot.entity_keys)
+    assert not {"pied piper", "hooli systems"} & set(snapshot.entity_keys)
+    graph = snapshot.graph
+    acme = graph.node("acme corporation")
+    assert graph.nodes.documents[acme] == (snapshot.documents["keep.md"].document_id,)  # shared entity: one mention left
+    assert snapshot.evidence_index.size == len(snapshot.evidence) == snapshot.documents["keep.md"].chunks
+    root = orchestrator.data_dir / "collections" / collection
+    assert sorted(p.name for p in root.iterdir()) == sorted([MANIFEST, snapshot.segments[0].folder.name])
+    assert [d.name for d in client.list_documents(collection)] == ["keep.md"]
+    with pytest.raises(grpc.RpcError) as missing:
+        client.delete_document(collection, "notes.md")
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_bad_documents_fail_alone_with_their_cause(orchestrator, tmp_path, capsys):
+    folder = tmp_path / "batch"
+    folder.mkdir()
+    (folder / "good.md").write_text("# Good\n\nThe warehouse in Leeds ships on Mondays.")
+    pdf_factory.write_corrupt_pdf(folder / "corrupt.pdf")
+    pdf_factory.write_encrypted_pdf(folder / "locked.pdf")
+    pdf_factory.write_empty_pdf(folder / "empty.pdf")
+    pdf_factory.write_long_pdf(folder / "huge.pdf", 2000)
+    (folder / "latin1.txt").write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))
+    escape = folder / "escape"
+    escape.mkdir()
+    (escape / "escape_content_list.json").write_text(
+        json.dumps([{"type": "image", "img_path": "../../secret.png", "image_caption": ["x"], "page_idx": 0, "bbox": [0, 0, 1, 1]}])
+    )
+    failures = asyncio.run(ingest_paths(orchestrator.address, "batch", [folder], concurrency=2))
+    out = capsys.readouterr().out
+    assert failures == 6, out
+    expected = {
+        "corrupt.pdf": "corrupt or not a PDF",
+        "locked.pdf": "encrypted: needs a password",
+        "empty.pdf": "has no pages",
+        "huge.pdf": "has 2000 pages; the limit is ingest.max_pages = 1000",
+        "latin1.txt": "not UTF-8 text",
+        "escape": "../../secret.png",
+    }
+    for name, reason in expected.items():
+        line = next(line for line in out.splitlines() if line.startswith(f"FAILED {name}:"))
+        assert "INVALID_ARGUMENT" in line and reason in line, line
+    assert "good.md: added" in out
+    with ThinkServeClient(orchestrator.address) as client:
+        assert [d.name for d in client.list_documents("batch")] == ["good.md"]
+    root = orchestrator.data_dir / "collections" / "batch"
+    assert len([p for p in root.iterdir() if p.is_dir()]) == 1  # no staging folder of a failed document is left
+
+
+def test_llm_extraction_and_vlm_descriptions_go_through_triton(triton, tmp_path, report_pdf):
+    """The model paths the tiny profile does not use by default (its LLM and VLM have random weights): every
+    chunk and unit goes to the LLM for extraction, every unit with an image to the VLM; the random output is
+    parsed without failing the document."""
+    from orchestrator.config import IngestSettings
+    from orchestrator.knowledge.ingest import Ingestor
+    from tests.conftest import MODEL_REPOSITORY
+    from tests.integration.test_models import call
+
+    settings = IngestSettings(extractor="llm", describer="vlm", extraction_max_tokens=24, description_max_tokens=12)
+    tokenizer = MODEL_REPOSITORY / "text_embedder_tokenize" / "1" / "tokenizer.json"
+
+    def successes(statistics):
+        return int(statistics["model_stats"][0].get("inference_stats", {}).get("success", {}).get("count", 0))
+
+    async def work(models):
+        before = {m: successes(await models.client.model_statistics(m)) for m in ("llm", "vlm")}
+        ingestor = Ingestor(KnowledgeBase(tmp_path), models, settings, tokenizer)
+        result = await ingestor.ingest("models", report_pdf.path.name, report_pdf.path.read_bytes())
+        after = {m: successes(await models.client.model_statistics(m)) for m in ("llm", "vlm")}
+        return result, before, after
+
+    result, before, after = call(triton, work)
+    document = result.document
+    assert document.units == 2 and not result.already_present
+    assert after["vlm"] - before["vlm"] == 2  # the table and the figure, each with its image
+    assert after["llm"] - before["llm"] == document.chunks + document.units  # one extraction per evidence record
+    snapshot = KnowledgeBase(tmp_path, read_only=True).collection("models").snapshot
+    table = next(e for e in snapshot.evidence if e.block_type == "table")
+    assert table.text.startswith("Table: " + report_pdf.table_caption)  # caption first, then the VLM's words

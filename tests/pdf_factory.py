@@ -1,0 +1,158 @@
+"""PDFs generated on the fly, so parser and ingest tests need no binary fixtures and know the exact content.
+
+`write_sample_report` returns what it put on each page (sentences, cell values, captions) so tests can assert
+on it; `write_long_pdf` pages say their number (`long_pdf_lines`).
+"""
+
+from __future__ import annotations
+
+import io
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import pypdfium2 as pdfium
+from PIL import Image, ImageDraw
+from reportlab.lib import colors
+from reportlab.lib.pagesizes import A4
+from reportlab.lib.styles import getSampleStyleSheet
+from reportlab.lib.units import cm
+from reportlab.pdfgen import canvas
+from reportlab.platypus import Image as FlowImage
+from reportlab.platypus import PageBreak, Paragraph, SimpleDocTemplate, Spacer, Table, TableStyle
+
+
+@dataclass(frozen=True)
+class SampleReport:
+    """What `write_sample_report` put on each page."""
+
+    path: Path
+    title: str
+    sentences: list[str]  # page 0 paragraphs
+    table_caption: str  # page 1
+    table_rows: list[list[str]]  # header first
+    figure_caption: str  # page 2
+    chart_png: Path  # the chart drawn on page 2, as a PNG file of its own
+    pages: int = 3
+
+
+SENTENCES = [
+    "Northwind Traders grew its annual revenue to 48 million euros in the fiscal year 2024.",
+    "The company opened three new distribution centres in Lyon, Porto and Gdansk during the spring.",
+    "Operating margin improved to 12 percent because freight costs fell after the new contracts.",
+]
+TABLE_ROWS = [
+    ["Region", "Revenue", "Growth"],
+    ["North", "1250", "4.5%"],
+    ["South", "980", "7.1%"],
+    ["East", "1430", "2.3%"],
+]
+TABLE_CAPTION = "Table 1: Revenue by region in thousands of euros."
+FIGURE_CAPTION = "Figure 1: Quarterly shipments in thousands of units."
+CHART_VALUES = [("Q1", 42), ("Q2", 55), ("Q3", 61), ("Q4", 78)]
+
+
+def draw_bar_chart(path: Path, values: list[tuple[str, int]] = CHART_VALUES, size: tuple[int, int] = (640, 400)) -> Path:
+    """A plain bar chart PNG drawn with PIL (matplotlib is a dev extra, and PIL keeps this fast)."""
+    width, height = size
+    image = Image.new("RGB", size, "white")
+    draw = ImageDraw.Draw(image)
+    left, bottom, top = 60, height - 50, 30
+    draw.line([(left, top), (left, bottom), (width - 20, bottom)], fill="black", width=2)
+    peak = max(v for _, v in values)
+    slot = (width - 20 - left) // len(values)
+    palette = ["#4472c4", "#ed7d31", "#a5a5a5", "#70ad47"]
+    for i, (label, value) in enumerate(values):
+        x0 = left + i * slot + slot // 5
+        x1 = x0 + slot * 3 // 5
+        y0 = bottom - int((bottom - top) * value / peak)
+        draw.rectangle([x0, y0, x1, bottom], fill=palette[i % len(palette)], outline="black")
+        draw.text((x0 + 5, bottom + 10), label, fill="black")
+        draw.text((x0 + 5, y0 - 15), str(value), fill="black")
+    image.save(path, format="PNG")
+    return path
+
+
+def write_sample_report(path: Path) -> SampleReport:
+    """Three pages: title + paragraphs, a gridded table with a caption, a bar chart with a caption."""
+    styles = getSampleStyleSheet()
+    chart = draw_bar_chart(path.with_name(path.stem + "-chart.png"))
+    title = "Northwind Annual Report 2024"
+    story: list = [Paragraph(title, styles["Title"]), Spacer(1, 0.5 * cm)]
+    for sentence in SENTENCES:
+        story += [Paragraph(sentence, styles["BodyText"]), Spacer(1, 0.3 * cm)]
+    story += [PageBreak(), Paragraph("Regional results", styles["Heading2"]), Spacer(1, 0.3 * cm)]
+    story.append(Paragraph(TABLE_CAPTION, styles["BodyText"]))
+    table = Table(TABLE_ROWS, colWidths=[4 * cm, 3 * cm, 3 * cm])
+    table.setStyle(
+        TableStyle(
+            [
+                ("GRID", (0, 0), (-1, -1), 0.8, colors.black),
+                ("BACKGROUND", (0, 0), (-1, 0), colors.lightgrey),
+                ("FONTNAME", (0, 0), (-1, 0), "Helvetica-Bold"),
+            ]
+        )
+    )
+    story += [Spacer(1, 0.2 * cm), table, Spacer(1, 0.5 * cm)]
+    story.append(Paragraph("Sales in the East region remain the largest of the three regions.", styles["BodyText"]))
+    story += [PageBreak(), Paragraph("Shipments", styles["Heading2"]), Spacer(1, 0.3 * cm)]
+    story += [FlowImage(str(chart), width=14 * cm, height=8.75 * cm), Spacer(1, 0.2 * cm)]
+    story.append(Paragraph(FIGURE_CAPTION, styles["BodyText"]))
+    SimpleDocTemplate(str(path), pagesize=A4, title=title).build(story)
+    return SampleReport(path, title, list(SENTENCES), TABLE_CAPTION, [list(r) for r in TABLE_ROWS], FIGURE_CAPTION, chart)
+
+
+def write_long_pdf(path: Path, pages: int) -> Path:
+    """`pages` pages, each a heading and a short paragraph naming its page, drawn straight on a canvas (fast:
+    2,000 pages in under a second). Text sits in the body of the page: lines near the top edge are taken by
+    MinerU for running heads and dropped."""
+    pdf = canvas.Canvas(str(path), pagesize=A4, pageCompression=1)
+    for number in range(1, pages + 1):
+        pdf.setFont("Helvetica-Bold", 14)
+        pdf.drawString(72, 640, f"Section {number}")
+        text = pdf.beginText(72, 610)
+        text.setFont("Helvetica", 11)
+        text.setLeading(15)
+        for line in long_pdf_lines(number):
+            text.textLine(line)
+        pdf.drawText(text)
+        pdf.showPage()
+    pdf.save()
+    return path
+
+
+def long_pdf_lines(number: int) -> list[str]:
+    """The paragraph on page `number` (1-based) of `write_long_pdf`; its keyword is unique to the page."""
+    return [
+        f"This is the body text of page {number}, written for the long document test.",
+        f"Its unique keyword is item-{number:05d}, which appears on no other page.",
+        "The remaining words only fill the line so that the paragraph looks like prose.",
+    ]
+
+
+def write_encrypted_pdf(path: Path, password: str = "secret") -> Path:
+    """A one-page PDF that needs a password to open."""
+    pdf = canvas.Canvas(str(path), pagesize=A4, encrypt=password)
+    pdf.drawString(72, 770, "Confidential.")
+    pdf.showPage()
+    pdf.save()
+    return path
+
+
+def write_corrupt_pdf(path: Path, size: int = 4096, seed: int = 7) -> Path:
+    """Random bytes behind a PDF header: what a truncated or mangled upload looks like."""
+    rng = random.Random(seed)
+    path.write_bytes(b"%PDF-1.7\n" + bytes(rng.getrandbits(8) for _ in range(size)))
+    return path
+
+
+def write_empty_pdf(path: Path) -> Path:
+    """A structurally valid PDF with zero pages (pypdfium2 writes one; reportlab always adds a page)."""
+    document = pdfium.PdfDocument.new()
+    try:
+        buffer = io.BytesIO()
+        document.save(buffer)
+    finally:
+        document.close()
+    path.write_bytes(buffer.getvalue())
+    return path
