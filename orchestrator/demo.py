@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
 
@@ -11,12 +12,29 @@ from .deployment import Deployment
 from .presentation import QueryPrinter
 
 DEMO_COLLECTION = "demo"
+DEMO_CHUNK_TOKENS = 200
 
 
 async def run_demo(settings: Settings, samples: list[Path], questions_file: Path) -> int:
     questions = [line.strip() for line in questions_file.read_text().splitlines() if line.strip()]
-    # Free ports: the demo must not collide with a `thinkserve serve` already running.
-    settings = settings.model_copy(update={"server": settings.server.model_copy(update={"port": 0})})
+    with tempfile.TemporaryDirectory(prefix="thinkserve-demo-") as data_dir:
+        return await _run(_demo_settings(settings, Path(data_dir)), samples, questions)
+
+
+def _demo_settings(settings: Settings, data_dir: Path) -> Settings:
+    """Free ports (a running `thinkserve serve` is not disturbed), a throw-away data folder, and chunks of
+    DEMO_CHUNK_TOKENS: the one-page sample would otherwise be a single 1,200-token chunk, leaving retrieval
+    nothing to choose."""
+    return settings.model_copy(
+        update={
+            "server": settings.server.model_copy(update={"port": 0}),
+            "storage": settings.storage.model_copy(update={"data_dir": data_dir}),
+            "ingest": settings.ingest.model_copy(update={"chunk_tokens": DEMO_CHUNK_TOKENS, "chunk_overlap_tokens": 20}),
+        }
+    )
+
+
+async def _run(settings: Settings, samples: list[Path], questions: list[str]) -> int:
     started = time.monotonic()
     deployment = Deployment(settings)
     address = await deployment.start(progress=lambda message: print(f"* {message}", flush=True))
@@ -28,7 +46,7 @@ async def run_demo(settings: Settings, samples: list[Path], questions_file: Path
             for sample in samples:
                 report = await client.ingest_file(DEMO_COLLECTION, sample)
                 state = "already indexed" if report.already_present else f"{report.passages} passages indexed in {report.seconds:.2f}s"
-                print(f"* ingested {sample.name}: {state}")
+                print(f"* ingested {sample.name}: {state} (chunks of {DEMO_CHUNK_TOKENS} tokens for the demo)")
             if settings.profile == "tiny":
                 print(
                     "* tiny profile: the embedder is the real all-MiniLM-L6-v2, so the evidence is real; the LLM has\n"

@@ -208,17 +208,16 @@ class Ingestor:
             first_relation.setdefault((relation.source, relation.target), relation)
 
         with stages.timed("embed"):
-            piece_texts = [piece for c in chunks for piece in c.embedding_texts]
-            jobs = [
-                self._embed(piece_texts, timeout_s),
-                self._embed([e.text for e in evidence[len(chunks) :]], timeout_s),
-                self._embed([f"{first_mention[k].name}: {first_mention[k].description}" for k in entity_keys], timeout_s),
-                self._embed([_relation_text(first_mention, first_relation[k]) for k in relation_keys], timeout_s),
+            texts = [
+                [piece for c in chunks for piece in c.embedding_texts],
+                [e.text for e in evidence[len(chunks) :]],
+                [f"{first_mention[k].name}: {first_mention[k].description}" for k in entity_keys],
+                [_relation_text(first_mention, first_relation[k]) for k in relation_keys],
             ]
             families = list(contracts.PAGE_ENCODER_FAMILIES) if parsed.page_images else []
             images = [path.read_bytes() for path in parsed.page_images] if families else []
-            jobs += [self._embed_images(family, images, timeout_s) for family in families]
-            pieces, unit_vectors, entity_vectors, relation_vectors, *page_vectors = await asyncio.gather(*jobs)
+            jobs = [self._embed_by_length(texts, timeout_s)] + [self._embed_images(f, images, timeout_s) for f in families]
+            (pieces, unit_vectors, entity_vectors, relation_vectors), *page_vectors = await asyncio.gather(*jobs)
             chunk_vectors = _mean_per_chunk(pieces, [len(c.embedding_texts) for c in chunks])
             evidence_vectors = _concat(chunk_vectors, unit_vectors)
 
@@ -286,8 +285,19 @@ class Ingestor:
         extractor = LlmExtractor(generate, max_tokens=self.settings.extraction_max_tokens)
         return list(await asyncio.gather(*(extractor.extract(text) for text in texts)))
 
-    async def _embed(self, texts: Sequence[str], timeout_s: Optional[float]) -> np.ndarray:
-        return await self._batches(texts, lambda batch: self.models.embed(batch, timeout_s))
+    async def _embed_by_length(self, groups: Sequence[Sequence[str]], timeout_s: Optional[float]) -> list[np.ndarray]:
+        """Embed several lists of texts in requests of similar length, returning one array per list.
+
+        The encoder pads a batch to its longest text, and Triton merges concurrent requests into one batch:
+        sent in length order, a 10-token entity name is not padded to a 254-token chunk piece beside it.
+        """
+        flat = [(len(text), group, row, text) for group, texts in enumerate(groups) for row, text in enumerate(texts)]
+        flat.sort(key=lambda item: item[0])
+        vectors = await self._batches([text for *_, text in flat], lambda batch: self.models.embed(batch, timeout_s))
+        results = [np.zeros((len(texts), vectors.shape[1] if vectors.size else 0), np.float32) for texts in groups]
+        for (_, group, row, _), vector in zip(flat, vectors):
+            results[group][row] = vector
+        return [result if len(result) else np.zeros((0, 0), np.float32) for result in results]
 
     async def _embed_images(self, family: str, images: Sequence[bytes], timeout_s: Optional[float]) -> np.ndarray:
         return await self._batches(images, lambda batch: self.models.embed_page_images(family, batch, timeout_s))
@@ -375,9 +385,15 @@ def _mentions(evidence: Sequence[EvidenceRecord], extractions: Sequence[Extracti
     return entities, relations
 
 
+# A relation is embedded as its two names, keywords and the start of its description: co-occurrence relations
+# describe themselves with their whole sentence, and every pair in a sentence would embed it again in full.
+RELATION_DESCRIPTION_CHARS = 160
+
+
 def _relation_text(first_mention: dict[str, EntityMention], relation: RelationMention) -> str:
     names = [first_mention[k].name if k in first_mention else k for k in (relation.source, relation.target)]
-    return f"{names[0]} - {names[1]}: {relation.keywords} {relation.description}".strip()
+    description = relation.description[:RELATION_DESCRIPTION_CHARS]
+    return f"{names[0]} - {names[1]}: {relation.keywords} {description}".strip()
 
 
 def _mean_per_chunk(pieces: np.ndarray, counts: Sequence[int]) -> np.ndarray:
