@@ -7,7 +7,6 @@ an index out of step with the records it points at. Row i of an index is row i o
 from __future__ import annotations
 
 import functools
-import logging
 import math
 import re
 from dataclasses import dataclass
@@ -17,7 +16,6 @@ import faiss
 import numpy as np
 from scipy import sparse
 
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,14 @@ parsing with model work. Only the commit takes the collection's write lock.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
-import logging
 import re
 import shutil
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
-from typing import Awaitable, Callable, Optional, Sequence
+from typing import Awaitable, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -36,8 +36,6 @@ from .segments import DocumentRecord, EntityMention, EvidenceRecord, PageRecord,
 from .store import KnowledgeBase
 from .text_source import decode_text, parse_text
 
-log = logging.getLogger(__name__)
-
 
 @dataclass(frozen=True)
 class IngestResult:
@@ -55,17 +53,13 @@ class _Stages:
     def __init__(self):
         self.seconds: dict[str, float] = {}
 
-    def timed(self, stage: str):
-        stages = self
-
-        class _Timer:
-            def __enter__(self):
-                self.started = time.monotonic()
-
-            def __exit__(self, *_):
-                stages.seconds[stage] = stages.seconds.get(stage, 0.0) + time.monotonic() - self.started
-
-        return _Timer()
+    @contextlib.contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + time.monotonic() - started
 
 
 class Ingestor:
@@ -142,8 +136,13 @@ class Ingestor:
                     )
                 if self.settings.page_images:  # rendering overlaps MinerU's parse
                     renders = asyncio.ensure_future(self._render(original, staging / "pages", stages))
-            with stages.timed("parse"):
-                parsed = await asyncio.to_thread(self.parser.parse, original, work / "mineru")
+            try:
+                with stages.timed("parse"):
+                    parsed = await asyncio.to_thread(self.parser.parse, original, work / "mineru")
+            except BaseException:
+                if renders is not None:  # let the render thread finish before the staging folder goes
+                    await asyncio.gather(renders, return_exceptions=True)
+                raise
             parsed = _adopt_assets(parsed, staging)
             if renders is not None:
                 parsed.page_images = await renders

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import logging
 import os
 import re
 import secrets
@@ -31,8 +30,6 @@ from ..errors import InvalidRequestError, NotFoundError
 from .graph import KnowledgeGraph, build_graph
 from .indexes import BM25Index, IndexSpec, VectorIndex
 from .segments import DocumentRecord, EvidenceRecord, PageRecord, Segment, fsync_path, write_durably
-
-log = logging.getLogger(__name__)
 
 COLLECTION_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 MANIFEST = "manifest.json"

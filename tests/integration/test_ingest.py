@@ -7,7 +7,6 @@ import asyncio
 import io
 import json
 import zipfile
-from pathlib import Path
 
 import grpc
 import pytest

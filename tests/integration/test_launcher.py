@@ -9,13 +9,12 @@ import queue
 import shutil
 import socket
 import subprocess
-import threading
 import time
 
 import grpc
 import numpy as np
 import pytest
-from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.grpc import service_pb2_grpc
 
 from orchestrator.errors import TritonSetupError
 from orchestrator.triton import contracts
