@@ -26,8 +26,8 @@ from pathlib import Path
 
 from orchestrator.config import Settings
 from orchestrator.knowledge.indexes import index_spec
-from orchestrator.knowledge.ingest import Ingestor
-from orchestrator.knowledge.mineru import MineruOptions, MineruParser
+from orchestrator.knowledge.ingest import Ingestor, mineru_options
+from orchestrator.knowledge.mineru import MineruParser
 from orchestrator.knowledge.store import KnowledgeBase
 from orchestrator.triton.client import TritonClient
 from orchestrator.triton.contracts import all_contracts
@@ -105,7 +105,7 @@ async def full_ingest(ingestor: Ingestor, files: list[Path], concurrency: int) -
 
 async def measure(url: str, settings: Settings, files: list[Path], work: Path, concurrency: int) -> dict:
     ingest_settings = settings.ingest
-    parser = MineruParser(MineruOptions(tier=ingest_settings.parser_tier, mode=ingest_settings.parser_mode))
+    parser = MineruParser(mineru_options(ingest_settings))
     parse_first = await parse_only(parser, files, work / "parse1", concurrency)
 
     async with TritonClient(url, default_timeout_s=600) as client:

@@ -68,15 +68,7 @@ class Ingestor:
         self.models = models
         self.settings = settings
         self.tokenizer = ChunkTokenizer(tokenizer_file)
-        self.parser = MineruParser(
-            MineruOptions(
-                tier=settings.parser_tier,
-                mode=settings.parser_mode,
-                timeout_s=settings.parser_timeout_s,
-                model_source=settings.parser_model_source,
-                model_dir=settings.parser_model_dir,
-            )
-        )
+        self.parser = MineruParser(mineru_options(settings))
         self.cooccurrence = CooccurrenceExtractor()
 
     async def ingest(
@@ -316,6 +308,16 @@ class Ingestor:
         return np.concatenate(parts).astype(np.float32)
 
 
+def mineru_options(settings: IngestSettings) -> MineruOptions:
+    return MineruOptions(
+        tier=settings.parser_tier,
+        mode=settings.parser_mode,
+        timeout_s=settings.parser_timeout_s,
+        model_source=settings.parser_model_source,
+        model_dir=settings.parser_model_dir,
+    )
+
+
 def _local_name(name: str, suffix: str) -> str:
     """A safe file name for a document name (which may hold folders or any character)."""
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", PurePosixPath(name).stem).strip("._") or "document"
@@ -331,7 +333,7 @@ def _present(documents: dict[str, DocumentRecord], document_id: str) -> Optional
 
 
 def _adopt_assets(parsed: ParsedDocument, staging: Path) -> ParsedDocument:
-    """Copy the blocks' images into staging/assets and make their paths relative to the segment folder."""
+    """Move the blocks' images into staging/assets and make their paths relative to the segment folder."""
     if parsed.asset_root is None:
         return parsed
     blocks: list[Block] = []
@@ -340,7 +342,8 @@ def _adopt_assets(parsed: ParsedDocument, staging: Path) -> ParsedDocument:
             source = parsed.asset_root / block.asset
             target = staging / "assets" / block.asset
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target)
+            if not target.exists():  # two blocks may share an image
+                shutil.move(source, target)  # the parser's work folder is inside staging: a rename
             block = replace(block, asset=f"assets/{block.asset}")
         blocks.append(block)
     return replace(parsed, blocks=blocks, asset_root=staging)

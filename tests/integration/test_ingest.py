@@ -16,6 +16,7 @@ from orchestrator.ingest_batch import ingest_paths
 from orchestrator.knowledge.graph import BELONGS_TO
 from orchestrator.knowledge.store import MANIFEST, KnowledgeBase
 from tests import pdf_factory
+from tests.integration.test_models import call, png
 
 pytestmark = pytest.mark.integration
 
@@ -26,14 +27,9 @@ def client(running_orchestrator):
         yield client
 
 
-@pytest.fixture(scope="module")
-def orchestrator(running_orchestrator):
-    return running_orchestrator
-
-
-def stored(orchestrator, collection: str):
+def stored(running_orchestrator, collection: str):
     """The collection as the server committed it, read from disk by a separate read-only reader."""
-    return KnowledgeBase(orchestrator.data_dir, read_only=True).collection(collection).snapshot
+    return KnowledgeBase(running_orchestrator.data_dir, read_only=True).collection(collection).snapshot
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +37,7 @@ def report_pdf(tmp_path_factory):
     return pdf_factory.write_sample_report(tmp_path_factory.mktemp("pdf") / "northwind-report.pdf")
 
 
-def test_a_pdf_becomes_blocks_chunks_units_pages_and_vectors(client, orchestrator, report_pdf):
+def test_a_pdf_becomes_blocks_chunks_units_pages_and_vectors(client, running_orchestrator, report_pdf):
     report = client.ingest_file("pdfs", report_pdf.path)
     document = report.document
     assert not report.already_present and not report.replaced
@@ -49,7 +45,7 @@ def test_a_pdf_becomes_blocks_chunks_units_pages_and_vectors(client, orchestrato
     assert document.pages == 3 and document.units == 2 and document.chunks >= 1 and document.entities > 0
     assert {t.stage for t in report.stages} >= {"parse", "render_pages", "chunk", "extract", "embed", "commit"}
 
-    snapshot = stored(orchestrator, "pdfs")
+    snapshot = stored(running_orchestrator, "pdfs")
     units = {e.block_type: e for e in snapshot.evidence if e.kind == "unit"}
     assert set(units) == {"table", "image"}
     table, figure = units["table"], units["image"]
@@ -83,14 +79,6 @@ Globex Industries opened a plant in Springfield.
 """
 
 
-def png_bytes() -> bytes:
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    Image.new("RGB", (64, 32), "white").save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
 def content_list_archive(caption: str) -> bytes:
     """A MinerU V1 output folder, zipped as the CLI sends it: a table with a caption and its image."""
     items = [
@@ -109,14 +97,14 @@ def content_list_archive(caption: str) -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         archive.writestr("review/review_content_list.json", json.dumps(items))
-        archive.writestr("review/images/table.png", png_bytes())
+        archive.writestr("review/images/table.png", png(64, 32))
     return buffer.getvalue()
 
 
-def test_the_graph_holds_exactly_the_extracted_entities_and_belongs_to_edges(client, orchestrator):
+def test_the_graph_holds_exactly_the_extracted_entities_and_belongs_to_edges(client, running_orchestrator):
     client.ingest("graph", GRAPH_TEXT.encode(), "partners.md")
     client.ingest("graph", content_list_archive("Table 1: Sales of Initech by region"), "review")
-    snapshot = stored(orchestrator, "graph")
+    snapshot = stored(running_orchestrator, "graph")
     graph = snapshot.graph
     entities = {graph.nodes.key[n] for n in range(graph.node_count) if graph.nodes.kind[n] == "entity"}
     assert {"acme corporation", "globex industries", "springfield", "initech"} <= entities
@@ -138,20 +126,20 @@ def test_the_graph_holds_exactly_the_extracted_entities_and_belongs_to_edges(cli
     assert unit.text.startswith("Table: Table 1: Sales of Initech by region") and "North | 12" in unit.text
 
 
-def test_replace_and_delete_leave_no_orphans(client, orchestrator):
+def test_replace_and_delete_leave_no_orphans(client, running_orchestrator):
     collection = "lifecycle"
     client.ingest(collection, b"# Shared\n\nAcme Corporation works with Umbrella Group.", "keep.md")
     first = client.ingest(collection, b"# Old\n\nAcme Corporation bought Hooli Systems.", "notes.md")
     second = client.ingest(collection, b"# New\n\nAcme Corporation sold Pied Piper.", "notes.md")
     assert second.replaced and not first.replaced and second.document_id != first.document_id
-    snapshot = stored(orchestrator, collection)
+    snapshot = stored(running_orchestrator, collection)
     assert list(snapshot.documents) == ["keep.md", "notes.md"]
     assert "hooli systems" not in snapshot.entity_keys and "pied piper" in snapshot.entity_keys
     assert not any("Hooli" in e.text for e in snapshot.evidence)
 
     removed = client.delete_document(collection, "notes.md")
     assert removed.document_id == second.document_id
-    snapshot = stored(orchestrator, collection)
+    snapshot = stored(running_orchestrator, collection)
     assert list(snapshot.documents) == ["keep.md"]
     assert {"acme corporation", "umbrella group"} <= set(snapshot.entity_keys)
     assert not {"pied piper", "hooli systems"} & set(snapshot.entity_keys)
@@ -159,7 +147,7 @@ def test_replace_and_delete_leave_no_orphans(client, orchestrator):
     acme = graph.node("acme corporation")
     assert graph.nodes.documents[acme] == (snapshot.documents["keep.md"].document_id,)  # shared entity: one mention left
     assert snapshot.evidence_index.size == len(snapshot.evidence) == snapshot.documents["keep.md"].chunks
-    root = orchestrator.data_dir / "collections" / collection
+    root = running_orchestrator.data_dir / "collections" / collection
     assert sorted(p.name for p in root.iterdir()) == sorted([MANIFEST, snapshot.segments[0].folder.name])
     assert [d.name for d in client.list_documents(collection)] == ["keep.md"]
     with pytest.raises(grpc.RpcError) as missing:
@@ -167,7 +155,7 @@ def test_replace_and_delete_leave_no_orphans(client, orchestrator):
     assert missing.value.code() == grpc.StatusCode.NOT_FOUND
 
 
-def test_bad_documents_fail_alone_with_their_cause(orchestrator, tmp_path, capsys):
+def test_bad_documents_fail_alone_with_their_cause(running_orchestrator, tmp_path, capsys):
     folder = tmp_path / "batch"
     folder.mkdir()
     (folder / "good.md").write_text("# Good\n\nThe warehouse in Leeds ships on Mondays.")
@@ -181,7 +169,7 @@ def test_bad_documents_fail_alone_with_their_cause(orchestrator, tmp_path, capsy
     (escape / "escape_content_list.json").write_text(
         json.dumps([{"type": "image", "img_path": "../../secret.png", "image_caption": ["x"], "page_idx": 0, "bbox": [0, 0, 1, 1]}])
     )
-    failures = asyncio.run(ingest_paths(orchestrator.address, "batch", [folder], concurrency=2))
+    failures = asyncio.run(ingest_paths(running_orchestrator.address, "batch", [folder], concurrency=2))
     out = capsys.readouterr().out
     assert failures == 6, out
     expected = {
@@ -196,9 +184,9 @@ def test_bad_documents_fail_alone_with_their_cause(orchestrator, tmp_path, capsy
         line = next(line for line in out.splitlines() if line.startswith(f"FAILED {name}:"))
         assert "INVALID_ARGUMENT" in line and reason in line, line
     assert "good.md: added" in out
-    with ThinkServeClient(orchestrator.address) as client:
+    with ThinkServeClient(running_orchestrator.address) as client:
         assert [d.name for d in client.list_documents("batch")] == ["good.md"]
-    root = orchestrator.data_dir / "collections" / "batch"
+    root = running_orchestrator.data_dir / "collections" / "batch"
     assert len([p for p in root.iterdir() if p.is_dir()]) == 1  # no staging folder of a failed document is left
 
 
@@ -209,7 +197,6 @@ def test_llm_extraction_and_vlm_descriptions_go_through_triton(triton, tmp_path,
     from orchestrator.config import IngestSettings
     from orchestrator.knowledge.ingest import Ingestor
     from tests.conftest import MODEL_REPOSITORY
-    from tests.integration.test_models import call
 
     settings = IngestSettings(extractor="llm", describer="vlm", extraction_max_tokens=24, description_max_tokens=12)
     tokenizer = MODEL_REPOSITORY / "text_embedder_tokenize" / "1" / "tokenizer.json"
