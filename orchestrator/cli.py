@@ -85,10 +85,17 @@ def cmd_ask(args) -> int:
     from .client import ThinkServeClient
     from .presentation import print_query
 
+    options = {name: getattr(args, name) for name in QUERY_OPTIONS}
     with ThinkServeClient(_address(args)) as client:
-        events = client.query(args.collection, args.question, top_k=args.top_k, max_tokens=args.max_tokens, seed=args.seed)
-        print_query(args.question, events)
+        print_query(args.question, client.query(args.collection, args.question, **options))
     return 0
+
+
+# `ask` options, named as the QueryOptions fields of the proto; unset ones keep the server's settings.
+QUERY_OPTIONS = (
+    "top_k", "max_tokens", "seed", "route", "router", "chunk_top_k", "entity_top_k", "graph_hops", "sparse", "graph",
+    "rerank", "page_images", "page_top_m", "page_top_k", "perception", "uncertainty", "answerer",
+)
 
 
 def cmd_health(args) -> int:
@@ -142,9 +149,17 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "ask":
             command.add_argument("--collection", required=True)
             command.add_argument("question")
-            command.add_argument("--top-k", type=int)
+            command.add_argument("--top-k", type=int, help="evidence items for the answer (default: the route's)")
             command.add_argument("--max-tokens", type=int)
             command.add_argument("--seed", type=int)
+            command.add_argument("--route", choices=("simple", "moderate", "complex"), help="take this route (no router)")
+            command.add_argument("--router", choices=("features", "model"))
+            command.add_argument("--answerer", choices=("extractive", "llm"))
+            command.add_argument("--perception", choices=("dpr", "end_to_end", "off"))
+            for number in ("chunk-top-k", "entity-top-k", "graph-hops", "page-top-m", "page-top-k"):
+                command.add_argument(f"--{number}", type=int)
+            for stage in ("sparse", "graph", "rerank", "page-images", "uncertainty"):
+                command.add_argument(f"--{stage}", action=argparse.BooleanOptionalAction, help=f"switch {stage} on or off")
 
     demo = commands.add_parser("demo", help="start everything, ingest the bundled sample, ask its questions, stop")
     demo.add_argument("--samples", type=Path, nargs="+", default=[Path("samples/northwind-2024-annual-report.md")])

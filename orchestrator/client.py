@@ -15,7 +15,7 @@ _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024), ("grp
 
 
 def query_request(collection: str, question: str, **options) -> "pb.QueryRequest":
-    """options: top_k, max_tokens, temperature, top_p, seed (None = server default)."""
+    """options: the fields of QueryOptions in the proto (top_k, route, rerank, answerer, ...); None = server default."""
     return pb.QueryRequest(
         collection=collection,
         question=question,

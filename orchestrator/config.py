@@ -51,9 +51,126 @@ class StorageSettings(_Section):
     data_dir: Path = Path(".thinkserve/data")
 
 
+RouteName = Literal["simple", "moderate", "complex"]
+ROUTE_NAMES: tuple[str, ...] = ("simple", "moderate", "complex")  # orchestrator.triton.contracts.ROUTE_LABELS
+
+
+class RoutePolicy(_Section):
+    """How much work a route buys (AutoThinkRAG: the route decides retrieval depth and which stages run).
+
+    A stage runs when its route policy, the server switch (retrieval.rerank, pages.enabled, ...) and the
+    request's own switch all allow it."""
+
+    evidence_k: int = Field(ge=1)  # evidence items handed to the answerer (the pruner's capacity)
+    chunk_top_k: int = Field(ge=1)  # dense and sparse hits per (sub-)question
+    entity_top_k: int = Field(ge=0)  # entities (and relations) matched per (sub-)question: the graph's seeds
+    graph_hops: int = Field(ge=0)
+    rerank: bool
+    page_images: bool
+    perception: bool
+    uncertainty: bool
+    decompose: bool  # split the question into sub-questions, each retrieved for
+
+
+class RouteSettings(_Section):
+    simple: RoutePolicy = RoutePolicy(
+        evidence_k=3, chunk_top_k=10, entity_top_k=20, graph_hops=1, rerank=True, page_images=False,
+        perception=True, uncertainty=False, decompose=False,
+    )
+    moderate: RoutePolicy = RoutePolicy(
+        evidence_k=5, chunk_top_k=20, entity_top_k=40, graph_hops=1, rerank=True, page_images=True,
+        perception=True, uncertainty=False, decompose=True,
+    )
+    complex: RoutePolicy = RoutePolicy(
+        evidence_k=8, chunk_top_k=20, entity_top_k=40, graph_hops=2, rerank=True, page_images=True,
+        perception=True, uncertainty=True, decompose=True,
+    )
+
+    def policy(self, route: str) -> RoutePolicy:
+        return getattr(self, route)
+
+
+class RouterSettings(_Section):
+    # features: the question's intent, entities, visual references, constraints and dependency cues decide;
+    # model: the router model in Triton decides (features are still computed and reported);
+    # fixed: every question takes `fixed_route`. None: the profile's default (tiny: features, since its router
+    # model has random weights; otherwise model).
+    mode: Optional[Literal["features", "model", "fixed"]] = None
+    fixed_route: RouteName = "complex"
+    moderate_at: float = Field(2.0, ge=0)  # feature complexity score at which a question is Moderate
+    complex_at: float = Field(4.0, ge=0)  # ... and Complex
+    max_sub_questions: int = Field(3, ge=0)
+
+
 class RetrievalSettings(_Section):
-    top_k: int = Field(5, ge=1)
-    max_top_k: int = Field(50, ge=1)
+    """Hybrid retrieval: dense + sparse + graph candidates, fused, then reranked."""
+
+    max_top_k: int = Field(50, ge=1)  # upper limit of every top-K a request may ask for
+    sparse: bool = True  # BM25 over chunks and units
+    graph: bool = True  # neighbourhood expansion + personalized PageRank from the matched entities
+    rerank: bool = True  # cross-encoder through Triton (where the route allows it)
+    # Fusion: score = weighted mean of the signals of the enabled stages, each in [0, 1].
+    semantic_weight: float = Field(0.5, ge=0)  # cosine of the question and the evidence
+    lexical_weight: float = Field(0.2, ge=0)  # BM25, divided by the best BM25 score among the candidates
+    structural_weight: float = Field(0.2, ge=0)  # graph score (PageRank mass of its entities), normalised
+    modality_weight: float = Field(0.1, ge=0)  # match with the question's preferred block types
+    # Final score = (1 - w) * fused + w * sigmoid(rerank score). None: the profile's default (tiny: 0, since
+    # its cross-encoder has random weights and would scramble the real embedder's ranking; otherwise 1).
+    rerank_weight: Optional[float] = Field(None, ge=0, le=1)
+    rerank_candidates: int = Field(20, ge=1)  # fused candidates the cross-encoder scores
+    graph_top_k: int = Field(20, ge=0)  # evidence records the graph adds as candidates
+    graph_max_nodes: int = Field(2000, ge=1)  # neighbourhood size cap: keeps PageRank cheap on big graphs
+    pagerank_damping: float = Field(0.85, ge=0, lt=1)
+    min_seed_similarity: float = Field(0.3, ge=-1, le=1)  # entities less similar than this seed nothing
+    # Refusal: when no candidate is at least this similar to the question (cosine), the evidence cannot
+    # answer it and the answer says so instead of guessing.
+    min_similarity: float = Field(0.2, ge=-1, le=1)
+    context_blocks: int = Field(1, ge=0)  # adjacent blocks fetched on each side of a selected unit
+
+
+class PageSettings(_Section):
+    """Page-image retrieval (V-RAG): every encoder family's similarities averaged, then the VLM filter."""
+
+    enabled: bool = True
+    top_m: int = Field(60, ge=1)  # pages the VLM relevance filter looks at
+    top_k: int = Field(5, ge=0)  # pages kept
+    max_top_m: int = Field(200, ge=1)  # upper limit of top_m a request may ask for
+    min_relevance: float = Field(0.5, ge=0, le=1)  # P(yes) the VLM must give a page
+
+
+class PerceptionSettings(_Section):
+    """Decomposition of perception and reasoning (DPR): the VLM turns visual evidence into text."""
+
+    # dpr: the VLM describes each selected image, table and page, the answerer reasons over text;
+    # end_to_end: the VLM answers from the images itself (the paper's baseline, for comparison); off.
+    mode: Literal["dpr", "end_to_end", "off"] = "dpr"
+    max_items: int = Field(4, ge=0)  # visual evidence items described (or sent end to end) per query
+    max_tokens: int = Field(96, ge=1)
+
+
+class UncertaintySettings(_Section):
+    """Uncertainty-guided answering (HKRAG): pruner, judger, decoupler, summarizer (LLM answerer only)."""
+
+    enabled: bool = True
+    threshold: float = Field(0.8, ge=0, le=1)  # normalised mean token entropy above which an answer is uncertain
+    sufficiency: float = Field(1.5, gt=0)  # the pruner stops adding evidence once relevance sums to this
+    probe_tokens: int = Field(16, ge=1)  # length of the answer whose entropy the judger measures
+    max_iterations: int = Field(2, ge=0)  # decoupler rounds
+    detail_tokens: int = Field(64, ge=1)  # length of each round's fine-print notes
+
+
+class AnswerSettings(_Section):
+    # extractive: the best evidence sentences, chosen with the embedder, with citations; llm: generated.
+    # None: the profile's default (tiny: extractive, since its LLM has random weights; otherwise llm).
+    answerer: Optional[Literal["extractive", "llm"]] = None
+    extractive_sentences: int = Field(3, ge=1)  # at most this many sentences in an extractive answer
+    extractive_min_similarity: float = Field(0.3, ge=-1, le=2)  # each scores at least this ...
+    extractive_margin: float = Field(0.15, ge=0)  # ... and at most this much below the best sentence
+    extractive_candidates: int = Field(16, ge=1)  # sentences embedded per answer (most shared words first)
+    # With less time than this left before the deadline the LLM is not started: the extractive answer is
+    # given instead, flagged as degraded. The same answer replaces an LLM that fails or runs out of time.
+    llm_reserve_s: float = Field(1.0, ge=0)
+    extractive_reserve_s: float = Field(0.25, ge=0)  # time kept back for that fallback
 
 
 class IndexSettings(_Section):
@@ -106,12 +223,31 @@ class GenerationSettings(_Section):
     top_p: float = Field(1.0, gt=0, le=1)
 
 
+# Settings left unset (None) take their value from the profile: the tiny profile's router, cross-encoder and
+# LLM have random weights, so it decides routes by features, gives the reranker no say and answers
+# extractively; every other profile serves trained models and uses them. Either way every path is real.
+TRAINED_MODEL_DEFAULTS: tuple[tuple[str, str, Any], ...] = (
+    ("router", "mode", "model"),
+    ("retrieval", "rerank_weight", 1.0),
+    ("answer", "answerer", "llm"),
+)
+PROFILE_DEFAULTS: dict[str, tuple[tuple[str, str, Any], ...]] = {
+    "tiny": (("router", "mode", "features"), ("retrieval", "rerank_weight", 0.0), ("answer", "answerer", "extractive")),
+}
+
+
 class Settings(_Section):
     profile: str = "tiny"
     triton: TritonSettings = TritonSettings()
     server: ServerSettings = ServerSettings()
     storage: StorageSettings = StorageSettings()
     retrieval: RetrievalSettings = RetrievalSettings()
+    router: RouterSettings = RouterSettings()
+    routes: RouteSettings = RouteSettings()
+    pages: PageSettings = PageSettings()
+    perception: PerceptionSettings = PerceptionSettings()
+    uncertainty: UncertaintySettings = UncertaintySettings()
+    answer: AnswerSettings = AnswerSettings()
     index: IndexSettings = IndexSettings()
     ingest: IngestSettings = IngestSettings()
     generation: GenerationSettings = GenerationSettings()
@@ -123,6 +259,11 @@ class Settings(_Section):
             object.__setattr__(self, "triton", self.triton.model_copy(update={"model_repository": repository}))
         if self.ingest.chunk_overlap_tokens >= self.ingest.chunk_tokens:
             raise ValueError("ingest.chunk_overlap_tokens must be smaller than ingest.chunk_tokens")
+        defaults = PROFILE_DEFAULTS.get(self.profile, TRAINED_MODEL_DEFAULTS)
+        for section, field, value in defaults:
+            current = getattr(self, section)
+            if getattr(current, field) is None:
+                object.__setattr__(self, section, current.model_copy(update={field: value}))
         return self
 
     @property

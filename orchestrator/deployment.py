@@ -51,11 +51,12 @@ class Deployment:
                 raise TritonUnavailableError(f"Triton at {self.triton_url} is not ready")
             models = TritonModels(self.triton_client)
             knowledge = KnowledgeBase(self.settings.storage.data_dir, index_spec(self.settings.index))
+            ingestor = Ingestor(knowledge, models, self.settings.ingest, self.settings.tokenizer_file)
             service = ThinkServeService(
                 self.settings,
                 models,
-                Ingestor(knowledge, models, self.settings.ingest, self.settings.tokenizer_file),
-                QueryPipeline(self.settings, models, knowledge),
+                ingestor,
+                QueryPipeline(self.settings, models, knowledge, ingestor.tokenizer),
                 self.required_models,
             )
             self.address = await self._start_server(service)

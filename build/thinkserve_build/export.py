@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -354,15 +355,23 @@ def export_llm(location: str, spec: GeneratorSpec, out: Path) -> dict:
 
 
 class LlavaVisionExport(nn.Module):
-    """pixel_values [n, 3, h, w] -> projected image features [n, tokens per image, decoder width]."""
+    """pixel_values [n, 3, h, w] -> projected image features [n, tokens per image, decoder width].
+
+    LlavaModel.get_image_features computed as one tensor: the library splits its result into a list per
+    image, which traces into a graph fixed to the sample's image count."""
 
     def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
 
     def forward(self, pixel_values):
-        features = _pooled(self.model.model.get_image_features(pixel_values=pixel_values))
-        return torch.stack(list(features)) if isinstance(features, (list, tuple)) else features
+        llava, config = self.model.model, self.model.config
+        hidden = llava.vision_tower(pixel_values, output_hidden_states=True, return_dict=True).hidden_states
+        layers = config.vision_feature_layer
+        pool = [hidden[layers]] if isinstance(layers, int) else [hidden[layer] for layer in layers]
+        if config.vision_feature_select_strategy == "default":
+            pool = [states[:, 1:] for states in pool]
+        return llava.multi_modal_projector(torch.cat(pool, dim=-1))
 
 
 class TokenEmbeddingExport(nn.Module):
@@ -400,6 +409,12 @@ def export_vlm(location: str, spec: GeneratorSpec, out: Path) -> dict:
     decoder = KVCacheDecoderExport(model.model.language_model, model.lm_head, text_config, takes_embeddings=True)
     decoder_path = _export_decoder(decoder.eval(), out)
 
+    # Several images in one vision call give each image's own features (the graph's batch axis is free).
+    two = torch.randn(2, 3, preprocessing.height, preprocessing.width)
+    with torch.no_grad():
+        reference = torch.stack(list(_pooled(model.model.get_image_features(pixel_values=two))))
+    onnx_tools.check_close("VLM image features", reference, onnx_tools.run(vision_path, {"pixel_values": two}, ["image_features"])[0])
+
     # First-token logits of a prompt with one image: ONNX (embed, splice features, decode) vs PyTorch.
     with torch.no_grad():
         features = vision(pixels)
@@ -412,6 +427,10 @@ def export_vlm(location: str, spec: GeneratorSpec, out: Path) -> dict:
     decoder_session = KVCacheDecoder(onnx_tools.session(decoder_path))
     logits, _ = decoder_session.forward(spliced, decoder_session.empty_cache(), 0)
     onnx_tools.check_close("VLM first-token logits", expected, logits, atol=1e-3)
+    # The relevance filter prefills many prompts of one length in one run: the batch axis must be exact too.
+    batched = decoder_session.prefill_logits(np.repeat(spliced, 3, axis=0))
+    for row in batched:
+        onnx_tools.check_close("VLM batched prefill logits", expected, row, atol=1e-3)
     return {
         "decoder_file": decoder_path.name,
         "vision_file": vision_path.name,

@@ -74,6 +74,32 @@ class CpuTarget:
         )
         return PlannedModel(config, files, python_class)
 
+    def relevance(self, contract: ModelContract, artifact: Artifact, serving: ServingOptions) -> PlannedModel:
+        """The VLM's yes/no page filter: the VLM's files behind a batchable (not decoupled) model."""
+        facts = artifact.facts
+        files = {"tokenizer.json": artifact.file("tokenizer_file")}
+        parameters = {"tokenizer_file": "tokenizer.json"}
+        for key in ("decoder_file", "vision_file", "embed_file"):
+            files[facts[key]] = artifact.file(key)
+            parameters[key] = facts[key]
+        parameters.update(
+            image_token=facts["image_token"],
+            image_tokens_per_image=facts["image_tokens_per_image"],
+            preprocessing=facts["preprocessing"],
+            max_context=facts["max_context"],
+            intra_op_threads=serving.intra_op_threads,
+        )
+        config = python_model(
+            contract.name,
+            list(contract.inputs),
+            list(contract.outputs),
+            parameters,
+            serving.max_batch_size,
+            serving.encoder_instances,
+            serving.queue_delay_us,
+        )
+        return PlannedModel(config, files, f"{BACKEND}.relevance:ImageRelevanceModel")
+
 
 TARGETS = {"cpu": CpuTarget()}
 
@@ -185,6 +211,7 @@ def plan(profile: Profile, artifacts: dict[str, Artifact], target_name: str = "c
         models += _page_image_encoder(spec.family, artifact, target, serving)
     models.append(target.generator(contracts.LLM, artifacts["llm"], serving))
     models.append(target.generator(contracts.VLM, artifacts["vlm"], serving))
+    models.append(target.relevance(contracts.VLM_RELEVANCE, artifacts["vlm"], serving))
     return models
 
 

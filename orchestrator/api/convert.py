@@ -2,69 +2,141 @@
 
 from __future__ import annotations
 
+from dataclasses import fields as dataclass_fields
+
 from ..knowledge.ingest import IngestResult
 from ..knowledge.segments import DocumentRecord
-from ..pipeline.events import AnswerDeltaEvent, EvidenceEvent, FinalAnswerEvent, QueryEvent
+from ..pipeline.accounting import CostReport
+from ..pipeline.events import (
+    AnswerDeltaEvent,
+    EvidenceEvent,
+    EvidenceItem,
+    FinalAnswerEvent,
+    QueryEvent,
+    RouteEvent,
+    Signals,
+    UncertaintyReport,
+)
+from ..pipeline.plan import QueryOptions
 from ..pipeline.query import QueryInput
+from ..pipeline.router import RouteDecision
 from .protos import pb
+
+
+_OPTION_FIELDS = tuple(f.name for f in dataclass_fields(QueryOptions))
 
 
 def query_input(request: "pb.QueryRequest") -> QueryInput:
     options = request.options
+    values = {name: getattr(options, name) for name in _OPTION_FIELDS if options.HasField(name)}
+    return QueryInput(collection=request.collection, question=request.question, options=QueryOptions(**values))
 
-    def optional(name: str):
-        return getattr(options, name) if options.HasField(name) else None
 
-    return QueryInput(
-        collection=request.collection,
-        question=request.question,
-        top_k=optional("top_k"),
-        max_tokens=optional("max_tokens"),
-        temperature=optional("temperature"),
-        top_p=optional("top_p"),
-        seed=optional("seed"),
+def route_decision(decision: RouteDecision) -> "pb.RouteDecision":
+    features = decision.features
+    return pb.RouteDecision(
+        label=decision.label,
+        source=decision.source,
+        probabilities=list(decision.probabilities),
+        sub_questions=list(decision.sub_questions),
+        instruction=decision.instruction,
+        intent=features.intent,
+        entities=list(features.entities),
+        visual_references=features.visual_references,
+        constraints=features.constraints,
+        dependency_cues=features.dependency_cues,
+        complexity_score=features.score,
+        modalities=features.modalities,
     )
 
 
-def query_event(event: QueryEvent, request_id: str) -> "pb.QueryEvent":
-    if isinstance(event, EvidenceEvent):
-        items = [
-            pb.EvidenceItem(
-                passage_id=item.record.evidence_id,
-                document_id=item.record.document_id,
-                document_name=item.record.document_name,
-                page=item.record.page,
-                block_type=item.record.block_type,
-                section=item.record.section,
-                text=item.record.text,
-                score=item.score,
-                rank=item.rank,
-                regions=[pb.Region(page=s.page, bbox=list(s.bbox) if any(s.bbox) else []) for s in item.record.spans if s.page >= 0],
-                asset=item.record.asset,
+def signals(value: Signals) -> "pb.Signals":
+    optional = {
+        name: getattr(value, name) for name in ("rerank", "page_similarity", "page_relevance") if getattr(value, name) is not None
+    }
+    return pb.Signals(
+        semantic=value.semantic, lexical=value.lexical, structural=value.structural, modality=value.modality,
+        fused=value.fused, final=value.final, found_by=list(value.found_by), **optional,
+    )
+
+
+def evidence_item(item: EvidenceItem) -> "pb.EvidenceItem":
+    record = item.record
+    return pb.EvidenceItem(
+        passage_id=record.evidence_id,
+        document_id=record.document_id,
+        document_name=record.document_name,
+        page=record.page,
+        block_type=record.block_type,
+        section=record.section,
+        text=record.text,
+        score=item.score,
+        rank=item.rank,
+        regions=[pb.Region(page=s.page, bbox=list(s.bbox) if any(s.bbox) else []) for s in record.spans if s.page >= 0],
+        asset=record.asset,
+        kind=record.kind,
+        signals=signals(item.signals),
+        context=list(item.context),
+        perception=item.perception,
+    )
+
+
+def cost(report: CostReport) -> "pb.Cost":
+    return pb.Cost(
+        models=[
+            pb.ModelUsage(
+                model=u.model, stage=u.stage, calls=u.calls, items=u.items, tokens_in=u.tokens_in, tokens_out=u.tokens_out,
+                model_ms=u.model_ms,
             )
-            for item in event.items
-        ]
-        return pb.QueryEvent(request_id=request_id, evidence=pb.Evidence(items=items))
+            for u in report.usage
+        ],
+        model_ms=report.model_ms,
+        orchestrator_ms=report.orchestrator_ms,
+    )
+
+
+def uncertainty(report: UncertaintyReport) -> "pb.Uncertainty":
+    return pb.Uncertainty(
+        evidence_used=report.evidence_used, relevance_mass=report.relevance_mass, entropies=list(report.entropies),
+        threshold=report.threshold, iterations=report.iterations, uncertain=report.uncertain, details=report.details,
+    )
+
+
+def final_answer(event: FinalAnswerEvent) -> "pb.FinalAnswer":
+    final = pb.FinalAnswer(
+        text=event.text,
+        citations=[
+            pb.Citation(evidence_rank=c.evidence_rank, passage_id=c.passage_id, document_name=c.document_name, page=c.page)
+            for c in event.citations
+        ],
+        finish_reason=event.finish_reason,
+        answer_source=event.answer_source,
+        timings=[pb.StageTiming(stage=name, milliseconds=ms) for name, ms in event.timings_ms.items()],
+        usage=pb.Usage(
+            model_calls=event.usage.model_calls,
+            prompt_tokens=event.usage.prompt_tokens,
+            completion_tokens=event.usage.completion_tokens,
+        ),
+        degraded=event.degraded,
+        degraded_reason=event.degraded_reason,
+    )
+    if event.cost is not None:
+        final.cost.CopyFrom(cost(event.cost))
+    if event.uncertainty is not None:
+        final.uncertainty.CopyFrom(uncertainty(event.uncertainty))
+    return final
+
+
+def query_event(event: QueryEvent, request_id: str) -> "pb.QueryEvent":
+    if isinstance(event, RouteEvent):
+        return pb.QueryEvent(request_id=request_id, route=route_decision(event.decision))
+    if isinstance(event, EvidenceEvent):
+        return pb.QueryEvent(request_id=request_id, evidence=pb.Evidence(items=[evidence_item(i) for i in event.items]))
     if isinstance(event, AnswerDeltaEvent):
         tokens = [pb.TokenInfo(token_id=t.token_id, log_prob=t.log_prob, normalized_entropy=t.normalized_entropy) for t in event.tokens]
         return pb.QueryEvent(request_id=request_id, delta=pb.AnswerDelta(text=event.text, tokens=tokens))
     if isinstance(event, FinalAnswerEvent):
-        final = pb.FinalAnswer(
-            text=event.text,
-            citations=[
-                pb.Citation(evidence_rank=c.evidence_rank, passage_id=c.passage_id, document_name=c.document_name, page=c.page)
-                for c in event.citations
-            ],
-            finish_reason=event.finish_reason,
-            answer_source=event.answer_source,
-            timings=[pb.StageTiming(stage=name, milliseconds=ms) for name, ms in event.timings_ms.items()],
-            usage=pb.Usage(
-                model_calls=event.usage.model_calls,
-                prompt_tokens=event.usage.prompt_tokens,
-                completion_tokens=event.usage.completion_tokens,
-            ),
-        )
-        return pb.QueryEvent(request_id=request_id, final=final)
+        return pb.QueryEvent(request_id=request_id, final=final_answer(event))
     raise TypeError(f"unknown event {type(event).__name__}")
 
 

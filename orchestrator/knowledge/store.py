@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
+from scipy import sparse
 
 from ..errors import InvalidRequestError, NotFoundError
 from .graph import KnowledgeGraph, build_graph
@@ -101,6 +102,53 @@ class Snapshot:
     def lexical(self) -> BM25Index:
         with self._lock:
             return BM25Index([e.text for e in self.evidence])
+
+    @functools.cached_property
+    def evidence_rows(self) -> dict[str, int]:
+        """Evidence id -> its row in `evidence` and in the evidence index."""
+        return {record.evidence_id: row for row, record in enumerate(self.evidence)}
+
+    @functools.cached_property
+    def entity_key_set(self) -> frozenset[str]:
+        return frozenset(self.entity_keys)
+
+    @functools.cached_property
+    def node_evidence(self) -> sparse.csr_matrix:
+        """[graph nodes x evidence rows], 1 where the node (entity or unit) comes from that chunk or unit."""
+        graph, rows = self.graph, self.evidence_rows
+        with self._lock:
+            pointers, columns = [0], []
+            for node_evidence in graph.nodes.evidence:
+                columns.extend(rows[e] for e in node_evidence if e in rows)
+                pointers.append(len(columns))
+            data = np.ones(len(columns), dtype=np.float64)
+            return sparse.csr_matrix((data, columns, pointers), shape=(graph.node_count, len(self.evidence)))
+
+    def evidence_vectors(self, rows: Sequence[int]) -> np.ndarray:
+        """The stored embeddings of evidence rows [n, d] (read from the segments, not the index)."""
+        return _gather(self.segments, "evidence_vectors", self._evidence_starts, rows, self.dimension)
+
+    def page_vectors(self, family: str, rows: Sequence[int]) -> np.ndarray:
+        """Page-image embeddings of one encoder family for page rows; a page that family lacks is zeros."""
+        dimension = self.page_indexes[family].dimension if family in self.page_indexes else 0
+        starts = np.cumsum([0] + [len(s.pages) for s in self.segments])
+        out = np.zeros((len(rows), dimension), dtype=np.float32)
+        for i, row in enumerate(rows):
+            number = int(np.searchsorted(starts, row, side="right")) - 1
+            vectors = self.segments[number].page_vectors.get(family)
+            if vectors is not None and len(vectors):
+                out[i] = vectors[row - starts[number]]
+        return out
+
+    def page_image(self, page: PageRecord) -> bytes:
+        segment = self._segment_of_document[page.document_id]
+        if segment.folder is None:
+            raise FileNotFoundError(f"document {page.document_id} has no folder on disk")
+        return (segment.folder / page.image).read_bytes()
+
+    @functools.cached_property
+    def _evidence_starts(self) -> np.ndarray:
+        return np.cumsum([0] + [len(s.evidence) for s in self.segments])
 
     def search_evidence(self, vector: np.ndarray, k: int) -> list[tuple[EvidenceRecord, float]]:
         """Chunks and units by cosine similarity (embeddings are L2-normalised), best first."""
@@ -291,6 +339,17 @@ def _rows(segments: Sequence[Segment], kind: str, rows: Sequence[tuple[int, int]
         return _stack(())
     attribute = f"{kind}_vectors"
     return np.stack([np.asarray(getattr(segments[number], attribute)[row]) for number, row in rows]).astype(np.float32)
+
+
+def _gather(segments: Sequence[Segment], attribute: str, starts: np.ndarray, rows: Sequence[int], dimension: int) -> np.ndarray:
+    """Rows of a per-segment table (`starts`: each segment's first global row), in the order asked."""
+    rows = np.asarray(rows, dtype=np.int64)
+    out = np.zeros((len(rows), dimension), dtype=np.float32)
+    numbers = np.searchsorted(starts, rows, side="right") - 1
+    for number in np.unique(numbers):
+        chosen = np.flatnonzero(numbers == number)
+        out[chosen] = np.asarray(getattr(segments[number], attribute))[rows[chosen] - starts[number]]
+    return out
 
 
 def _stack(arrays) -> np.ndarray:

@@ -1,17 +1,44 @@
-"""What a query streams back, in order: evidence, answer deltas, one final answer."""
+"""What a query streams back, in order: the route, the evidence, answer deltas, one final answer."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 from ..knowledge.segments import EvidenceRecord
+from .accounting import CostReport
+from .router import RouteDecision
+
+
+@dataclass(frozen=True)
+class RouteEvent:
+    decision: RouteDecision
+
+
+@dataclass(frozen=True)
+class Signals:
+    """Every score behind an evidence item's place (all in [0, 1] except rerank, the cross-encoder's raw score)."""
+
+    semantic: float = 0.0
+    lexical: float = 0.0
+    structural: float = 0.0
+    modality: float = 0.0
+    fused: float = 0.0
+    rerank: Optional[float] = None
+    page_similarity: Optional[float] = None  # page evidence: encoder families' averaged similarity
+    page_relevance: Optional[float] = None  # page evidence: the VLM filter's P(yes)
+    final: float = 0.0
+    found_by: tuple[str, ...] = ()  # dense | sparse | graph | page
 
 
 @dataclass(frozen=True)
 class EvidenceItem:
     rank: int  # 1-based, as cited in the answer ([1], [2], ...)
-    score: float
-    record: EvidenceRecord
+    score: float  # the final score the ranking used
+    record: EvidenceRecord  # kind "chunk", "unit", or "page" for a page image
+    signals: Signals = Signals()
+    context: tuple[str, ...] = ()  # adjacent blocks on the page (units)
+    perception: str = ""  # the VLM's textual account of the image, table or page (DPR)
 
 
 @dataclass(frozen=True)
@@ -43,8 +70,21 @@ class Citation:
 @dataclass(frozen=True)
 class Usage:
     model_calls: int = 0
-    prompt_tokens: int = 0
+    prompt_tokens: int = 0  # of the answering model (LLM or VLM), every call of the query
     completion_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class UncertaintyReport:
+    """HKRAG's loop as it ran: the pruner's cut, the judger's entropies, the decoupler's rounds."""
+
+    evidence_used: int  # evidence items the pruner kept
+    relevance_mass: float  # what they summed to
+    entropies: tuple[float, ...]  # normalised mean token entropy of each probe answer
+    threshold: float
+    iterations: int  # decoupler rounds that ran
+    uncertain: bool  # still above the threshold at the end
+    details: str = ""  # the fine-print notes the decoupler mined
 
 
 @dataclass(frozen=True)
@@ -52,9 +92,13 @@ class FinalAnswerEvent:
     text: str
     citations: tuple[Citation, ...]
     finish_reason: str
-    answer_source: str
+    answer_source: str  # llm | extractive | vlm | refusal
     timings_ms: dict[str, float] = field(default_factory=dict)
     usage: Usage = Usage()
+    cost: Optional[CostReport] = None
+    degraded: bool = False  # the answer is the extractive fallback for an LLM that failed or ran out of time
+    degraded_reason: str = ""
+    uncertainty: Optional[UncertaintyReport] = None
 
 
-QueryEvent = EvidenceEvent | AnswerDeltaEvent | FinalAnswerEvent
+QueryEvent = RouteEvent | EvidenceEvent | AnswerDeltaEvent | FinalAnswerEvent

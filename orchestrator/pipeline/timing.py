@@ -22,6 +22,10 @@ class StageTimer:
     def record(self, name: str, seconds: float) -> None:
         self.stages[name] = self.stages.get(name, 0.0) + seconds * 1000.0
 
+    def merge(self, stages_ms: dict[str, float]) -> None:
+        for name, ms in stages_ms.items():
+            self.stages[name] = self.stages.get(name, 0.0) + ms
+
     def since_start_ms(self) -> float:
         return (time.monotonic() - self.started) * 1000.0
 

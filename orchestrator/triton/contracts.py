@@ -111,6 +111,15 @@ VLM = ModelContract(
     description="Vision encoder + decoder; images are encoded PNG/JPEG bytes referenced by <image> in the prompt.",
 )
 
+# V-RAG's LMM filter: the VLM's answer to "Can this image provide answers to this question? Respond only with yes
+# or no", read off its next-token distribution in one prefill (no decoding), so pages batch like an encoder.
+VLM_RELEVANCE = ModelContract(
+    name="vlm_relevance",
+    inputs=(Tensor("question", "BYTES", (1,)), Tensor("image", "BYTES", (1,))),
+    outputs=(Tensor("relevance", "FP32", (1,)),),
+    description="P(yes) / (P(yes) + P(no)) of the VLM's next token after the yes/no relevance prompt.",
+)
+
 
 def page_text_encoder(family: str) -> ModelContract:
     """Text tower of a page-image encoder family (questions are embedded into that family's image space)."""
@@ -135,4 +144,4 @@ def page_image_encoder(family: str) -> ModelContract:
 def all_contracts(families: tuple[str, ...] = PAGE_ENCODER_FAMILIES) -> tuple[ModelContract, ...]:
     """Every model a complete deployment serves."""
     page = tuple(c for family in families for c in (page_text_encoder(family), page_image_encoder(family)))
-    return (TEXT_EMBEDDER, RERANKER, ROUTER, *page, LLM, VLM)
+    return (TEXT_EMBEDDER, RERANKER, ROUTER, *page, LLM, VLM, VLM_RELEVANCE)

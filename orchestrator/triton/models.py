@@ -87,6 +87,11 @@ class TritonModels:
         model = contracts.page_image_encoder(family).name
         return await self._batched(model, {"image": _strings(images)}, "embedding", timeout_s)
 
+    async def page_relevance(self, question: str, images: Sequence[bytes], timeout_s: Optional[float] = None) -> np.ndarray:
+        """The VLM's P(yes) that each image can answer the question [n] (V-RAG's relevance filter)."""
+        inputs = {"question": _strings([question] * len(images)), "image": _strings(images)}
+        return (await self._batched(contracts.VLM_RELEVANCE.name, inputs, "relevance", timeout_s))[:, 0]
+
     @contextlib.asynccontextmanager
     async def generate(
         self,

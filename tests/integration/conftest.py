@@ -85,3 +85,10 @@ def repository_subset(source: Path, target: Path, names: list[str]) -> Path:
     for name in names:
         shutil.copytree(source / name, target / name, copy_function=os.link, ignore=shutil.ignore_patterns("__pycache__"))
     return target
+
+
+def event_of(events, kind: str):
+    """The one event of `kind` (route, evidence, final) in a query's event stream."""
+    found = [getattr(e, kind) for e in events if e.WhichOneof("event") == kind]
+    assert len(found) == 1, f"expected one {kind} event, got {len(found)}"
+    return found[0]

@@ -16,6 +16,7 @@ from orchestrator.ingest_batch import ingest_paths
 from orchestrator.knowledge.graph import BELONGS_TO
 from orchestrator.knowledge.store import MANIFEST, KnowledgeBase
 from tests import pdf_factory
+from tests.integration.conftest import event_of
 from tests.integration.test_models import call, png
 
 pytestmark = pytest.mark.integration
@@ -65,7 +66,7 @@ def test_a_pdf_becomes_blocks_chunks_units_pages_and_vectors(client, running_orc
 
     # the evidence a query returns carries page regions and the asset path, never a server path
     events = list(client.query("pdfs", "Revenue by region in thousands of euros", max_tokens=1, top_k=5))
-    items = events[0].evidence.items
+    items = event_of(events, "evidence").items
     table_item = next(item for item in items if item.block_type == "table")
     assert [r.page for r in table_item.regions] == [1] and len(table_item.regions[0].bbox) == 4
     assert table_item.asset == table.asset and not table_item.asset.startswith("/")

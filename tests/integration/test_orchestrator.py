@@ -8,7 +8,7 @@ import pytest
 from orchestrator.client import ThinkServeClient
 from orchestrator.triton import contracts
 from tests.conftest import SAMPLE_DOCUMENT
-from tests.integration.conftest import TEST_UPLOAD_LIMIT
+from tests.integration.conftest import TEST_UPLOAD_LIMIT, event_of
 
 pytestmark = pytest.mark.integration
 
@@ -33,42 +33,67 @@ def test_health_lists_every_model_ready(client):
     assert all(m.ready for m in health.models)
 
 
-def test_query_streams_evidence_then_answer_then_final(client, sample_collection):
-    events = list(client.query(sample_collection, "What was the total revenue in 2024?", max_tokens=8, top_k=3))
+def test_query_streams_route_evidence_answer_then_final(client, sample_collection):
+    events = list(client.query(sample_collection, "What was the total revenue in 2024?", max_tokens=8, top_k=3, answerer="llm"))
     kinds = [e.WhichOneof("event") for e in events]
-    assert kinds[0] == "evidence" and kinds[-1] == "final"
-    assert set(kinds[1:-1]) == {"delta"} and len(kinds) - 2 == 8
+    assert kinds[:2] == ["route", "evidence"] and kinds[-1] == "final"
+    assert set(kinds[2:-1]) == {"delta"} and len(kinds) - 3 == 8
     assert len({e.request_id for e in events}) == 1 and events[0].request_id
 
-    evidence = events[0].evidence.items
-    assert [item.rank for item in evidence] == list(range(1, len(evidence) + 1))
+    route = event_of(events, "route")
+    assert route.label == "simple" and route.source == "features" and route.instruction
+    assert list(route.probabilities) == [1.0, 0.0, 0.0]
+
+    evidence = event_of(events, "evidence").items
+    assert [item.rank for item in evidence] == list(range(1, len(evidence) + 1)) and len(evidence) == 3
     assert "412 million euros" in evidence[0].text  # the real embedder finds the passage with the answer
     assert evidence[0].document_name == SAMPLE_DOCUMENT.name and evidence[0].section.endswith("Financial results")
     assert evidence[0].score >= evidence[-1].score
+    assert "dense" in evidence[0].signals.found_by and 0 < evidence[0].signals.semantic <= 1
 
     final = events[-1].final
-    assert final.answer_source == "llm" and final.finish_reason == "length"
-    assert final.text == "".join(e.delta.text for e in events[1:-1]).strip()
+    assert final.answer_source == "llm" and final.finish_reason == "length" and not final.degraded
+    assert final.text == "".join(e.delta.text for e in events[2:-1]).strip()
     assert final.usage.completion_tokens == 8 and final.usage.prompt_tokens > 100
     stages = {t.stage: t.milliseconds for t in final.timings}
-    assert {"embed_query", "dense_search", "llm_ttft", "rag_ttft", "llm_generation", "total"} <= set(stages)
+    assert {"route", "embed", "dense", "sparse", "graph", "fusion", "retrieval", "rerank", "llm_ttft", "rag_ttft", "llm_generation", "total"} <= set(stages)
     assert all(value >= 0 for value in stages.values())
-    tokens = [t for e in events[1:-1] for t in e.delta.tokens]
+    tokens = [t for e in events[2:-1] for t in e.delta.tokens]
     assert len(tokens) == 8 and all(t.log_prob <= 0 for t in tokens)
+    used = {(u.model, u.stage): u for u in final.cost.models}
+    assert set(used) == {("text_embedder", "embed"), ("reranker", "rerank"), ("llm", "llm")}
+    assert used[("llm", "llm")].tokens_out == 8 and used[("reranker", "rerank")].items >= 3  # every fused candidate
+    assert final.cost.model_ms > 0 and final.cost.orchestrator_ms > 0
+
+
+def test_the_tiny_default_answer_is_extractive_with_citations(client, sample_collection):
+    events = list(client.query(sample_collection, "Which region grew the fastest, and why?"))
+    final = event_of(events, "final")
+    assert event_of(events, "route").label == "complex"
+    assert final.answer_source == "extractive" and not final.degraded
+    assert "Asia-Pacific was the fastest-growing region" in final.text and "[1]" in final.text
+    assert [c.evidence_rank for c in final.citations] == [1] and final.citations[0].document_name == SAMPLE_DOCUMENT.name
+    assert final.text.startswith("".join(e.delta.text for e in events if e.WhichOneof("event") == "delta").strip()[:40])
+
+
+def test_a_question_the_collection_cannot_answer_is_refused(client, sample_collection):
+    final = event_of(list(client.query(sample_collection, "How do penguins keep their eggs warm in Antarctic winters?")), "final")
+    assert final.answer_source == "refusal" and "do not contain enough evidence" in final.text
+    assert not final.citations
 
 
 def test_ingesting_the_same_bytes_again_changes_nothing(client, sample_collection):
     again = client.ingest_file(sample_collection, SAMPLE_DOCUMENT)
     assert again.already_present
     events = list(client.query(sample_collection, "Who is the chief executive?", max_tokens=1, top_k=50))
-    passage_ids = [item.passage_id for item in events[0].evidence.items]
+    passage_ids = [item.passage_id for item in event_of(events, "evidence").items]
     assert len(passage_ids) == len(set(passage_ids))
 
 
 def test_collections_are_isolated(client, sample_collection):
-    client.ingest("other", b"# Other\n\nThe cafeteria opens at eight.", "other.md")
+    client.ingest("other", b"# Other\n\nThe cafeteria opens at eight and serves revenue reports.", "other.md")
     events = list(client.query("other", "What was the total revenue in 2024?", max_tokens=1))
-    assert {item.document_name for item in events[0].evidence.items} == {"other.md"}
+    assert {item.document_name for item in event_of(events, "evidence").items} == {"other.md"}
 
 
 def rpc_error(call) -> grpc.RpcError:
@@ -101,5 +126,5 @@ def test_bad_requests_get_a_status_and_a_reason(client, sample_collection):
 
 def test_an_expired_deadline_is_deadline_exceeded(orchestrator, sample_collection):
     with ThinkServeClient(orchestrator, timeout_s=0.05) as impatient:
-        error = rpc_error(lambda: list(impatient.query(sample_collection, "What happened in 2024?", max_tokens=500)))
+        error = rpc_error(lambda: list(impatient.query(sample_collection, "What happened in 2024?", max_tokens=500, answerer="llm")))
     assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED

@@ -6,10 +6,21 @@ from orchestrator.errors import ConfigurationError
 
 def test_file_then_overrides(tmp_path):
     path = tmp_path / "thinkserve.toml"
-    path.write_text('profile = "hf"\n[server]\nport = 6000\n[retrieval]\ntop_k = 7\n')
+    path.write_text('profile = "hf"\n[server]\nport = 6000\n[routes.simple]\nevidence_k = 7\nchunk_top_k = 9\n'
+                    "entity_top_k = 0\ngraph_hops = 0\nrerank = false\npage_images = false\nperception = false\n"
+                    "uncertainty = false\ndecompose = false\n")
     settings = Settings.load(path, {"server.port": 0, "triton.url": "127.0.0.1:8001"})
-    assert (settings.profile, settings.server.port, settings.retrieval.top_k) == ("hf", 0, 7)
+    assert (settings.profile, settings.server.port, settings.routes.simple.evidence_k) == ("hf", 0, 7)
     assert settings.triton.url == "127.0.0.1:8001"
+    assert settings.routes.complex.graph_hops == 2  # untouched routes keep their defaults
+
+
+def test_stages_whose_tiny_models_are_random_default_to_the_model_free_path():
+    tiny, hf = Settings(), Settings(profile="hf")
+    assert (tiny.router.mode, tiny.retrieval.rerank_weight, tiny.answer.answerer) == ("features", 0.0, "extractive")
+    assert (hf.router.mode, hf.retrieval.rerank_weight, hf.answer.answerer) == ("model", 1.0, "llm")
+    chosen = Settings.load(None, {"router.mode": "model", "answer.answerer": "llm", "retrieval.rerank_weight": 0.5})
+    assert (chosen.router.mode, chosen.retrieval.rerank_weight, chosen.answer.answerer) == ("model", 0.5, "llm")
 
 
 def test_unknown_keys_and_bad_values_name_the_setting(tmp_path):

@@ -37,12 +37,24 @@ class KVCacheDecoder:
         self._present = [PRESENT_PREFIX + i.name[len(PAST_PREFIX) :] for i in self._past]
         self.vocab_size = session.get_outputs()[0].shape[-1]
 
-    def empty_cache(self) -> dict[str, np.ndarray]:
+    def empty_cache(self, batch: int = 1) -> dict[str, np.ndarray]:
         cache = {}
         for spec in self._past:
             _, heads, _, head_dim = spec.shape
-            cache[spec.name] = np.zeros((1, heads, 0, head_dim), dtype=_ORT_TYPES.get(spec.type, np.float32))
+            cache[spec.name] = np.zeros((batch, heads, 0, head_dim), dtype=_ORT_TYPES.get(spec.type, np.float32))
         return cache
+
+    def prefill_logits(self, inputs: np.ndarray) -> np.ndarray:
+        """Next-token logits [b, vocab] after each of `b` prompts of one length (ids [b, n] or embeddings
+        [b, n, d]), in one run: equal lengths need no padding, so every row is exact."""
+        batch, length = inputs.shape[:2]
+        feeds = {
+            self.primary_input: inputs,
+            "attention_mask": np.ones((batch, length), dtype=np.int64),
+            "position_ids": np.tile(np.arange(length, dtype=np.int64), (batch, 1)),
+            **self.empty_cache(batch),
+        }
+        return self.session.run(["logits"], feeds)[0][:, -1]
 
     def forward(self, inputs: np.ndarray, cache: dict[str, np.ndarray], position: int):
         """Run `inputs` (ids [1, n] or embeddings [1, n, d]) after `position` cached tokens.

@@ -1,0 +1,186 @@
+"""What one query cost: every model call with its stage, wall time, items and tokens.
+
+Stages get a `StageModels` view of the Triton models: the same methods as `TritonModels`, each call recorded
+in the query's ledger under that stage. From the ledger come the cost report (calls, items, tokens in and out,
+model milliseconds per model and stage) and the orchestrator's own time: the query's wall time minus the
+time at least one model call was in flight.
+
+Model milliseconds are measured around each call on the orchestrator's clock (queueing and transfer
+included); Triton's own per-model compute statistics are cumulative over all requests, so they serve the
+benchmarks, not the attribution of one query.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Callable, Optional, Sequence
+
+import numpy as np
+
+from ..triton import contracts
+from ..triton.models import GenerationChunk, GenerationOptions, TritonModels
+
+TokenCounter = Callable[[Sequence[str]], int]
+
+
+@dataclass
+class ModelCall:
+    model: str
+    stage: str
+    started: float
+    ended: float = 0.0
+    items: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+
+
+@dataclass(frozen=True)
+class ModelUsage:
+    """Calls of one model in one stage, summed."""
+
+    model: str
+    stage: str
+    calls: int
+    items: int
+    tokens_in: int
+    tokens_out: int
+    model_ms: float
+
+
+@dataclass(frozen=True)
+class CostReport:
+    usage: tuple[ModelUsage, ...]
+    model_ms: float  # wall time during which at least one model call was in flight
+    orchestrator_ms: float  # the rest of the query's wall time: retrieval, fusion, prompts, gRPC
+
+    @property
+    def model_calls(self) -> int:
+        return sum(u.calls for u in self.usage)
+
+    def tokens(self, *models: str) -> tuple[int, int]:
+        chosen = [u for u in self.usage if not models or u.model in models]
+        return sum(u.tokens_in for u in chosen), sum(u.tokens_out for u in chosen)
+
+
+@dataclass
+class QueryLedger:
+    clock: Callable[[], float] = time.monotonic
+    calls: list[ModelCall] = field(default_factory=list)
+
+    @contextlib.contextmanager
+    def record(self, model: str, stage: str, items: int = 0, tokens_in: int = 0):
+        call = ModelCall(model, stage, self.clock(), items=items, tokens_in=tokens_in)
+        self.calls.append(call)
+        try:
+            yield call
+        finally:
+            call.ended = self.clock()
+
+    def report(self, total_ms: float) -> CostReport:
+        grouped: dict[tuple[str, str], list[ModelCall]] = {}
+        for call in self.calls:
+            grouped.setdefault((call.model, call.stage), []).append(call)
+        usage = tuple(
+            ModelUsage(
+                model,
+                stage,
+                len(calls),
+                sum(c.items for c in calls),
+                sum(c.tokens_in for c in calls),
+                sum(c.tokens_out for c in calls),
+                sum(c.ended - c.started for c in calls) * 1000.0,
+            )
+            for (model, stage), calls in grouped.items()
+        )
+        busy = busy_ms([(c.started, c.ended) for c in self.calls])
+        return CostReport(usage, busy, max(0.0, total_ms - busy))
+
+
+def busy_ms(intervals: Sequence[tuple[float, float]]) -> float:
+    """Length of the union of [start, end) intervals (seconds in, milliseconds out): overlapping calls count once."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end <= reach:
+            continue
+        total += end - max(start, reach)
+        reach = end
+    return total * 1000.0
+
+
+class StageModels:
+    """TritonModels' methods for one stage of one query, each call recorded in the ledger."""
+
+    def __init__(self, models: TritonModels, ledger: QueryLedger, stage: str, count_tokens: TokenCounter):
+        self.models = models
+        self.ledger = ledger
+        self.stage = stage
+        self.count_tokens = count_tokens
+
+    def _record(self, model: str, items: int, tokens_in: int = 0):
+        return self.ledger.record(model, self.stage, items, tokens_in)
+
+    async def embed(self, texts: Sequence[str], timeout_s: Optional[float] = None) -> np.ndarray:
+        with self._record(contracts.TEXT_EMBEDDER.name, len(texts), self.count_tokens(texts)):
+            return await self.models.embed(texts, timeout_s)
+
+    async def rerank(self, query: str, passages: Sequence[str], timeout_s: Optional[float] = None) -> np.ndarray:
+        tokens = self.count_tokens([query]) * len(passages) + self.count_tokens(passages)
+        with self._record(contracts.RERANKER.name, len(passages), tokens):
+            return await self.models.rerank(query, passages, timeout_s)
+
+    async def route(self, questions: Sequence[str], timeout_s: Optional[float] = None) -> np.ndarray:
+        with self._record(contracts.ROUTER.name, len(questions), self.count_tokens(questions)):
+            return await self.models.route(questions, timeout_s)
+
+    async def embed_page_text(self, family: str, texts: Sequence[str], timeout_s: Optional[float] = None) -> np.ndarray:
+        with self._record(contracts.page_text_encoder(family).name, len(texts), self.count_tokens(texts)):
+            return await self.models.embed_page_text(family, texts, timeout_s)
+
+    async def page_relevance(self, question: str, images: Sequence[bytes], timeout_s: Optional[float] = None) -> np.ndarray:
+        with self._record(contracts.VLM_RELEVANCE.name, len(images), self.count_tokens([question]) * len(images)):
+            return await self.models.page_relevance(question, images, timeout_s)
+
+    @contextlib.asynccontextmanager
+    async def generate(
+        self,
+        prompt: str,
+        options: GenerationOptions,
+        images: Sequence[bytes] = (),
+        timeout_s: Optional[float] = None,
+        request_id: str = "",
+    ) -> AsyncIterator[AsyncIterator[GenerationChunk]]:
+        """As TritonModels.generate; the prompt and completion tokens are the model's own counts."""
+        model = contracts.VLM.name if images else contracts.LLM.name
+        with self._record(model, 1 + len(images)) as call:
+            async with self.models.generate(prompt, options, images, timeout_s, request_id) as chunks:
+
+                async def counted() -> AsyncIterator[GenerationChunk]:
+                    async for chunk in chunks:
+                        call.tokens_in, call.tokens_out = chunk.prompt_tokens, chunk.completion_tokens
+                        yield chunk
+
+                yield counted()
+
+    async def complete(
+        self, prompt: str, options: GenerationOptions, images: Sequence[bytes] = (), timeout_s: Optional[float] = None,
+        request_id: str = "",
+    ) -> "Completion":
+        """A whole generation, not streamed: its text and every token's normalised entropy."""
+        parts: list[str] = []
+        entropies: list[float] = []
+        finish = ""
+        async with self.generate(prompt, options, images, timeout_s, request_id) as chunks:
+            async for chunk in chunks:
+                parts.append(chunk.text)
+                entropies.extend(chunk.normalized_entropy)
+                finish = chunk.finish_reason or finish
+        return Completion("".join(parts).strip(), tuple(entropies), finish)
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    normalized_entropy: tuple[float, ...]
+    finish_reason: str

@@ -1,0 +1,135 @@
+"""The extractive answerer: the evidence sentences closest to the question, with their citations.
+
+Sentences (of the evidence text and of the VLM's descriptions) are embedded with the text embedder in one
+call and scored by cosine with the question, plus a small bonus for sharing its content words; the best
+few above a floor are returned in evidence order. It is the tiny profile's answer, and every profile's
+fallback when the LLM is down or the deadline is near; without the embedder it ranks by the shared words
+alone, and says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Collection, Optional, Sequence
+
+import numpy as np
+
+from ..config import AnswerSettings
+from ..errors import ThinkServeError
+from ..knowledge.extraction import STOP_WORDS, split_sentences
+from ..knowledge.indexes import lexical_terms
+from .accounting import StageModels
+from .events import EvidenceItem
+
+LEXICAL_BONUS = 0.15  # added for sharing every content word of the question
+MAX_SENTENCE_CHARS = 400
+MIN_SENTENCE_WORDS = 4  # shorter "sentences" are labels, not answers
+
+
+@dataclass(frozen=True)
+class Sentence:
+    text: str
+    rank: int  # evidence rank it comes from
+    position: int  # order within that evidence
+
+
+@dataclass(frozen=True)
+class ExtractiveAnswer:
+    text: str
+    sentences: tuple[tuple[Sentence, float], ...]  # chosen, with their scores, in answer order
+    ranks: tuple[int, ...]  # evidence ranks cited, in order of first mention
+    note: str = ""  # set when the embedder could not be used
+
+
+def candidate_sentences(items: Sequence[EvidenceItem], headings: Collection[str] = ()) -> list[Sentence]:
+    """Every sentence of the evidence (and of its visual descriptions) that can answer something: headings
+    (the titles the evidence spans, and its section path) and fragments are left out."""
+    sentences: list[Sentence] = []
+    seen = {" ".join(h.split()).casefold() for h in headings}
+    seen |= {part.strip().casefold() for item in items for part in item.record.section.split(">")}
+    for item in items:
+        texts = [item.record.text, item.perception] if item.perception else [item.record.text]
+        position = 0
+        for text in texts:
+            for sentence in split_sentences(text or ""):
+                sentence = " ".join(sentence.split())
+                if len(sentence.split()) < MIN_SENTENCE_WORDS or sentence.casefold() in seen:
+                    continue
+                seen.add(sentence.casefold())
+                if len(sentence) > MAX_SENTENCE_CHARS:
+                    sentence = sentence[: MAX_SENTENCE_CHARS - 1].rstrip() + "…"
+                sentences.append(Sentence(sentence, item.rank, position))
+                position += 1
+    return sentences
+
+
+def shortlist(question: str, sentences: Sequence[Sentence], limit: int) -> list[Sentence]:
+    """The `limit` sentences worth embedding: most shared content words first, then evidence order.
+
+    Embedding every sentence of long evidence costs more than the rest of the query on a CPU; a sentence
+    sharing no word with the question rarely answers it, and the best-ranked evidence goes first."""
+    ranked = sorted(sentences, key=lambda s: (-word_overlap(question, s.text), s.rank, s.position))
+    return sorted(ranked[:limit], key=lambda s: (s.rank, s.position))
+
+
+def word_overlap(question: str, sentence: str) -> float:
+    """Share of the question's content words (not stop words) that the sentence contains."""
+    wanted = {t for t in lexical_terms(question) if t not in STOP_WORDS}
+    if not wanted:
+        return 0.0
+    return len(wanted & set(lexical_terms(sentence))) / len(wanted)
+
+
+def choose(
+    question: str, sentences: Sequence[Sentence], similarities: Optional[np.ndarray], count: int, floor: float, margin: float
+) -> list[tuple[Sentence, float]]:
+    """The best `count` sentences scoring at least `floor` and within `margin` of the best one, in evidence
+    order (rank, then position). Without similarities, sentences sharing no content word are left out."""
+    scored = []
+    for i, sentence in enumerate(sentences):
+        overlap = word_overlap(question, sentence.text)
+        if similarities is None and overlap == 0:
+            continue
+        score = (float(similarities[i]) if similarities is not None else 0.0) + LEXICAL_BONUS * overlap
+        scored.append((sentence, score))
+    if not scored:
+        return []
+    scored.sort(key=lambda pair: (-pair[1], pair[0].rank, pair[0].position))
+    cut = scored[0][1] - margin
+    best = [pair for pair in scored[:count] if pair[1] >= cut and (similarities is None or pair[1] >= floor)]
+    best.sort(key=lambda pair: (pair[0].rank, pair[0].position))
+    return best
+
+
+def compose(chosen: Sequence[tuple[Sentence, float]]) -> tuple[str, tuple[int, ...]]:
+    text = " ".join(f"{sentence.text} [{sentence.rank}]" for sentence, _ in chosen)
+    return text, tuple(dict.fromkeys(sentence.rank for sentence, _ in chosen))
+
+
+async def extractive_answer(
+    models: StageModels,
+    question: str,
+    question_vector: Optional[np.ndarray],
+    items: Sequence[EvidenceItem],
+    settings: AnswerSettings,
+    timeout_s: float,
+    headings: Collection[str] = (),
+) -> ExtractiveAnswer:
+    sentences = shortlist(question, candidate_sentences(items, headings), settings.extractive_candidates)
+    if not sentences:
+        return ExtractiveAnswer("", (), ())
+    similarities, note = None, ""
+    if question_vector is not None:
+        try:
+            vectors = await models.embed([s.text for s in sentences], timeout_s)
+            similarities = vectors @ np.asarray(question_vector, dtype=np.float32)
+        except ThinkServeError as error:
+            note = f"sentences ranked by shared words only (embedder unavailable: {error})"
+    else:
+        note = "sentences ranked by shared words only (no question embedding)"
+    chosen = choose(
+        question, sentences, similarities, settings.extractive_sentences, settings.extractive_min_similarity,
+        settings.extractive_margin,
+    )
+    text, ranks = compose(chosen)
+    return ExtractiveAnswer(text, tuple(chosen), ranks, note)

@@ -1,0 +1,115 @@
+"""Hybrid retrieval over one collection snapshot: dense + sparse + graph candidates, fused.
+
+Per question and sub-question: dense FAISS search over chunks and units (chunk_top_k) and over entities and
+relations (entity_top_k: the graph's seeds, with the entities the question names outright), BM25 over chunks
+and units (chunk_top_k), then graph expansion from the seeds, which adds its best evidence (graph_top_k).
+Every candidate gets every signal: a candidate only BM25 or the graph found still gets its exact cosine
+from the stored vectors, so fusion compares like with like. Pure CPU work on the snapshot: run it in a
+thread; no model is called here (the question vectors come in).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ..config import RetrievalSettings
+from ..knowledge.store import Snapshot
+from .fusion import CandidateSignals, FusionWeights, ScoredCandidate, fuse
+from .graph_search import GraphExpansion, expand, seed_nodes
+from .plan import QueryPlan
+from .timing import StageTimer
+
+
+@dataclass
+class Retrieval:
+    candidates: list[ScoredCandidate]  # fused, best first
+    entity_seeds: dict[str, float] = field(default_factory=dict)  # entity key -> seed weight
+    expansion: GraphExpansion = field(default_factory=GraphExpansion)
+    timings_ms: dict[str, float] = field(default_factory=dict)  # dense, sparse, graph, fusion
+
+
+def fusion_weights(settings: RetrievalSettings, plan: QueryPlan) -> FusionWeights:
+    return FusionWeights(
+        semantic=settings.semantic_weight,
+        lexical=settings.lexical_weight if plan.sparse else 0.0,
+        structural=settings.structural_weight if plan.graph else 0.0,
+        modality=settings.modality_weight,
+    )
+
+
+def retrieve(
+    snapshot: Snapshot,
+    questions: Sequence[str],
+    vectors: np.ndarray,
+    plan: QueryPlan,
+    settings: RetrievalSettings,
+    named_entities: Sequence[str] = (),
+    modality_preference: Mapping[str, float] = {},
+) -> Retrieval:
+    """`vectors` [len(questions), d]: the embedded question and sub-questions (row-aligned)."""
+    timer = StageTimer()
+    candidates: dict[int, CandidateSignals] = {}
+    seeds: dict[str, float] = {}
+    with timer.stage("dense"):
+        scores, rows = snapshot.evidence_index.search(vectors, plan.chunk_top_k)
+        for score, row in zip(scores.ravel(), rows.ravel()):
+            if row >= 0:
+                signals = candidates.setdefault(int(row), CandidateSignals())
+                signals.semantic = max(signals.semantic, float(score)) if "dense" in signals.found_by else float(score)
+                signals.found_by.add("dense")
+        if plan.graph and plan.entity_top_k > 0:
+            seeds = _entity_seeds(snapshot, vectors, plan.entity_top_k, settings.min_seed_similarity)
+            for key in named_entities:
+                seeds[key] = 1.0  # named outright: the strongest seed there is
+    if plan.sparse:
+        with timer.stage("sparse"):
+            for question in questions:
+                for row, score in snapshot.lexical.search(question, plan.chunk_top_k):
+                    signals = candidates.setdefault(row, CandidateSignals())
+                    signals.lexical = max(signals.lexical, score)
+                    signals.found_by.add("sparse")
+    expansion = GraphExpansion()
+    if plan.graph and seeds:
+        with timer.stage("graph"):
+            graph = snapshot.graph
+            expansion = expand(
+                graph, snapshot.node_evidence, seed_nodes(graph, seeds), plan.graph_hops, settings.graph_max_nodes,
+                settings.pagerank_damping,
+            )
+            best = sorted(expansion.evidence_scores.items(), key=lambda item: (-item[1], item[0]))[: settings.graph_top_k]
+            for row, _ in best:
+                candidates.setdefault(row, CandidateSignals()).found_by.add("graph")
+            for row, signals in candidates.items():
+                signals.structural = expansion.evidence_scores.get(row, 0.0)
+    with timer.stage("fusion"):
+        missing = [row for row, signals in candidates.items() if "dense" not in signals.found_by]
+        if missing:
+            similarities = snapshot.evidence_vectors(missing) @ np.asarray(vectors, dtype=np.float32).T
+            for row, best in zip(missing, similarities.max(axis=1)):
+                candidates[row].semantic = float(best)
+        block_types = {row: snapshot.evidence[row].block_type for row in candidates}
+        fused = fuse(candidates, block_types, modality_preference, fusion_weights(settings, plan))
+    return Retrieval(fused, seeds, expansion, timer.stages)
+
+
+def _entity_seeds(snapshot: Snapshot, vectors: np.ndarray, k: int, min_similarity: float) -> dict[str, float]:
+    """Entities (and the endpoints of relations) similar to a question, with their best similarity."""
+    seeds: dict[str, float] = {}
+
+    def add(key: str, similarity: float) -> None:
+        if similarity >= min_similarity and similarity > seeds.get(key, float("-inf")):
+            seeds[key] = similarity
+
+    scores, rows = snapshot.entity_index.search(vectors, k)
+    for score, row in zip(scores.ravel(), rows.ravel()):
+        if row >= 0:
+            add(snapshot.entity_keys[row], float(score))
+    scores, rows = snapshot.relation_index.search(vectors, k)
+    for score, row in zip(scores.ravel(), rows.ravel()):
+        if row >= 0:
+            for key in snapshot.relation_keys[row]:
+                add(key, float(score))
+    return seeds

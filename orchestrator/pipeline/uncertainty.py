@@ -1,0 +1,84 @@
+"""Uncertainty-guided answering (HKRAG): pruner, judger, decoupler; the summarizer is the final answer stream.
+
+Pruner: the smallest top-n of the ranked evidence whose relevance sums to `sufficiency` (capacity: the
+route's evidence_k). Judger: a short probe answer from that evidence; its normalised mean token entropy (from
+the LLM's own distributions) above `threshold` marks the pair uncertain. Decoupler: while uncertain and under
+`max_iterations`, mine fine-print details anchored on the salient evidence, then probe again with them. The
+probes are never shown to the reader and never fed back as input (as in the paper); the summarizer answers
+from the kept evidence and the mined details.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from ..config import UncertaintySettings
+from ..triton.models import GenerationOptions
+from .accounting import StageModels
+from .events import EvidenceItem, UncertaintyReport
+from .prompts import answer_prompt, decoupler_prompt
+
+
+def prune(relevances: Sequence[float], capacity: int, sufficiency: float) -> tuple[int, float]:
+    """(n, mass): the smallest n whose top-n relevances sum to `sufficiency`, else all up to `capacity`."""
+    mass = 0.0
+    limit = min(len(relevances), max(1, capacity))
+    for n, relevance in enumerate(relevances[:limit], 1):
+        mass += max(0.0, float(relevance))
+        if mass >= sufficiency:
+            return n, mass
+    return limit, mass
+
+
+def mean_entropy(entropies: Sequence[float]) -> float:
+    """Normalised mean token entropy in [0, 1]; an answer with no tokens is as uncertain as can be."""
+    return sum(entropies) / len(entropies) if entropies else 1.0
+
+
+@dataclass(frozen=True)
+class Deliberation:
+    evidence: list[EvidenceItem]  # what the summarizer answers from
+    notes: str  # the decoupler's fine print
+    report: UncertaintyReport
+
+
+async def deliberate(
+    models: StageModels,
+    question: str,
+    evidence: Sequence[EvidenceItem],
+    settings: UncertaintySettings,
+    capacity: int,
+    options: GenerationOptions,
+    budget_tokens: int,
+    instruction: str,
+    timeout_s: float,
+    request_id: str = "",
+) -> Deliberation:
+    kept, mass = prune([item.score for item in evidence], capacity, settings.sufficiency)
+    salient = list(evidence[:kept])
+    probe_options = replace(options, max_tokens=settings.probe_tokens)
+
+    async def probe(notes: str) -> float:
+        prompt, _ = answer_prompt(question, salient, budget_tokens - settings.probe_tokens, instruction, notes=notes)
+        return mean_entropy((await models.complete(prompt, probe_options, timeout_s=timeout_s, request_id=request_id)).normalized_entropy)
+
+    entropies = [await probe("")]
+    notes, iterations = "", 0
+    while entropies[-1] > settings.threshold and iterations < settings.max_iterations:
+        iterations += 1
+        prompt = decoupler_prompt(question, salient, notes, budget_tokens - settings.detail_tokens)
+        details = await models.complete(prompt, replace(options, max_tokens=settings.detail_tokens), timeout_s=timeout_s, request_id=request_id)
+        if details.text and details.text not in notes:
+            notes = f"{notes}\n{details.text}".strip()
+        entropies.append(await probe(notes))
+    report = UncertaintyReport(
+        evidence_used=kept,
+        relevance_mass=mass,
+        entropies=tuple(entropies),
+        threshold=settings.threshold,
+        iterations=iterations,
+        uncertain=entropies[-1] > settings.threshold,
+        details=notes,
+    )
+    return Deliberation(salient, notes, report)
