@@ -93,7 +93,7 @@ def cmd_ask(args) -> int:
 
 # `ask` options, named as the QueryOptions fields of the proto; unset ones keep the server's settings.
 QUERY_OPTIONS = (
-    "top_k", "max_tokens", "seed", "route", "router", "chunk_top_k", "entity_top_k", "graph_hops", "sparse", "graph",
+    "top_k", "max_tokens", "seed", "route", "router", "chunk_top_k", "entity_top_k", "graph_hops", "dense", "sparse", "graph",
     "rerank", "page_images", "page_top_m", "page_top_k", "perception", "uncertainty", "answerer",
 )
 
@@ -158,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
             command.add_argument("--perception", choices=("dpr", "end_to_end", "off"))
             for number in ("chunk-top-k", "entity-top-k", "graph-hops", "page-top-m", "page-top-k"):
                 command.add_argument(f"--{number}", type=int)
-            for stage in ("sparse", "graph", "rerank", "page-images", "uncertainty"):
+            for stage in ("dense", "sparse", "graph", "rerank", "page-images", "uncertainty"):
                 command.add_argument(f"--{stage}", action=argparse.BooleanOptionalAction, help=f"switch {stage} on or off")
 
     demo = commands.add_parser("demo", help="start everything, ingest the bundled sample, ask its questions, stop")

@@ -106,6 +106,7 @@ class RetrievalSettings(_Section):
     """Hybrid retrieval: dense + sparse + graph candidates, fused, then reranked."""
 
     max_top_k: int = Field(50, ge=1)  # upper limit of every top-K a request may ask for
+    dense: bool = True  # FAISS over chunks and units (off: the semantic signal is reported but not weighed)
     sparse: bool = True  # BM25 over chunks and units
     graph: bool = True  # neighbourhood expansion + personalized PageRank from the matched entities
     rerank: bool = True  # cross-encoder through Triton (where the route allows it)

@@ -96,8 +96,8 @@ class FinalAnswerEvent:
     timings_ms: dict[str, float] = field(default_factory=dict)
     usage: Usage = Usage()
     cost: Optional[CostReport] = None
-    degraded: bool = False  # the answer is the extractive fallback for an LLM that failed or ran out of time
-    degraded_reason: str = ""
+    degraded: bool = False  # a model was down, failed or out of time: its stage was skipped or replaced
+    degraded_reason: str = ""  # each skipped or replaced stage with its cause
     uncertainty: Optional[UncertaintyReport] = None
 
 

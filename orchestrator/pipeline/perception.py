@@ -44,5 +44,11 @@ async def perceive(
         completion = await models.complete(perception_prompt(question, item), options, [image], timeout_s, request_id)
         return item.rank, completion.text
 
-    described = await asyncio.gather(*(describe(item, image) for item, image in zip(items, images) if image))
+    tasks = [asyncio.ensure_future(describe(item, image)) for item, image in zip(items, images) if image]
+    try:
+        described = await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:  # one failed or time ran out: the others stop too, not run on unobserved
+            task.cancel()
+        raise
     return {rank: text for rank, text in described if text}

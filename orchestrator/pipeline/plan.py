@@ -29,6 +29,7 @@ class QueryOptions:
     page_top_k: Optional[int] = None
     route: Optional[str] = None  # a fixed route: the router does not run
     router: Optional[str] = None  # features | model
+    dense: Optional[bool] = None
     sparse: Optional[bool] = None
     graph: Optional[bool] = None
     rerank: Optional[bool] = None
@@ -51,6 +52,7 @@ class QueryPlan:
     chunk_top_k: int
     entity_top_k: int
     graph_hops: int
+    dense: bool
     sparse: bool
     graph: bool
     rerank: bool
@@ -120,6 +122,7 @@ def make_plan(route: str, options: QueryOptions, settings: Settings) -> QueryPla
         chunk_top_k=options.chunk_top_k or policy.chunk_top_k,
         entity_top_k=policy.entity_top_k if options.entity_top_k is None else options.entity_top_k,
         graph_hops=policy.graph_hops if options.graph_hops is None else options.graph_hops,
+        dense=switch(options.dense, retrieval.dense),
         sparse=switch(options.sparse, retrieval.sparse),
         graph=switch(options.graph, retrieval.graph),
         rerank=switch(options.rerank, retrieval.rerank, policy.rerank),

@@ -10,9 +10,10 @@ answer gets a refusal instead of a guess.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from dataclasses import dataclass, field, replace
-from typing import AsyncIterator, Optional, Sequence
+from typing import AsyncIterator, Awaitable, Optional, Sequence, TypeVar
 
 from ..config import Settings
 from ..errors import DeadlineExceededError, InvalidRequestError, ModelExecutionError, TritonUnavailableError
@@ -47,6 +48,7 @@ from .router import decide, query_features
 from .timing import StageTimer
 from .uncertainty import deliberate
 
+T = TypeVar("T")
 REFUSAL = "The documents in this collection do not contain enough evidence to answer this question."
 NO_SENTENCE = "No sentence of the retrieved evidence answers this question closely enough."
 
@@ -66,7 +68,7 @@ class _Answer:
     source: str = ""
     finish_reason: str = ""
     ranks: tuple[int, ...] = ()
-    degraded_reason: str = ""
+    degradations: list[str] = field(default_factory=list)  # stages skipped or replaced, and why
     uncertainty: Optional[UncertaintyReport] = None
     parts: list[str] = field(default_factory=list)
 
@@ -104,12 +106,17 @@ class QueryPipeline:
         def models(stage: str) -> StageModels:
             return StageModels(self.models, ledger, stage, self._count_tokens)
 
+        answer = _Answer()
         with timer.stage("route"):
             features = query_features(question, snapshot.entity_key_set)
             mode = router_mode(options, settings)
             probabilities = None
             if mode == "model":
-                probabilities = (await models("route").route([question], _remaining(deadline)))[0]
+                probabilities = await self._optional("route", answer, models("route").route([question], _remaining(deadline)))
+                if probabilities is None:
+                    mode = "features"
+                else:
+                    probabilities = probabilities[0]
             decision = decide(
                 question, features, mode,
                 fixed_route=options.route or settings.router.fixed_route,
@@ -139,9 +146,11 @@ class QueryPipeline:
             if plan.rerank and ranked:
                 head = ranked[: max(settings.retrieval.rerank_candidates, plan.evidence_k)]
                 with timer.stage("rerank"):
-                    scores = await models("rerank").rerank(question, [snapshot.evidence[c.row].text for c in head], _remaining(deadline))
-                ranked = blend_rerank(head, scores, plan.rerank_weight)
-            pages = await page_search if page_search is not None else []
+                    passages = [snapshot.evidence[c.row].text for c in head]
+                    scores = await self._optional("rerank", answer, models("rerank").rerank(question, passages, _remaining(deadline)))
+                if scores is not None:
+                    ranked = blend_rerank(head, scores, plan.rerank_weight)
+            pages = (await self._optional("page images", answer, page_search) or []) if page_search is not None else []
         finally:
             if page_search is not None and not page_search.done():
                 page_search.cancel()
@@ -154,16 +163,20 @@ class QueryPipeline:
         )
         visual = visual_items(items, settings.perception.max_items) if plan.perception != "off" else []
         if answerable and plan.perception == "dpr" and visual:
+            # Descriptions may use the time the answer does not need; past that they are skipped, not waited for.
+            budget = _left(deadline) - (settings.answer.llm_reserve_s if plan.answerer == "llm" else settings.answer.extractive_reserve_s)
             with timer.stage("perception"):
-                described = await perceive(
-                    models("perception"), snapshot, question, visual, settings.perception.max_tokens, _remaining(deadline), request_id
+                described = await self._optional(
+                    "perception", answer,
+                    perceive(models("perception"), snapshot, question, visual, settings.perception.max_tokens, budget, request_id),
+                    budget,
                 )
-            items = [replace(item, perception=described.get(item.rank, "")) for item in items]
+            if described:
+                items = [replace(item, perception=described.get(item.rank, "")) for item in items]
         yield EvidenceEvent(tuple(items))
 
-        answer = _Answer()
         if not answerable:
-            answer = _Answer(REFUSAL, "refusal", "refusal")
+            answer.text, answer.source, answer.finish_reason = REFUSAL, "refusal", "refusal"
             yield self._first_delta(timer, answer.text)
         elif plan.perception == "end_to_end" and visual:
             async for event in self._generate(models("vlm_answer"), question, decision.instruction, items, plan, visual, snapshot, deadline, timer, answer, request_id):
@@ -189,8 +202,8 @@ class QueryPipeline:
             timings_ms=report,
             usage=Usage(len(ledger.calls), sum(c.tokens_in for c in answering), sum(c.tokens_out for c in answering)),
             cost=cost,
-            degraded=bool(answer.degraded_reason),
-            degraded_reason=answer.degraded_reason,
+            degraded=bool(answer.degradations),
+            degraded_reason="; ".join(answer.degradations),
             uncertainty=answer.uncertainty,
         )
 
@@ -245,7 +258,7 @@ class QueryPipeline:
             )
         answer.text = extracted.text or NO_SENTENCE
         answer.source, answer.finish_reason, answer.ranks = "extractive", "extracted", extracted.ranks
-        answer.degraded_reason = "; ".join(r for r in (reason, extracted.note) if r)
+        answer.degradations += [r for r in (reason, extracted.note) if r]
         for sentence, _ in extracted.sentences or ((None, 0.0),):
             yield self._first_delta(timer, f"{sentence.text} [{sentence.rank}] " if sentence else answer.text)
 
@@ -310,6 +323,22 @@ class QueryPipeline:
         answer.finish_reason = last.finish_reason if last else "length"
 
     # ------------------------------------------------------------------ helpers
+
+    async def _optional(self, stage: str, answer: _Answer, work: Awaitable[T], budget_s: Optional[float] = None) -> Optional[T]:
+        """An optional stage's result, or None when its model is down, fails, or it would run past `budget_s`:
+        the query goes on without it and the final answer says what was skipped and why."""
+        try:
+            if budget_s is not None and budget_s <= 0:
+                raise DeadlineExceededError(f"{budget_s + 0.0:.2f} s left for it")
+            return await (asyncio.wait_for(work, budget_s) if budget_s is not None else work)
+        except asyncio.TimeoutError:
+            answer.degradations.append(f"{stage} skipped: it would have run past the deadline")
+        except (TritonUnavailableError, ModelExecutionError, DeadlineExceededError) as error:
+            answer.degradations.append(f"{stage} skipped: {error}")
+        finally:
+            if inspect.iscoroutine(work) and inspect.getcoroutinestate(work) == inspect.CORO_CREATED:
+                work.close()  # never started (no time left): close it so it is not reported as never awaited
+        return None
 
     def _generation(self, plan: QueryPlan) -> GenerationOptions:
         return GenerationOptions(plan.max_tokens, plan.temperature, plan.top_p, ANSWER_STOP, plan.seed)

@@ -33,7 +33,7 @@ class Retrieval:
 
 def fusion_weights(settings: RetrievalSettings, plan: QueryPlan) -> FusionWeights:
     return FusionWeights(
-        semantic=settings.semantic_weight,
+        semantic=settings.semantic_weight if plan.dense else 0.0,
         lexical=settings.lexical_weight if plan.sparse else 0.0,
         structural=settings.structural_weight if plan.graph else 0.0,
         modality=settings.modality_weight,
@@ -54,12 +54,13 @@ def retrieve(
     candidates: dict[int, CandidateSignals] = {}
     seeds: dict[str, float] = {}
     with timer.stage("dense"):
-        scores, rows = snapshot.evidence_index.search(vectors, plan.chunk_top_k)
-        for score, row in zip(scores.ravel(), rows.ravel()):
-            if row >= 0:
-                signals = candidates.setdefault(int(row), CandidateSignals())
-                signals.semantic = max(signals.semantic, float(score)) if "dense" in signals.found_by else float(score)
-                signals.found_by.add("dense")
+        if plan.dense:
+            scores, rows = snapshot.evidence_index.search(vectors, plan.chunk_top_k)
+            for score, row in zip(scores.ravel(), rows.ravel()):
+                if row >= 0:
+                    signals = candidates.setdefault(int(row), CandidateSignals())
+                    signals.semantic = max(signals.semantic, float(score)) if "dense" in signals.found_by else float(score)
+                    signals.found_by.add("dense")
         if plan.graph and plan.entity_top_k > 0:
             seeds = _entity_seeds(snapshot, vectors, plan.entity_top_k, settings.min_seed_similarity)
             for key in named_entities:

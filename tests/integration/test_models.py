@@ -97,6 +97,28 @@ def test_concurrent_requests_are_batched_by_triton(triton):
     assert executions < requests  # Triton's dynamic batcher merged requests into shared executions
 
 
+def test_the_vlm_relevance_filter_batches_pages_and_matches_single_calls(triton):
+    question = "What does the chart show about shipments?"
+    images = [png(90 + 10 * i, 120, seed=i) for i in range(6)]
+
+    async def work(models):
+        before = (await models.client.model_statistics("vlm_relevance"))["model_stats"][0]
+        together = await models.page_relevance(question, images)
+        after = (await models.client.model_statistics("vlm_relevance"))["model_stats"][0]
+        alone = [float((await models.page_relevance(question, [image]))[0]) for image in images[:2]]
+        return together, alone, before, after
+
+    together, alone, before, after = call(triton, work)
+    assert together.shape == (6,) and together.dtype == np.float32 and np.all((together > 0) & (together < 1))
+    assert np.allclose(together[:2], alone, atol=1e-5)  # one prefill of six prompts = six prefills of one
+    assert int(after["execution_count"]) - int(before.get("execution_count", 0)) == 1  # six pages, one execution
+
+
+def test_the_vlm_relevance_filter_names_a_bad_image(triton):
+    with pytest.raises(InvalidRequestError, match="cannot decode image"):
+        call(triton, lambda models: models.page_relevance("Why?", [b"not an image"]))
+
+
 def test_llm_streams_tokens_with_log_probabilities(triton):
     async def work(models):
         chunks = []

@@ -1,0 +1,83 @@
+"""The pure parts of answering: the extractive answerer's choice, the pruner and judger arithmetic, prompts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from orchestrator.knowledge.chunking import Span
+from orchestrator.knowledge.segments import EvidenceRecord
+from orchestrator.pipeline.events import EvidenceItem
+from orchestrator.pipeline.extractive import Sentence, candidate_sentences, choose, compose, shortlist, word_overlap
+from orchestrator.pipeline.prompts import answer_prompt, cited_ranks, decoupler_prompt, evidence_block
+from orchestrator.pipeline.uncertainty import mean_entropy, prune
+
+
+def item(rank: int, text: str, kind: str = "chunk", section: str = "", perception: str = "", page: int = 0) -> EvidenceItem:
+    record = EvidenceRecord(f"d:{kind[0]}{rank}", "d", "report.pdf", kind, "text" if kind == "chunk" else "table", text,
+                            section, (Span(rank, page, (0, 0, 1000, 100)),))
+    return EvidenceItem(rank, 1.0 / rank, record, perception=perception)
+
+
+def test_candidate_sentences_skip_headings_fragments_and_repeats():
+    items = [
+        item(1, "Financial results\n\nTotal revenue was 412 million euros in 2024. Net profit was 44 million euros.",
+             section="Report > Financial results"),
+        item(2, "Letter from the chief executive\n\nTotal revenue was 412 million euros in 2024. It rose.",
+             perception="The table lists revenue by region for three regions."),
+    ]
+    sentences = candidate_sentences(items, headings={"Letter from the chief executive"})
+    assert [(s.rank, s.position, s.text) for s in sentences] == [
+        (1, 0, "Total revenue was 412 million euros in 2024."),
+        (1, 1, "Net profit was 44 million euros."),
+        (2, 0, "The table lists revenue by region for three regions."),  # the VLM's description counts too
+    ]
+
+
+def test_shortlist_prefers_shared_words_then_evidence_order():
+    sentences = [Sentence("The weather was fine all year.", 1, 0), Sentence("Revenue grew in Asia.", 2, 0),
+                 Sentence("Revenue and profit grew in Asia.", 3, 0)]
+    assert word_overlap("Where did revenue grow?", "Revenue grew in Asia.") == 0.5  # revenue yes, grow != grew
+    assert [s.rank for s in shortlist("Where did revenue grow?", sentences, 2)] == [2, 3]
+
+
+def test_choose_keeps_the_best_sentences_near_the_top_in_evidence_order():
+    sentences = [Sentence(f"Sentence number {i} about revenue.", rank, i) for i, rank in enumerate([3, 1, 2, 1])]
+    similarities = np.array([0.70, 0.60, 0.20, 0.65])
+    chosen = choose("revenue?", sentences, similarities, count=3, floor=0.3, margin=0.15)
+    # every sentence shares "revenue" (bonus 0.15); 0.20 + 0.15 is more than 0.15 below the best (0.85)
+    assert [(s.rank, s.position) for s, _ in chosen] == [(1, 1), (1, 3), (3, 0)]
+    assert [round(score, 2) for _, score in chosen] == [0.75, 0.8, 0.85]
+    assert compose(chosen) == (
+        "Sentence number 1 about revenue. [1] Sentence number 3 about revenue. [1] Sentence number 0 about revenue. [3]", (1, 3),
+    )
+    assert choose("revenue?", sentences, np.array([0.0, 0.0, 0.0, 0.0]), 3, floor=0.3, margin=1.0) == []
+    # without an embedder: shared words alone, sentences sharing none are left out
+    lexical = choose("profit?", sentences + [Sentence("Profit rose sharply this year.", 4, 0)], None, 3, 0.3, 0.15)
+    assert [s.rank for s, _ in lexical] == [4]
+
+
+def test_pruner_keeps_the_smallest_sufficient_prefix_within_capacity():
+    assert prune([0.9, 0.7, 0.5, 0.4], capacity=4, sufficiency=1.5) == (2, pytest.approx(1.6))
+    assert prune([0.3, 0.3, 0.3], capacity=2, sufficiency=1.5) == (2, pytest.approx(0.6))  # never past capacity
+    assert prune([0.2, -0.5, 0.2], capacity=5, sufficiency=1.5) == (3, pytest.approx(0.4))  # negatives add nothing
+    assert prune([2.0], capacity=0, sufficiency=1.5) == (1, 2.0)  # at least one
+
+
+def test_judger_entropy_is_the_mean_of_normalised_token_entropies():
+    assert mean_entropy([0.9, 0.7, 0.8]) == pytest.approx(0.8)
+    assert mean_entropy([]) == 1.0
+
+
+def test_prompts_carry_the_evidence_its_perception_and_the_instruction():
+    evidence = [item(1, "Revenue was 412 million euros.", section="Results", page=2),
+                item(2, "Table: Revenue by region", kind="unit", perception="North 1250, South 980.")]
+    assert evidence_block(evidence[0]) == "[1] (report.pdf, page 3, Results)\nRevenue was 412 million euros."
+    assert evidence_block(evidence[1]) == "[2] (report.pdf, page 1, table)\nTable: Revenue by region\nVisual description: North 1250, South 980."
+    prompt, used = answer_prompt("How much?", evidence, 1000, "Show the steps.", ("What is A?",), notes="[1] 412 M")
+    assert used == evidence and "Show the steps." in prompt and "It breaks down into: What is A?" in prompt
+    assert prompt.index("Details found in the evidence:\n[1] 412 M") < prompt.index("Question: How much?")
+    tight, used = answer_prompt("How much?", evidence, 60)
+    assert used == evidence[:1]  # the second entry did not fit: dropped whole, never cut
+    assert "Do not answer the question" in decoupler_prompt("How much?", evidence, "", 1000)
+    assert cited_ranks("As [2] and [1] say, and [2] again, not [9].", {1, 2}) == [2, 1]

@@ -1,0 +1,86 @@
+"""Adjacent context by bbox, the cost ledger, page similarity averaging and the VLM relevance arithmetic."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from orchestrator.knowledge.documents import NO_PAGE, Block
+from orchestrator.pipeline.accounting import QueryLedger, busy_ms
+from orchestrator.pipeline.context import adjacent_blocks, context_texts, vertical_gap
+from orchestrator.pipeline.pages import average_similarity
+from thinkserve_backend.relevance import first_token_ids, group_by_length, relevance_prompt, yes_probability
+
+
+def page_blocks() -> list[Block]:
+    """Page 1: a title, two paragraphs above a table, a footnote-like paragraph below it; page 2: one paragraph."""
+    return [
+        Block("title", "Results", page=1, bbox=(100, 50, 900, 80)),
+        Block("text", "Sales rose in every region.", page=1, bbox=(100, 100, 900, 200)),
+        Block("text", "Table 2 shows the regions.", page=1, bbox=(100, 210, 900, 260)),
+        Block("table", "North 1250", page=1, bbox=(100, 280, 900, 600)),
+        Block("text", "Figures in thousands of euros.", page=1, bbox=(100, 620, 900, 650)),
+        Block("text", "Other page.", page=2, bbox=(100, 100, 900, 200)),
+    ]
+
+
+def test_adjacent_context_is_the_nearest_text_above_and_below_on_the_same_page():
+    blocks = page_blocks()
+    assert vertical_gap(blocks[2].bbox, blocks[3].bbox) == 20 and vertical_gap(blocks[3].bbox, blocks[3].bbox) == 0
+    assert adjacent_blocks(blocks, 3, 1) == [2, 4]
+    assert adjacent_blocks(blocks, 3, 2) == [1, 2, 4]  # the title counts as text; only one block below
+    assert adjacent_blocks(blocks, 3, 1, exclude=frozenset({2})) == [1, 4]
+    assert adjacent_blocks(blocks, 3, 0) == [] and adjacent_blocks(blocks, 99, 1) == []
+    assert context_texts(blocks, [2, 4]) == ("Table 2 shows the regions.", "Figures in thousands of euros.")
+
+
+def test_without_pages_the_context_is_the_neighbours_in_reading_order():
+    blocks = [Block("text", "A."), Block("image", "", caption="Logo"), Block("text", "B."), Block("text", "C.")]
+    assert all(b.page == NO_PAGE for b in blocks)
+    assert adjacent_blocks(blocks, 1, 1) == [0, 2]
+
+
+def test_overlapping_model_calls_count_once_in_the_model_time():
+    assert busy_ms([(0.0, 1.0), (0.5, 2.0), (3.0, 3.5), (3.1, 3.2)]) == pytest.approx(2500.0)
+    assert busy_ms([]) == 0.0
+    ticks = iter([0.0, 0.05, 0.15, 0.2, 0.3, 0.35])  # embed [0, 0.2] holds rerank [0.05, 0.15]; embed [0.3, 0.35]
+    ledger = QueryLedger(clock=lambda: next(ticks))
+    with ledger.record("text_embedder", "embed", items=2, tokens_in=10):
+        with ledger.record("reranker", "rerank", items=5, tokens_in=100) as call:
+            call.tokens_out = 0
+    with ledger.record("text_embedder", "embed", items=1, tokens_in=4):
+        pass
+    report = ledger.report(total_ms=500.0)
+    usage = {(u.model, u.stage): u for u in report.usage}
+    assert usage[("text_embedder", "embed")].calls == 2 and usage[("text_embedder", "embed")].items == 3
+    assert usage[("text_embedder", "embed")].tokens_in == 14
+    assert usage[("text_embedder", "embed")].model_ms == pytest.approx(200.0 + 50.0)
+    assert usage[("reranker", "rerank")].model_ms == pytest.approx(100.0)
+    assert report.model_ms == pytest.approx(250.0) and report.orchestrator_ms == pytest.approx(250.0)
+    assert report.model_calls == 3 and report.tokens("reranker") == (100, 0)
+
+
+def test_page_similarities_are_averaged_across_encoder_families():
+    average = average_similarity({"clip": np.array([0.2, 0.8]), "siglip": np.array([0.6, 0.0])})
+    assert average.tolist() == pytest.approx([0.4, 0.4])
+    assert average_similarity({}).size == 0
+
+
+def test_relevance_is_p_yes_among_yes_and_no():
+    logits = np.array([[2.0, 0.0, 1.0, -1.0], [0.0, 3.0, 0.0, 0.0]])
+    yes, no = [0, 2], [1]
+    p = yes_probability(logits, yes, no)
+    expected = (math.exp(2) + math.exp(1)) / (math.exp(2) + math.exp(1) + math.exp(0))
+    assert p[0] == pytest.approx(expected, rel=1e-6)
+    assert p[1] == pytest.approx(2 / (2 + math.exp(3)), rel=1e-6)
+    assert yes_probability(np.array([[1000.0, 999.0]]), [0], [1])[0] == pytest.approx(1 / (1 + math.exp(-1)), rel=1e-6)
+
+
+def test_relevance_prompt_tokens_and_length_groups():
+    vocabulary = {"yes": [5], "Yes": [6], " yes": [5, 9], "no": [7], "No": [7], "": []}
+    assert first_token_ids(lambda text: vocabulary.get(text, []), ["yes", "Yes", " yes", "YES"]) == [5, 6]
+    assert first_token_ids(lambda text: vocabulary.get(text, []), ["no", "No"]) == [7]
+    assert relevance_prompt("{image} Q: {question}", "Why?", "<image>") == "<image> Q: Why?"
+    assert group_by_length([5, 7, 5, 5, 7]) == {5: [0, 2, 3], 7: [1, 4]}

@@ -1,0 +1,58 @@
+import pytest
+
+from orchestrator.config import Settings
+from orchestrator.errors import InvalidRequestError
+from orchestrator.pipeline.plan import QueryOptions, make_plan, router_mode, validate_options
+
+
+def test_the_route_policy_decides_unless_the_request_or_server_say_otherwise():
+    settings = Settings()
+    simple, complex_ = make_plan("simple", QueryOptions(), settings), make_plan("complex", QueryOptions(), settings)
+    assert (simple.evidence_k, simple.chunk_top_k, simple.graph_hops, simple.page_images) == (3, 10, 1, False)
+    assert (complex_.evidence_k, complex_.chunk_top_k, complex_.graph_hops, complex_.page_images) == (8, 20, 2, True)
+    # the tiny profile answers extractively, so the uncertainty loop (which needs the LLM's entropies) is off
+    assert complex_.answerer == "extractive" and not complex_.uncertainty
+    assert make_plan("complex", QueryOptions(answerer="llm"), settings).uncertainty
+
+    # a request can switch a stage off, never on against its route or the server
+    assert not make_plan("complex", QueryOptions(graph=False, rerank=False), settings).graph
+    assert not make_plan("simple", QueryOptions(page_images=True), settings).page_images
+    no_pages = Settings.load(None, {"pages.enabled": False})
+    assert not make_plan("complex", QueryOptions(page_images=True), no_pages).page_images
+
+    chosen = make_plan("moderate", QueryOptions(top_k=2, chunk_top_k=7, entity_top_k=0, graph_hops=3, page_top_m=9), settings)
+    assert (chosen.evidence_k, chosen.chunk_top_k, chosen.entity_top_k, chosen.graph_hops, chosen.page_top_m) == (2, 7, 0, 3, 9)
+
+
+def test_perception_is_off_where_the_route_says_so_but_end_to_end_stays_a_choice():
+    settings = Settings.load(None, {"routes.simple": {**Settings().routes.simple.model_dump(), "perception": False}})
+    assert make_plan("simple", QueryOptions(), settings).perception == "off"
+    assert make_plan("simple", QueryOptions(perception="end_to_end"), settings).perception == "end_to_end"
+    assert make_plan("complex", QueryOptions(), settings).perception == "dpr"
+
+
+def test_router_mode():
+    settings = Settings()
+    assert router_mode(QueryOptions(), settings) == "features"
+    assert router_mode(QueryOptions(router="model"), settings) == "model"
+    assert router_mode(QueryOptions(route="simple", router="model"), settings) == "fixed"
+    assert router_mode(QueryOptions(), Settings(profile="hf")) == "model"
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (QueryOptions(top_k=0), "top_k must be in 1..50 (retrieval.max_top_k)"),
+        (QueryOptions(chunk_top_k=51), "chunk_top_k must be in 1..50"),
+        (QueryOptions(graph_hops=5), "graph_hops must be in 0..4"),
+        (QueryOptions(page_top_m=201), "page_top_m must be in 1..200 (pages.max_top_m)"),
+        (QueryOptions(route="hard"), "route must be one of simple, moderate, complex"),
+        (QueryOptions(perception="both"), "perception must be one of dpr, end_to_end, off"),
+        (QueryOptions(answerer="oracle"), "answerer must be one of extractive, llm"),
+        (QueryOptions(max_tokens=5000), "generation.max_tokens_limit"),
+        (QueryOptions(top_p=0.0), "top_p must be in (0, 1]"),
+    ],
+)
+def test_bad_options_name_the_option_and_its_limit(options, message):
+    with pytest.raises(InvalidRequestError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        validate_options(options, Settings())

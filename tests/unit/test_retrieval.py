@@ -1,0 +1,123 @@
+"""Hybrid retrieval and graph expansion on a hand-built collection whose every score can be worked out by hand."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from orchestrator.config import Settings
+from orchestrator.knowledge.indexes import BM25Index, IndexSpec
+from orchestrator.knowledge.store import Snapshot
+from orchestrator.pipeline.graph_search import expand, seed_nodes
+from orchestrator.pipeline.plan import QueryOptions, make_plan
+from orchestrator.pipeline.retrieval import retrieve
+from tests.segment_factory import make_segment
+
+TEXTS = ["alpha revenue report", "beta growth plan", "gamma factory site", "alpha beta merger"]
+E = np.eye(4, dtype=np.float32)
+
+
+def snapshot() -> Snapshot:
+    """Chunk i has vector e_i, except chunk 3 = (e0 + e1) / sqrt(2). Alpha Corp is named in chunks 0 and 3,
+    Beta Ltd in 1 and 3 (so they are related through chunk 3), Gamma Site in chunk 2."""
+    entities = {TEXTS[0]: ["Alpha Corp"], TEXTS[1]: ["Beta Ltd"], TEXTS[2]: ["Gamma Site"], TEXTS[3]: ["Alpha Corp", "Beta Ltd"]}
+    segment = make_segment("report.pdf", TEXTS, entities, dim=4)
+    assert segment.entity_keys == ["alpha corp", "beta ltd", "gamma site"] and segment.relation_keys == [("alpha corp", "beta ltd")]
+    segment = replace(
+        segment,
+        evidence_vectors=np.stack([E[0], E[1], E[2], (E[0] + E[1]) / np.sqrt(2)]),
+        entity_vectors=E[:3].copy(),  # alpha ~ e0, beta ~ e1, gamma ~ e2
+        relation_vectors=E[3:4].copy(),  # the relation matches no question below
+    )
+    return Snapshot(1, [segment], IndexSpec())
+
+
+def plan(**options):
+    return make_plan("simple", QueryOptions(chunk_top_k=2, **options), Settings())
+
+
+def two_node_pagerank(damping: float = 0.85) -> tuple[float, float]:
+    """PPR on alpha - beta teleporting to alpha: x_a = d x_b + (1 - d), x_b = d x_a."""
+    alpha = (1 - damping) / (1 - damping * damping)
+    return alpha, damping * alpha
+
+
+def test_dense_sparse_and_graph_candidates_fuse_with_every_signal():
+    collection = snapshot()
+    result = retrieve(collection, ["alpha revenue"], E[:1], plan(), Settings().retrieval)
+    by_row = {c.row: c for c in result.candidates}
+    # dense: chunks 0 and 3; BM25: 0 and 3 (both say alpha); the graph adds chunk 1 (Beta Ltd, one hop from Alpha)
+    assert set(by_row) == {0, 1, 3}
+    assert by_row[0].found_by == ("dense", "graph", "sparse") and by_row[1].found_by == ("graph",)
+    assert result.entity_seeds == {"alpha corp": pytest.approx(1.0)}
+
+    alpha, beta = two_node_pagerank()
+    assert by_row[0].structural == pytest.approx(alpha / (alpha + beta), abs=1e-5)  # chunk 3 holds both: the max
+    assert by_row[3].structural == 1.0 and by_row[1].structural == pytest.approx(beta / (alpha + beta), abs=1e-5)
+    assert by_row[1].semantic == 0.0  # found by the graph only: its cosine comes from the stored vector
+    assert by_row[3].semantic == pytest.approx(1 / np.sqrt(2))
+
+    bm25 = BM25Index(TEXTS).search("alpha revenue", 4)
+    best = dict(bm25)
+    assert by_row[3].lexical == pytest.approx(best[3] / best[0]) and by_row[0].lexical == 1.0
+    for c in result.candidates:
+        assert c.fused == pytest.approx((0.5 * c.semantic + 0.2 * c.lexical + 0.2 * c.structural) / 0.9)
+    assert [c.row for c in result.candidates] == [0, 3, 1]
+    assert set(result.timings_ms) == {"dense", "sparse", "graph", "fusion"}
+
+
+def test_each_switch_takes_its_signal_out():
+    collection = snapshot()
+    settings = Settings().retrieval
+    dense_only = retrieve(collection, ["alpha revenue"], E[:1], plan(sparse=False, graph=False), settings)
+    assert {c.row: c.found_by for c in dense_only.candidates} == {0: ("dense",), 3: ("dense",)}
+    assert all(c.lexical == 0 and c.structural == 0 for c in dense_only.candidates)
+
+    bm25_only = retrieve(collection, ["alpha revenue"], E[:1], plan(dense=False, graph=False), settings)
+    assert {c.row: c.found_by for c in bm25_only.candidates} == {0: ("sparse",), 3: ("sparse",)}
+    assert bm25_only.candidates[1].semantic == pytest.approx(1 / np.sqrt(2))  # still reported ...
+    assert all(c.fused == pytest.approx(c.lexical) for c in bm25_only.candidates)  # ... but not weighed
+
+    no_seed = retrieve(collection, ["delta"], -E[:1], plan(), settings)  # similar to no entity: the graph stays out
+    assert no_seed.entity_seeds == {} and all("graph" not in c.found_by for c in no_seed.candidates)
+
+
+def test_named_entities_seed_the_graph_and_sub_questions_each_retrieve():
+    collection = snapshot()
+    result = retrieve(
+        collection, ["gamma", "beta growth"], np.stack([E[3], E[1]]), plan(), Settings().retrieval, named_entities=["gamma site"]
+    )
+    assert result.entity_seeds["gamma site"] == 1.0 and result.entity_seeds["beta ltd"] == pytest.approx(1.0)
+    rows = {c.row for c in result.candidates}
+    assert {1, 2} <= rows  # chunk 1 from the second sub-question, chunk 2 from the named entity alone
+
+
+def test_graph_expansion_scores_evidence_by_the_pagerank_of_its_entities():
+    collection = snapshot()
+    graph = collection.graph
+    seeds = seed_nodes(graph, {"alpha corp": 2.0, "gamma site": 1.0, "unknown": 5.0})
+    assert seeds == {graph.entity_index["alpha corp"]: 2.0, graph.entity_index["gamma site"]: 1.0}
+    expansion = expand(graph, collection.node_evidence, seeds, hops=1, max_nodes=100)
+
+    reference = nx.Graph()
+    reference.add_nodes_from(range(graph.node_count))
+    reference.add_edges_from(zip(graph.edges.src.tolist(), graph.edges.dst.tolist()))
+    expected = nx.pagerank(reference.subgraph(expansion.nodes.tolist()), personalization=seeds)
+    node_of = graph.entity_index
+    assert expansion.node_scores == pytest.approx([expected[n] for n in expansion.nodes.tolist()], abs=1e-5)
+    # each chunk scores the PageRank of the entities extracted from it
+    assert expansion.evidence_scores[0] == pytest.approx(expected[node_of["alpha corp"]], abs=1e-5)
+    assert expansion.evidence_scores[2] == pytest.approx(expected[node_of["gamma site"]], abs=1e-5)
+    assert expansion.evidence_scores[3] == pytest.approx(expected[node_of["alpha corp"]] + expected[node_of["beta ltd"]], abs=1e-5)
+    assert expand(graph, collection.node_evidence, {}, 2, 100).evidence_scores == {}
+
+
+def test_snapshot_gives_vectors_and_rows_by_evidence():
+    collection = snapshot()
+    assert collection.evidence_rows == {e.evidence_id: i for i, e in enumerate(collection.evidence)}
+    assert np.allclose(collection.evidence_vectors([3, 0]), np.stack([(E[0] + E[1]) / np.sqrt(2), E[0]]))
+    assert collection.node_evidence.shape == (collection.graph.node_count, 4)
+    assert collection.entity_key_set == {"alpha corp", "beta ltd", "gamma site"}
