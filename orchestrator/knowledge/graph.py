@@ -7,7 +7,8 @@ their descriptions by "belongs_to" edges. Entities merge on the hard-match key (
 The graph is derived data: it is rebuilt in memory from the per-document records whenever a snapshot is
 loaded, so deleting a document is building without it (nothing can be left orphaned). It is kept as node and
 edge tables plus a symmetric weighted scipy.sparse CSR adjacency, the source of truth for traversal and
-PageRank; cuGraph is only an optional accelerator behind `gpu_available()`, never required.
+PageRank; cuGraph (or CuPy, running the same iteration) is only an optional accelerator behind
+`gpu_available()`, never required.
 """
 
 from __future__ import annotations
@@ -217,7 +218,7 @@ class KnowledgeGraph:
             members: Optional[np.ndarray] = None
             matrix, degree = self.adjacency, self.weighted_degree
         else:
-            members = np.unique(np.fromiter((int(x) for x in restrict_to), dtype=np.int64))
+            members = np.unique(np.asarray(restrict_to if isinstance(restrict_to, np.ndarray) else list(restrict_to), dtype=np.int64))
             if len(members) and (members[0] < 0 or members[-1] >= n):
                 raise IndexError(f"restrict_to names nodes outside 0..{n - 1}")
             matrix = self.adjacency[members][:, members].tocsr()
@@ -243,15 +244,25 @@ class KnowledgeGraph:
         teleport = teleport / total if total > 0 else np.full(size, 1.0 / size)
 
         if backend == "gpu" or (backend == "auto" and size >= GPU_MIN_NODES and gpu_available()):
-            if not gpu_available():
-                raise RuntimeError("backend='gpu' needs cuGraph and a visible GPU")
-            result = _pagerank_cugraph(matrix, teleport, damping, max_iter, tol)
+            engine = gpu_engine()
+            if engine is None:
+                raise RuntimeError("backend='gpu' needs a visible GPU with cuGraph or CuPy")
+            if engine == "cugraph":
+                result = _pagerank_cugraph(matrix, teleport, damping, max_iter, tol)
+            else:
+                # the whole graph's adjacency is copied to the GPU once; a subgraph is copied per call
+                on_gpu = self._gpu_adjacency if members is None else _to_gpu(matrix, degree)
+                result = _pagerank_cupy(*on_gpu, teleport, damping, max_iter, tol)
         else:
             result = _pagerank_scipy(matrix, degree, teleport, damping, max_iter, tol)
         if members is None:
             return result
         scores[members] = result
         return scores
+
+    @functools.cached_property
+    def _gpu_adjacency(self):
+        return _to_gpu(self.adjacency, self.weighted_degree)
 
     def _check(self, node: int) -> None:
         if not 0 <= node < self.node_count:
@@ -287,20 +298,57 @@ def _pagerank_scipy(
 
 
 @functools.lru_cache(maxsize=1)
-def gpu_available() -> bool:
-    """cuGraph installed and a GPU visible; checked once per process (imports cost seconds, calls fail
-    with CUDA errors without a GPU)."""
-    if importlib.util.find_spec("cugraph") is None or importlib.util.find_spec("cupy") is None:
-        return False
+def gpu_engine() -> Optional[str]:
+    """The GPU engine for PageRank: "cugraph" or "cupy" when a GPU is visible to it, else None. Checked once
+    per process (imports cost seconds; calls fail with CUDA errors without a GPU). cuGraph is preferred;
+    CuPy runs the very power iteration of the CPU path on cupyx.scipy.sparse."""
+    if importlib.util.find_spec("cupy") is None:
+        return None
     try:
         import cupy
 
         if cupy.cuda.runtime.getDeviceCount() < 1:
-            return False
-        import cugraph  # noqa: F401
+            return None
     except Exception:
-        return False
-    return True
+        return None
+    if importlib.util.find_spec("cugraph") is not None:
+        try:
+            import cugraph  # noqa: F401
+
+            return "cugraph"
+        except Exception:
+            pass
+    return "cupy"
+
+
+def gpu_available() -> bool:
+    return gpu_engine() is not None
+
+
+def _to_gpu(matrix: sp.csr_matrix, degree: np.ndarray):
+    """The adjacency, the dangling-node mask and 1 / degree on the GPU, for _pagerank_cupy."""
+    import cupy
+    import cupyx.scipy.sparse as gpu_sparse
+
+    degree_gpu = cupy.asarray(degree, dtype=cupy.float64)
+    dangling = degree_gpu == 0
+    inverse = cupy.where(dangling, 0.0, 1.0 / cupy.where(dangling, 1.0, degree_gpu))
+    return gpu_sparse.csr_matrix(matrix.astype(np.float64)), dangling, inverse
+
+
+def _pagerank_cupy(adjacency, dangling, inverse, teleport: np.ndarray, damping: float, max_iter: int, tol: float) -> np.ndarray:
+    """_pagerank_scipy on the GPU: the same iteration and stopping rule, so the same scores to rounding."""
+    import cupy
+
+    size = adjacency.shape[0]
+    p = cupy.asarray(teleport, dtype=cupy.float64)
+    x = cupy.full(size, 1.0 / size)
+    for _ in range(max_iter):
+        previous = x
+        x = damping * (adjacency @ (x * inverse) + x[dangling].sum() * p) + (1 - damping) * p
+        if float(cupy.abs(x - previous).sum()) < size * tol:
+            break
+    return cupy.asnumpy(x)
 
 
 def _pagerank_cugraph(matrix: sp.csr_matrix, teleport: np.ndarray, damping: float, max_iter: int, tol: float) -> np.ndarray:
