@@ -29,6 +29,7 @@ def summarize(samples_s: list[float], items_per_sample: int = 1) -> dict:
         "mean_ms": float(samples.mean()),
         "p50_ms": float(np.percentile(samples, 50)),
         "p90_ms": float(np.percentile(samples, 90)),
+        "p95_ms": float(np.percentile(samples, 95)),
         "p99_ms": float(np.percentile(samples, 99)),
         "min_ms": float(samples.min()),
         "max_ms": float(samples.max()),

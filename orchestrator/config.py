@@ -121,6 +121,7 @@ class RetrievalSettings(_Section):
     rerank_candidates: int = Field(20, ge=1)  # fused candidates the cross-encoder scores
     graph_top_k: int = Field(20, ge=0)  # evidence records the graph adds as candidates
     graph_max_nodes: int = Field(2000, ge=1)  # neighbourhood size cap: keeps PageRank cheap on big graphs
+    graph_scoring_nodes: int = Field(256, ge=0)  # highest-PageRank nodes that score evidence (0: all)
     pagerank_damping: float = Field(0.85, ge=0, lt=1)
     min_seed_similarity: float = Field(0.3, ge=-1, le=1)  # entities less similar than this seed nothing
     # Refusal: when no candidate is at least this similar to the question (cosine), the evidence cannot

@@ -49,8 +49,10 @@ async def _run(settings: Settings, samples: list[Path], questions: list[str]) ->
                 print(f"* ingested {sample.name}: {state} (chunks of {DEMO_CHUNK_TOKENS} tokens for the demo)")
             if settings.profile == "tiny":
                 print(
-                    "* tiny profile: the embedder is the real all-MiniLM-L6-v2, so the evidence is real; the LLM has\n"
-                    "  random weights, so the answer text is noise that only shows the streaming path works."
+                    "* tiny profile: the embedder is the real all-MiniLM-L6-v2, so retrieval and the extractive answers\n"
+                    "  (evidence sentences chosen with it, cited) are real; the router, reranker, VLM and LLM have random\n"
+                    "  weights, so routes come from the question's features and the reranker runs but gets no say.\n"
+                    "  `thinkserve ask --answerer llm --router model ...` runs the random LLM and router: noise output."
                 )
             for question in questions:
                 printer = QueryPrinter(question)

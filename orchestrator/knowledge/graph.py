@@ -169,17 +169,23 @@ class KnowledgeGraph:
         of their edges to the previous hop, heaviest first, then by node id: the order is deterministic and the
         best-connected nodes survive a `max_nodes` cut.
         """
-        seeds = list(dict.fromkeys(int(s) for s in seed_nodes))
-        for seed in seeds:
-            self._check(seed)
+        nodes, distances = self.neighbourhood(seed_nodes, hops, max_nodes)
+        return list(zip(nodes.tolist(), distances.tolist()))
+
+    def neighbourhood(self, seed_nodes: Iterable[int], hops: int, max_nodes: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
+        """k_hop as two arrays (nodes, hop distances): no Python object per node, for the query path."""
+        seeds = np.asarray(list(dict.fromkeys(int(s) for s in seed_nodes)), dtype=np.int64)
+        if len(seeds) and (seeds.min() < 0 or seeds.max() >= self.node_count):
+            self._check(int(seeds.min()) if seeds.min() < 0 else int(seeds.max()))
         limit = self.node_count if max_nodes is None else max(0, max_nodes)
-        found = [(seed, 0) for seed in seeds[:limit]]
+        frontier = seeds[:limit]
+        found, distances = [frontier], [np.zeros(len(frontier), dtype=np.int64)]
+        total = len(frontier)
         visited = np.zeros(self.node_count, dtype=bool)
-        frontier = np.asarray([s for s, _ in found], dtype=np.int64)
         visited[frontier] = True
         indptr, indices, data = self.adjacency.indptr, self.adjacency.indices, self.adjacency.data
         for hop in range(1, hops + 1):
-            if len(found) >= limit or not len(frontier):
+            if total >= limit or not len(frontier):
                 break
             entries = _row_entries(indptr, frontier)
             if not len(entries):
@@ -188,11 +194,13 @@ class KnowledgeGraph:
             strength = np.bincount(inverse, weights=data[entries], minlength=len(candidates))
             new = ~visited[candidates]
             candidates, strength = candidates[new], strength[new]
-            order = np.lexsort((candidates, -strength))[: limit - len(found)]
+            order = np.lexsort((candidates, -strength))[: limit - total]
             frontier = candidates[order].astype(np.int64)
             visited[frontier] = True
-            found.extend((int(node), hop) for node in frontier)
-        return found
+            found.append(frontier)
+            distances.append(np.full(len(frontier), hop, dtype=np.int64))
+            total += len(frontier)
+        return np.concatenate(found), np.concatenate(distances)
 
     def personalized_pagerank(
         self,

@@ -22,7 +22,19 @@ class GraphExpansion:
     seeds: dict[int, float] = field(default_factory=dict)  # node -> teleport weight
     nodes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # the neighbourhood
     node_scores: np.ndarray = field(default_factory=lambda: np.zeros(0))  # PageRank of each neighbourhood node
-    evidence_scores: dict[int, float] = field(default_factory=dict)  # evidence row -> structural score
+    evidence_mass: np.ndarray = field(default_factory=lambda: np.zeros(0))  # structural score per evidence row
+
+    def score(self, row: int) -> float:
+        return float(self.evidence_mass[row]) if row < len(self.evidence_mass) else 0.0
+
+    def best(self, k: int) -> list[int]:
+        """The k evidence rows with the most mass (ties: lower row first); rows with none are never returned."""
+        rows = np.flatnonzero(self.evidence_mass > 0)
+        if k <= 0 or not len(rows):
+            return []
+        if len(rows) > k:
+            rows = rows[np.argpartition(-self.evidence_mass[rows], k - 1)[:k]]
+        return [int(r) for r in rows[np.lexsort((rows, -self.evidence_mass[rows]))]]
 
 
 def seed_nodes(graph: KnowledgeGraph, entity_weights: Mapping[str, float]) -> dict[int, float]:
@@ -42,12 +54,18 @@ def expand(
     hops: int,
     max_nodes: int,
     damping: float = 0.85,
+    scoring_nodes: int = 0,
 ) -> GraphExpansion:
+    """`scoring_nodes` > 0: only that many nodes, highest PageRank first, pass their mass on to the evidence.
+    The tail of a big neighbourhood holds little mass but hub entities named in thousands of chunks, which
+    would make this step grow with the collection instead of with the question."""
     if not seeds or graph.node_count == 0:
         return GraphExpansion()
     ordered = sorted(seeds, key=lambda node: (-seeds[node], node))  # the strongest seeds survive a cap
-    nodes = np.fromiter((node for node, _ in graph.k_hop(ordered, hops, max_nodes)), dtype=np.int64)
+    nodes, _ = graph.neighbourhood(ordered, hops, max_nodes)
     scores = graph.personalized_pagerank(dict(seeds), damping=damping, restrict_to=nodes)[nodes]
-    mass = np.asarray(node_evidence[nodes].T @ scores).ravel()
-    rows = np.flatnonzero(mass > 0)
-    return GraphExpansion(dict(seeds), nodes, scores, {int(row): float(mass[row]) for row in rows})
+    scoring = np.arange(len(nodes))
+    if 0 < scoring_nodes < len(nodes):
+        scoring = np.argpartition(-scores, scoring_nodes - 1)[:scoring_nodes]
+    mass = np.asarray(node_evidence[nodes[scoring]].T @ scores[scoring]).ravel()
+    return GraphExpansion(dict(seeds), nodes, scores, mass)

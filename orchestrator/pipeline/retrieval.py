@@ -78,13 +78,12 @@ def retrieve(
             graph = snapshot.graph
             expansion = expand(
                 graph, snapshot.node_evidence, seed_nodes(graph, seeds), plan.graph_hops, settings.graph_max_nodes,
-                settings.pagerank_damping,
+                settings.pagerank_damping, settings.graph_scoring_nodes,
             )
-            best = sorted(expansion.evidence_scores.items(), key=lambda item: (-item[1], item[0]))[: settings.graph_top_k]
-            for row, _ in best:
+            for row in expansion.best(settings.graph_top_k):
                 candidates.setdefault(row, CandidateSignals()).found_by.add("graph")
             for row, signals in candidates.items():
-                signals.structural = expansion.evidence_scores.get(row, 0.0)
+                signals.structural = expansion.score(row)
     with timer.stage("fusion"):
         missing = [row for row, signals in candidates.items() if "dense" not in signals.found_by]
         if missing:

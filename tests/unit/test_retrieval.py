@@ -109,10 +109,15 @@ def test_graph_expansion_scores_evidence_by_the_pagerank_of_its_entities():
     node_of = graph.entity_index
     assert expansion.node_scores == pytest.approx([expected[n] for n in expansion.nodes.tolist()], abs=1e-5)
     # each chunk scores the PageRank of the entities extracted from it
-    assert expansion.evidence_scores[0] == pytest.approx(expected[node_of["alpha corp"]], abs=1e-5)
-    assert expansion.evidence_scores[2] == pytest.approx(expected[node_of["gamma site"]], abs=1e-5)
-    assert expansion.evidence_scores[3] == pytest.approx(expected[node_of["alpha corp"]] + expected[node_of["beta ltd"]], abs=1e-5)
-    assert expand(graph, collection.node_evidence, {}, 2, 100).evidence_scores == {}
+    assert expansion.score(0) == pytest.approx(expected[node_of["alpha corp"]], abs=1e-5)
+    assert expansion.score(2) == pytest.approx(expected[node_of["gamma site"]], abs=1e-5)
+    assert expansion.score(3) == pytest.approx(expected[node_of["alpha corp"]] + expected[node_of["beta ltd"]], abs=1e-5)
+    assert expansion.best(2) == [3, 0] and expansion.best(10) == [3, 0, 1, 2] and expansion.best(0) == []
+    top = expand(graph, collection.node_evidence, seeds, hops=1, max_nodes=100, scoring_nodes=1)
+    alpha = expected[node_of["alpha corp"]]  # the strongest seed has the most PageRank: only it scores evidence
+    assert (top.score(0), top.score(3), top.score(2)) == (pytest.approx(alpha, abs=1e-5), pytest.approx(alpha, abs=1e-5), 0.0)
+    empty = expand(graph, collection.node_evidence, {}, 2, 100)
+    assert empty.best(5) == [] and empty.score(0) == 0.0
 
 
 def test_snapshot_gives_vectors_and_rows_by_evidence():
