@@ -145,6 +145,14 @@ _COMMON_INITIALS = frozenset(
     """.split()
 )
 
+# Time and discourse words that open sentences: capitalised there, never the first word of a name.
+_OPENERS = frozenset(
+    """
+    later earlier meanwhile today yesterday tomorrow afterwards thereafter then now still also next last however
+    moreover furthermore additionally overall together since once soon instead otherwise likewise thus hence
+    """.split()
+)
+
 # Titles before a name: not part of the entity, and the name after one is a person.
 _TITLES = frozenset("mr mrs ms miss dr prof professor sir dame ceo cfo coo cto".split())
 # Abbreviations whose period never ends a sentence (titles, initials-like) or ends one only before "The" etc.
@@ -202,7 +210,7 @@ class CooccurrenceExtractor:
     the text capitalises it elsewhere too or a capitalised word follows it directly ("Northwind Traders"),
     and such a word is dropped before a name the text also uses on its own ("Later Contoso", "sold Contoso"):
     "Revenue grew" and "Outlook for Europe" do not make "Revenue" or "Outlook" entities, "Europe grew" keeps
-    "Europe". A relation's weight is the number of sentences of the text the two entities share; its
+    "Europe", and a first name stays with its surname ("Yara Falkenberg ... Falkenberg said"). A relation's weight is the number of sentences of the text the two entities share; its
     description is the first such sentence.
     """
 
@@ -277,8 +285,10 @@ class CooccurrenceExtractor:
             folded = token.text.casefold()
             if token.shape == "cap" and token.initial and folded not in confirmed:
                 joined_directly = last > i and tokens[i + 1].shape != "lower"
+                opener = folded in common or folded in _OPENERS or folded.endswith("ly")
                 if (folded in common and not joined_directly) or (
-                    joined_directly and tokens[i + 1].text.casefold() in standalone  # "Later Contoso", "sold Contoso"
+                    # "Later Contoso" (and "sold Contoso" elsewhere): an opener, not a first name ("Yara Falkenberg")
+                    joined_directly and opener and tokens[i + 1].text.casefold() in standalone
                 ):
                     i += 1
                     continue

@@ -16,6 +16,7 @@ import faiss
 import numpy as np
 from scipy import sparse
 
+from .extraction import STOP_WORDS
 
 
 @dataclass(frozen=True)
@@ -153,8 +154,11 @@ class BM25Index:
         self.size = len(texts)
 
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
-        """(row, score) of the k best texts for the query, best first; texts sharing no term are left out."""
-        columns = sorted({self.vocabulary[t] for t in lexical_terms(query) if t in self.vocabulary})
+        """(row, score) of the k best texts for the query, best first; texts sharing no term are left out.
+
+        The query's stop words are dropped ("how", "was", "which"): rare in documents, so of high IDF, they
+        would otherwise rank texts for matching the question's grammar instead of its content."""
+        columns = self.query_columns(query)
         if not columns or k <= 0:
             return []
         scores = np.asarray(self._weights[:, columns] @ self.idf[columns]).ravel()
@@ -163,6 +167,18 @@ class BM25Index:
             candidates = candidates[np.argpartition(-scores[candidates], k - 1)[:k]]
         order = candidates[np.lexsort((candidates, -scores[candidates]))]
         return [(int(row), float(scores[row])) for row in order]
+
+    def query_weight(self, query: str) -> float:
+        """The score of a text holding each content word of the query once, at the average length: the sum of
+        their IDFs (a word no text holds has the highest IDF there is). Dividing a score by it says how much
+        of the query a text matches, whatever the query."""
+        terms = {t for t in lexical_terms(query) if t not in STOP_WORDS}
+        unseen = math.log1p((self.size + 0.5) / 0.5)
+        return sum(float(self.idf[self.vocabulary[t]]) if t in self.vocabulary else unseen for t in terms)
+
+    def query_columns(self, query: str) -> list[int]:
+        """Vocabulary columns of the query's content words (stop words and unknown words left out)."""
+        return sorted({self.vocabulary[t] for t in lexical_terms(query) if t in self.vocabulary and t not in STOP_WORDS})
 
 
 def index_spec(settings) -> IndexSpec:

@@ -124,6 +124,11 @@ class Snapshot:
             data = np.ones(len(columns), dtype=np.float64)
             return sparse.csr_matrix((data, columns, pointers), shape=(graph.node_count, len(self.evidence)))
 
+    @functools.cached_property
+    def nodes_per_evidence(self) -> np.ndarray:
+        """How many graph nodes each evidence row gave (column sums of node_evidence)."""
+        return np.asarray(self.node_evidence.sum(axis=0)).ravel()
+
     def evidence_vectors(self, rows: Sequence[int]) -> np.ndarray:
         """The stored embeddings of evidence rows [n, d] (read from the segments, not the index)."""
         return _gather(self.segments, "evidence_vectors", self._evidence_starts, rows, self.dimension)

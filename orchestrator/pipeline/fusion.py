@@ -1,9 +1,13 @@
 """Fusion of the retrieval signals into one score per candidate (RAG-Anything's hybrid ranking).
 
-Every signal is brought to [0, 1] first: semantic = cosine (negative clipped to 0), lexical = BM25 / best BM25
-among the candidates, structural = graph score / best graph score, modality = how much the question prefers
-the candidate's block type. The fused score is their weighted mean over the signals that ran, so it stays in
-[0, 1] whatever is switched off, and the final score blends in the cross-encoder when it ran.
+Every signal arrives in [0, 1] with a meaning of its own, not relative to the other candidates: semantic =
+cosine (negative clipped to 0), lexical = how much of the question's content a text matches (BM25 over the
+question's IDF mass), structural = the mean PageRank of the graph nodes extracted from it, modality = how much
+the question prefers its block type. Scaling by the best candidate instead would give a weak signal's best hit
+full marks (a text sharing one word with a paraphrased question, a table with many loosely related entities),
+which the retrieval-quality benchmark showed costs more than it brings. The fused score is their weighted mean
+over the signals that ran, so it stays in [0, 1] whatever is switched off, and the final score blends in the
+cross-encoder when it ran.
 """
 
 from __future__ import annotations
@@ -18,8 +22,8 @@ class CandidateSignals:
     """Raw signals of one evidence record, as the retrieval stages found them."""
 
     semantic: float = 0.0  # best cosine with the question or a sub-question
-    lexical: float = 0.0  # best BM25 score
-    structural: float = 0.0  # graph score (PageRank mass of the nodes extracted from it)
+    lexical: float = 0.0  # best BM25 score over the question's IDF mass, at most 1
+    structural: float = 0.0  # mean PageRank of the graph nodes extracted from it
     found_by: set[str] = field(default_factory=set)  # dense | sparse | graph
 
 
@@ -35,8 +39,8 @@ class FusionWeights:
 class ScoredCandidate:
     row: int  # evidence row of the snapshot
     semantic: float
-    lexical: float  # normalised
-    structural: float  # normalised
+    lexical: float
+    structural: float
     modality: float
     fused: float
     found_by: tuple[str, ...]
@@ -53,14 +57,12 @@ def fuse(
     """Candidates best first (ties: lower row first, so the order is deterministic)."""
     if not candidates:
         return []
-    best_lexical = max(c.lexical for c in candidates.values())
-    best_structural = max(c.structural for c in candidates.values())
     total = weights.semantic + weights.lexical + weights.structural + (weights.modality if modality_preference else 0.0)
     scored = []
     for row, signals in candidates.items():
         semantic = min(1.0, max(0.0, signals.semantic))
-        lexical = signals.lexical / best_lexical if best_lexical > 0 else 0.0
-        structural = signals.structural / best_structural if best_structural > 0 else 0.0
+        lexical = min(1.0, max(0.0, signals.lexical))
+        structural = min(1.0, max(0.0, signals.structural))
         modality = float(modality_preference.get(block_types[row], 0.0))
         weighted = (
             weights.semantic * semantic

@@ -2,8 +2,10 @@
 
 Seeds (entities matched by name or by embedding, weighted by similarity) -> their k-hop neighbourhood in the
 knowledge graph (capped, best-connected nodes first) -> personalized PageRank on that neighbourhood -> each
-chunk or unit scores the PageRank mass of the nodes extracted from it (a unit is a node itself). Structure
-thus ranks evidence that is central to the question's entities even when it shares no words with it.
+chunk or unit scores the mean PageRank of the nodes extracted from it (a unit is a node itself). Structure
+thus ranks evidence that is central to the question's entities even when it shares no words with it; the
+mean, not the sum, keeps a table listing forty loosely related names from outranking the one paragraph about
+the entity asked for.
 """
 
 from __future__ import annotations
@@ -22,19 +24,19 @@ class GraphExpansion:
     seeds: dict[int, float] = field(default_factory=dict)  # node -> teleport weight
     nodes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # the neighbourhood
     node_scores: np.ndarray = field(default_factory=lambda: np.zeros(0))  # PageRank of each neighbourhood node
-    evidence_mass: np.ndarray = field(default_factory=lambda: np.zeros(0))  # structural score per evidence row
+    evidence_scores: np.ndarray = field(default_factory=lambda: np.zeros(0))  # structural score per evidence row
 
     def score(self, row: int) -> float:
-        return float(self.evidence_mass[row]) if row < len(self.evidence_mass) else 0.0
+        return float(self.evidence_scores[row]) if row < len(self.evidence_scores) else 0.0
 
     def best(self, k: int) -> list[int]:
-        """The k evidence rows with the most mass (ties: lower row first); rows with none are never returned."""
-        rows = np.flatnonzero(self.evidence_mass > 0)
+        """The k best-scoring evidence rows (ties: lower row first); rows scoring nothing are never returned."""
+        rows = np.flatnonzero(self.evidence_scores > 0)
         if k <= 0 or not len(rows):
             return []
         if len(rows) > k:
-            rows = rows[np.argpartition(-self.evidence_mass[rows], k - 1)[:k]]
-        return [int(r) for r in rows[np.lexsort((rows, -self.evidence_mass[rows]))]]
+            rows = rows[np.argpartition(-self.evidence_scores[rows], k - 1)[:k]]
+        return [int(r) for r in rows[np.lexsort((rows, -self.evidence_scores[rows]))]]
 
 
 def seed_nodes(graph: KnowledgeGraph, entity_weights: Mapping[str, float]) -> dict[int, float]:
@@ -50,13 +52,15 @@ def seed_nodes(graph: KnowledgeGraph, entity_weights: Mapping[str, float]) -> di
 def expand(
     graph: KnowledgeGraph,
     node_evidence: sparse.csr_matrix,
+    nodes_per_evidence: np.ndarray,
     seeds: Mapping[int, float],
     hops: int,
     max_nodes: int,
     damping: float = 0.85,
     scoring_nodes: int = 0,
 ) -> GraphExpansion:
-    """`scoring_nodes` > 0: only that many nodes, highest PageRank first, pass their mass on to the evidence.
+    """`nodes_per_evidence`: the column sums of `node_evidence` (the denominator of each evidence's mean).
+    `scoring_nodes` > 0: only that many nodes, highest PageRank first, pass their score on to the evidence.
     The tail of a big neighbourhood holds little mass but hub entities named in thousands of chunks, which
     would make this step grow with the collection instead of with the question."""
     if not seeds or graph.node_count == 0:
@@ -68,4 +72,5 @@ def expand(
     if 0 < scoring_nodes < len(nodes):
         scoring = np.argpartition(-scores, scoring_nodes - 1)[:scoring_nodes]
     mass = np.asarray(node_evidence[nodes[scoring]].T @ scores[scoring]).ravel()
-    return GraphExpansion(dict(seeds), nodes, scores, mass)
+    mean = np.divide(mass, nodes_per_evidence, out=np.zeros_like(mass), where=nodes_per_evidence > 0)
+    return GraphExpansion(dict(seeds), nodes, scores, mean)

@@ -2,7 +2,8 @@
 
 Per question and sub-question: dense FAISS search over chunks and units (chunk_top_k) and over entities and
 relations (entity_top_k: the graph's seeds, with the entities the question names outright), BM25 over chunks
-and units (chunk_top_k), then graph expansion from the seeds, which adds its best evidence (graph_top_k).
+and units (chunk_top_k; its score divided by the question's own weight, so a text matching one of five words
+is not a full match), then graph expansion from the seeds, which adds its best evidence (graph_top_k).
 Every candidate gets every signal: a candidate only BM25 or the graph found still gets its exact cosine
 from the stored vectors, so fusion compares like with like. Pure CPU work on the snapshot: run it in a
 thread; no model is called here (the question vectors come in).
@@ -68,17 +69,18 @@ def retrieve(
     if plan.sparse:
         with timer.stage("sparse"):
             for question in questions:
+                weight = snapshot.lexical.query_weight(question)
                 for row, score in snapshot.lexical.search(question, plan.chunk_top_k):
                     signals = candidates.setdefault(row, CandidateSignals())
-                    signals.lexical = max(signals.lexical, score)
+                    signals.lexical = max(signals.lexical, min(1.0, score / weight))
                     signals.found_by.add("sparse")
     expansion = GraphExpansion()
     if plan.graph and seeds:
         with timer.stage("graph"):
             graph = snapshot.graph
             expansion = expand(
-                graph, snapshot.node_evidence, seed_nodes(graph, seeds), plan.graph_hops, settings.graph_max_nodes,
-                settings.pagerank_damping, settings.graph_scoring_nodes,
+                graph, snapshot.node_evidence, snapshot.nodes_per_evidence, seed_nodes(graph, seeds), plan.graph_hops,
+                settings.graph_max_nodes, settings.pagerank_damping, settings.graph_scoring_nodes,
             )
             for row in expansion.best(settings.graph_top_k):
                 candidates.setdefault(row, CandidateSignals()).found_by.add("graph")

@@ -87,6 +87,14 @@ def test_cooccurrence_weight_counts_shared_sentences_and_description_is_the_firs
     assert extraction.relations == [Relation("Contoso", "Fabrikam", "Contoso bought Fabrikam.", "", 3.0)]
 
 
+def test_a_first_name_at_a_sentence_start_stays_with_the_surname_used_alone_later():
+    text = "Yara Falkenberg leads investor relations at Brantley. Since May, Falkenberg publishes a monthly letter."
+    names = [e.name for e in CooccurrenceExtractor().extract(text).entities]
+    assert names == ["Yara Falkenberg", "Brantley", "Falkenberg"]
+    opener = "Fabrikam sold a plant. Recently Contoso bought it. The board asked Contoso why."  # an adverb is no first name
+    assert [e.name for e in CooccurrenceExtractor().extract(opener).entities] == ["Fabrikam", "Contoso"]
+
+
 def test_cooccurrence_names_titles_connectors_and_codes():
     text = (
         "Dr. Jane Smith joined Contoso Ltd. in 2021. "

@@ -9,21 +9,22 @@ WEIGHTS = FusionWeights(semantic=0.5, lexical=0.2, structural=0.2, modality=0.1)
 
 def candidates():
     return {
-        7: CandidateSignals(semantic=0.8, lexical=6.0, structural=0.0, found_by={"dense", "sparse"}),
+        7: CandidateSignals(semantic=0.8, lexical=1.4, structural=0.0, found_by={"dense", "sparse"}),
         3: CandidateSignals(semantic=0.4, lexical=0.0, structural=0.3, found_by={"graph"}),
-        5: CandidateSignals(semantic=-0.2, lexical=4.0, structural=0.6, found_by={"sparse", "graph"}),
+        5: CandidateSignals(semantic=-0.2, lexical=0.6, structural=0.7, found_by={"sparse", "graph"}),
     }
 
 
-def test_signals_are_normalised_then_averaged_with_their_weights():
+def test_signals_are_clipped_to_the_unit_interval_then_averaged_with_their_weights():
     scored = fuse(candidates(), {7: "text", 3: "table", 5: "image"}, {}, WEIGHTS)
     by_row = {c.row: c for c in scored}
     # no modality preference: its weight leaves the mean, the others are divided by 0.9
-    assert by_row[7].fused == pytest.approx((0.5 * 0.8 + 0.2 * 1.0 + 0.2 * 0.0) / 0.9)
-    assert by_row[3].fused == pytest.approx((0.5 * 0.4 + 0.2 * 0.0 + 0.2 * 0.5) / 0.9)
-    assert by_row[5].fused == pytest.approx((0.5 * 0.0 + 0.2 * 4 / 6 + 0.2 * 1.0) / 0.9)  # negative cosine clipped
-    assert (by_row[5].semantic, by_row[5].lexical, by_row[5].structural) == (0.0, pytest.approx(4 / 6), 1.0)
-    assert [c.row for c in scored] == [7, 5, 3] and all(c.final == c.fused for c in scored)
+    assert by_row[7].fused == pytest.approx((0.5 * 0.8 + 0.2 * 1.0 + 0.2 * 0.0) / 0.9)  # lexical clipped at 1
+    assert by_row[3].fused == pytest.approx((0.5 * 0.4 + 0.2 * 0.0 + 0.2 * 0.3) / 0.9)
+    assert by_row[5].fused == pytest.approx((0.5 * 0.0 + 0.2 * 0.6 + 0.2 * 0.7) / 0.9)  # negative cosine clipped
+    # a signal is not rescaled by the best candidate: 0.7 stays 0.7 although no candidate has more
+    assert (by_row[5].semantic, by_row[5].lexical, by_row[5].structural) == (0.0, 0.6, 0.7)
+    assert [c.row for c in scored] == [7, 3, 5] and all(c.final == c.fused for c in scored)
     assert by_row[5].found_by == ("graph", "sparse")
 
 
@@ -31,7 +32,7 @@ def test_a_modality_preference_lifts_the_preferred_block_types():
     scored = fuse(candidates(), {7: "text", 3: "table", 5: "image"}, {"table": 1.0, "image": 0.5}, WEIGHTS)
     by_row = {c.row: c for c in scored}
     assert by_row[3].modality == 1.0 and by_row[5].modality == 0.5 and by_row[7].modality == 0.0
-    assert by_row[3].fused == pytest.approx((0.5 * 0.4 + 0.2 * 0.5 + 0.1 * 1.0) / 1.0)
+    assert by_row[3].fused == pytest.approx(0.5 * 0.4 + 0.2 * 0.3 + 0.1 * 1.0)
     assert by_row[7].fused == pytest.approx(0.5 * 0.8 + 0.2 * 1.0)
 
 
@@ -47,14 +48,14 @@ def test_switched_off_signals_weigh_nothing_and_ties_keep_row_order():
 
 def test_the_reranker_blends_into_the_final_score():
     scored = fuse(candidates(), {7: "text", 3: "table", 5: "image"}, {}, WEIGHTS)
-    reranked = blend_rerank(scored, [-4.0, 0.0, 3.0], weight=1.0)  # scores for rows 7, 5, 3
-    assert [c.row for c in reranked] == [3, 5, 7]
+    reranked = blend_rerank(scored, [-4.0, 0.0, 3.0], weight=1.0)  # scores for rows 7, 3, 5
+    assert [c.row for c in reranked] == [5, 3, 7]
     assert reranked[0].rerank == 3.0 and reranked[0].final == pytest.approx(1 / (1 + math.exp(-3)))
     half = blend_rerank(scored, [-4.0, 0.0, 3.0], weight=0.5)
     row7 = next(c for c in half if c.row == 7)
     assert row7.final == pytest.approx(0.5 * row7.fused + 0.5 * sigmoid(-4.0))
     unchanged = blend_rerank(scored, [-4.0, 0.0, 3.0], weight=0.0)
-    assert [c.row for c in unchanged] == [7, 5, 3] and [c.final for c in unchanged] == [c.fused for c in scored]
+    assert [c.row for c in unchanged] == [7, 3, 5] and [c.final for c in unchanged] == [c.fused for c in scored]
     with pytest.raises(ValueError, match="2 rerank scores for 3 candidates"):
         blend_rerank(scored, [1.0, 2.0], 1.0)
 

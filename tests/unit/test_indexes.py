@@ -64,3 +64,12 @@ def test_bm25_matches_the_formula_and_ranks():
     for row, score in hits:
         assert score == pytest.approx(expected(row), rel=1e-5)
     assert lexical_terms("Revenue: 1,200.5 units (4.5%)") == ["revenue", "1,200.5", "units", "4.5%"]
+
+
+def test_bm25_queries_drop_stop_words_and_know_their_own_weight():
+    index = BM25Index(["how was the year", "revenue grew in the north", "the north was quiet"])
+    assert index.search("How was the revenue?", 3) == index.search("revenue", 3)  # "how", "was", "the" ignored
+    assert index.search("how was it", 3) == []  # nothing but stop words: nothing matches
+    unseen = math.log1p((3 + 0.5) / 0.5)  # a word no text holds weighs the most there is
+    assert index.query_weight("revenue of Atlantis") == pytest.approx(index.idf[index.vocabulary["revenue"]] + unseen)
+    assert index.query_weight("how was it") == 0.0

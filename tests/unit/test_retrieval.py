@@ -54,15 +54,18 @@ def test_dense_sparse_and_graph_candidates_fuse_with_every_signal():
     assert by_row[0].found_by == ("dense", "graph", "sparse") and by_row[1].found_by == ("graph",)
     assert result.entity_seeds == {"alpha corp": pytest.approx(1.0)}
 
-    alpha, beta = two_node_pagerank()
-    assert by_row[0].structural == pytest.approx(alpha / (alpha + beta), abs=1e-5)  # chunk 3 holds both: the max
-    assert by_row[3].structural == 1.0 and by_row[1].structural == pytest.approx(beta / (alpha + beta), abs=1e-5)
+    alpha, beta = two_node_pagerank()  # the neighbourhood's PageRank sums to 1
+    assert by_row[0].structural == pytest.approx(alpha, abs=1e-5)  # chunk 0 names Alpha only
+    assert by_row[3].structural == pytest.approx((alpha + beta) / 2, abs=1e-5)  # the mean of its two entities
+    assert by_row[1].structural == pytest.approx(beta, abs=1e-5)
     assert by_row[1].semantic == 0.0  # found by the graph only: its cosine comes from the stored vector
     assert by_row[3].semantic == pytest.approx(1 / np.sqrt(2))
 
-    bm25 = BM25Index(TEXTS).search("alpha revenue", 4)
-    best = dict(bm25)
-    assert by_row[3].lexical == pytest.approx(best[3] / best[0]) and by_row[0].lexical == 1.0
+    index = BM25Index(TEXTS)
+    scores, weight = dict(index.search("alpha revenue", 4)), index.query_weight("alpha revenue")
+    assert weight == pytest.approx(sum(index.idf[index.vocabulary[t]] for t in ("alpha", "revenue")))
+    assert by_row[0].lexical == pytest.approx(min(1.0, scores[0] / weight)) and by_row[3].lexical == pytest.approx(scores[3] / weight)
+    assert by_row[3].lexical < by_row[0].lexical < 1.0 + 1e-9  # chunk 3 matches "alpha" only
     for c in result.candidates:
         assert c.fused == pytest.approx((0.5 * c.semantic + 0.2 * c.lexical + 0.2 * c.structural) / 0.9)
     assert [c.row for c in result.candidates] == [0, 3, 1]
@@ -100,7 +103,7 @@ def test_graph_expansion_scores_evidence_by_the_pagerank_of_its_entities():
     graph = collection.graph
     seeds = seed_nodes(graph, {"alpha corp": 2.0, "gamma site": 1.0, "unknown": 5.0})
     assert seeds == {graph.entity_index["alpha corp"]: 2.0, graph.entity_index["gamma site"]: 1.0}
-    expansion = expand(graph, collection.node_evidence, seeds, hops=1, max_nodes=100)
+    expansion = expand(graph, collection.node_evidence, collection.nodes_per_evidence, seeds, hops=1, max_nodes=100)
 
     reference = nx.Graph()
     reference.add_nodes_from(range(graph.node_count))
@@ -108,15 +111,17 @@ def test_graph_expansion_scores_evidence_by_the_pagerank_of_its_entities():
     expected = nx.pagerank(reference.subgraph(expansion.nodes.tolist()), personalization=seeds)
     node_of = graph.entity_index
     assert expansion.node_scores == pytest.approx([expected[n] for n in expansion.nodes.tolist()], abs=1e-5)
-    # each chunk scores the PageRank of the entities extracted from it
-    assert expansion.score(0) == pytest.approx(expected[node_of["alpha corp"]], abs=1e-5)
-    assert expansion.score(2) == pytest.approx(expected[node_of["gamma site"]], abs=1e-5)
-    assert expansion.score(3) == pytest.approx(expected[node_of["alpha corp"]] + expected[node_of["beta ltd"]], abs=1e-5)
-    assert expansion.best(2) == [3, 0] and expansion.best(10) == [3, 0, 1, 2] and expansion.best(0) == []
-    top = expand(graph, collection.node_evidence, seeds, hops=1, max_nodes=100, scoring_nodes=1)
-    alpha = expected[node_of["alpha corp"]]  # the strongest seed has the most PageRank: only it scores evidence
-    assert (top.score(0), top.score(3), top.score(2)) == (pytest.approx(alpha, abs=1e-5), pytest.approx(alpha, abs=1e-5), 0.0)
-    empty = expand(graph, collection.node_evidence, {}, 2, 100)
+    # each chunk scores the mean PageRank of the entities extracted from it
+    alpha, beta, gamma = (expected[node_of[key]] for key in ("alpha corp", "beta ltd", "gamma site"))
+    assert expansion.score(0) == pytest.approx(alpha, abs=1e-5)
+    assert expansion.score(2) == pytest.approx(gamma, abs=1e-5)
+    assert expansion.score(3) == pytest.approx((alpha + beta) / 2, abs=1e-5)
+    assert alpha > (alpha + beta) / 2 > beta and alpha > gamma
+    assert expansion.best(1) == [0] and expansion.best(10)[0] == 0 and expansion.best(0) == []
+    top = expand(graph, collection.node_evidence, collection.nodes_per_evidence, seeds, hops=1, max_nodes=100, scoring_nodes=1)
+    # only the node with the most PageRank (the strongest seed) passes its score on
+    assert (top.score(0), top.score(3), top.score(2)) == (pytest.approx(alpha, abs=1e-5), pytest.approx(alpha / 2, abs=1e-5), 0.0)
+    empty = expand(graph, collection.node_evidence, collection.nodes_per_evidence, {}, 2, 100)
     assert empty.best(5) == [] and empty.score(0) == 0.0
 
 
@@ -125,4 +130,5 @@ def test_snapshot_gives_vectors_and_rows_by_evidence():
     assert collection.evidence_rows == {e.evidence_id: i for i, e in enumerate(collection.evidence)}
     assert np.allclose(collection.evidence_vectors([3, 0]), np.stack([(E[0] + E[1]) / np.sqrt(2), E[0]]))
     assert collection.node_evidence.shape == (collection.graph.node_count, 4)
+    assert collection.nodes_per_evidence.tolist() == [1, 1, 1, 2]
     assert collection.entity_key_set == {"alpha corp", "beta ltd", "gamma site"}
