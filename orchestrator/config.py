@@ -12,6 +12,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ConfigurationError
+from .triton.contracts import ROUTE_LABELS
 
 
 class _Section(BaseModel):
@@ -52,7 +53,7 @@ class StorageSettings(_Section):
 
 
 RouteName = Literal["simple", "moderate", "complex"]
-ROUTE_NAMES: tuple[str, ...] = ("simple", "moderate", "complex")  # orchestrator.triton.contracts.ROUTE_LABELS
+ROUTE_NAMES: tuple[str, ...] = ROUTE_LABELS  # the router model's labels, in its output order
 
 
 class RoutePolicy(_Section):
@@ -223,6 +224,10 @@ class GenerationSettings(_Section):
     max_tokens_limit: int = Field(1024, ge=1)
     temperature: float = Field(0.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
+    # The LLM's and the VLM's tokenizer.json, to fit prompts to their context exactly; empty: the files the
+    # model repository serves (llm/1/tokenizer.json, vlm/1/tokenizer.json).
+    llm_tokenizer: Optional[Path] = None
+    vlm_tokenizer: Optional[Path] = None
 
 
 # Settings left unset (None) take their value from the profile: the tiny profile's router, cross-encoder and
@@ -274,6 +279,11 @@ class Settings(_Section):
         if self.ingest.tokenizer is not None:
             return self.ingest.tokenizer
         return self.triton.model_repository / "text_embedder_tokenize" / "1" / "tokenizer.json"
+
+    def generator_tokenizer_file(self, model: str) -> Path:
+        """The tokenizer of the LLM or the VLM (named by its contract), from settings or the model repository."""
+        configured = {"llm": self.generation.llm_tokenizer, "vlm": self.generation.vlm_tokenizer}.get(model)
+        return configured if configured is not None else self.triton.model_repository / model / "1" / "tokenizer.json"
 
     @classmethod
     def load(cls, path: Optional[Path] = None, overrides: Optional[dict[str, Any]] = None) -> "Settings":

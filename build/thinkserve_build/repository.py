@@ -60,7 +60,10 @@ class CpuTarget:
             for key in ("vision_file", "embed_file"):
                 files[facts[key]] = artifact.file(key)
                 parameters[key] = facts[key]
-            parameters.update(image_token=facts["image_token"], preprocessing=facts["preprocessing"])
+            parameters.update(
+                image_token=facts["image_token"], preprocessing=facts["preprocessing"],
+                **{contracts.IMAGE_TOKENS_PARAMETER: facts["image_tokens_per_image"]},
+            )
             python_class = f"{BACKEND}.generator:VisionLanguageModel"
         config = python_model(
             contract.name,
@@ -84,7 +87,7 @@ class CpuTarget:
             parameters[key] = facts[key]
         parameters.update(
             image_token=facts["image_token"],
-            image_tokens_per_image=facts["image_tokens_per_image"],
+            **{contracts.IMAGE_TOKENS_PARAMETER: facts["image_tokens_per_image"]},
             preprocessing=facts["preprocessing"],
             max_context=facts["max_context"],
             intra_op_threads=serving.intra_op_threads,

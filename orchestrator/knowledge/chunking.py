@@ -9,12 +9,10 @@ tokenizer is lower-cased), and a window never ends inside a word.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
 
-from tokenizers import Tokenizer
-
 from ..errors import ConfigurationError
+from ..tokens import PlainTokenizer
 from .documents import TEXT_TYPES, Block
 
 
@@ -36,26 +34,6 @@ class TextChunk:
     embedding_texts: tuple[str, ...]  # the chunk cut into pieces the embedder takes whole (see embed_window)
 
 
-class ChunkTokenizer:
-    """The embedder's tokenizer without the padding and truncation baked into its tokenizer.json."""
-
-    def __init__(self, path: Path):
-        if not Path(path).is_file():
-            raise ConfigurationError(
-                f"tokenizer file {path} not found: set ingest.tokenizer to the text embedder's tokenizer.json "
-                "(built by `make models` into the model repository)"
-            )
-        self._tokenizer = Tokenizer.from_file(str(path))
-        self._tokenizer.no_padding()
-        self._tokenizer.no_truncation()
-
-    def encode(self, texts: Sequence[str]):
-        return self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
-
-    def count(self, text: str) -> int:
-        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
-
-
 @dataclass(frozen=True)
 class _Token:
     block: int  # index into the document's blocks
@@ -65,7 +43,7 @@ class _Token:
 
 
 def chunk_blocks(
-    blocks: Sequence[Block], tokenizer: ChunkTokenizer, size: int, overlap: int, embed_window: int
+    blocks: Sequence[Block], tokenizer: PlainTokenizer, size: int, overlap: int, embed_window: int
 ) -> list[TextChunk]:
     """Token windows over the text blocks in reading order; visual blocks belong to the multimodal stream."""
     if overlap >= size:

@@ -24,9 +24,10 @@ from ..config import IngestSettings
 from ..errors import InvalidRequestError
 from ..pipeline.prompts import chat
 from ..triton import contracts
+from ..tokens import PlainTokenizer
 from ..triton.models import GenerationOptions, TritonModels
 from . import sources
-from .chunking import ChunkTokenizer, Span, chunk_blocks
+from .chunking import Span, chunk_blocks
 from .content_list import read_content_list
 from .documents import Block, ParsedDocument
 from .extraction import CooccurrenceExtractor, Extraction, LlmExtractor, describe_fallback, normalize_entity_name
@@ -67,7 +68,7 @@ class Ingestor:
         self.knowledge = knowledge
         self.models = models
         self.settings = settings
-        self.tokenizer = ChunkTokenizer(tokenizer_file)
+        self.tokenizer = PlainTokenizer(tokenizer_file, "ingest.tokenizer")
         self.parser = MineruParser(mineru_options(settings))
         self.cooccurrence = CooccurrenceExtractor()
 

@@ -4,7 +4,7 @@ Qwen2-family models), and citation parsing."""
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .events import EvidenceItem
 
@@ -13,11 +13,13 @@ SYSTEM = (
     "You answer questions about documents using only the numbered evidence. "
     "Cite the evidence you use as [1], [2]. If the evidence does not contain the answer, say so."
 )
-# Conservative characters-per-token for English text, used to keep the prompt inside the model's context
-# before the orchestrator has the tokenizer's count; the LLM rejects a prompt that still does not fit.
-CHARS_PER_TOKEN = 3.0
+# Token counts of the parts of a prompt add up to the whole's within a few tokens (merges at the joins);
+# the assembled prompt is counted again, so this only saves a second assembly in the common case.
+JOIN_MARGIN_TOKENS = 8
 _CITATION = re.compile(r"\[(\d{1,3})\]")
 _VISUAL_NAMES = {"image": "figure", "chart": "chart", "table": "table", "equation": "equation", "page": "page"}
+
+Count = Callable[[str], int]  # tokens of a text, as the model that reads the prompt counts them
 
 
 def chat(system: str, user: str) -> str:
@@ -44,38 +46,45 @@ def evidence_block(item: EvidenceItem) -> str:
     return "\n".join(lines)
 
 
-def evidence_section(evidence: Sequence[EvidenceItem], budget_chars: int) -> tuple[str, list[EvidenceItem]]:
-    """The evidence entries that fit in `budget_chars` (best first; later entries dropped, not truncated)."""
-    used, blocks = [], []
+def evidence_section(evidence: Sequence[EvidenceItem], budget_tokens: int, count: Count) -> tuple[str, list[EvidenceItem]]:
+    """The evidence entries that fit in `budget_tokens`, best first; later entries are dropped, not cut, except
+    a first entry too long on its own, which is cut to fit (a prompt never goes without evidence)."""
+    header = "Evidence:\n"
+    used, blocks, total = [], [], count(header)
     for item in evidence:
         block = evidence_block(item)
-        if used and sum(map(len, blocks)) + len(block) > budget_chars:
-            break
+        cost = count(block) + 2  # and the blank line before the next entry
+        if total + cost > budget_tokens:
+            if used:
+                break
+            block = _cut(block, budget_tokens - total - 2, count)
+            cost = count(block) + 2
         used.append(item)
-        blocks.append(block[: max(budget_chars, 0)])
-    return "Evidence:\n" + "\n\n".join(blocks), used
+        blocks.append(block)
+        total += cost
+    return header + "\n\n".join(blocks), used
 
 
 def answer_prompt(
     question: str,
     evidence: Sequence[EvidenceItem],
     budget_tokens: int,
+    count: Count,
     instruction: str = "",
     sub_questions: Sequence[str] = (),
     notes: str = "",
 ) -> tuple[str, list[EvidenceItem]]:
-    """The answering prompt (LLM, or the VLM end to end) and the evidence that fitted in it."""
+    """The answering prompt (LLM, or the VLM end to end) within `budget_tokens`, and the evidence in it."""
     system = SYSTEM + (f" {instruction}" if instruction else "")
     tail = f"\n\nQuestion: {question}"
     if sub_questions:
         tail += "\nIt breaks down into: " + " ".join(sub_questions)
     if notes:
         tail = f"\n\nDetails found in the evidence:\n{notes}" + tail
-    section, used = evidence_section(evidence, _chars(budget_tokens) - len(system) - len(tail) - 64)
-    return chat(system, section + tail), used
+    return _fitted(lambda section: chat(system, section + tail), evidence, budget_tokens, count)
 
 
-def decoupler_prompt(question: str, salient: Sequence[EvidenceItem], details: str, budget_tokens: int) -> str:
+def decoupler_prompt(question: str, salient: Sequence[EvidenceItem], details: str, budget_tokens: int, count: Count) -> str:
     """HKRAG's decoupler: anchored on the salient evidence, list the fine print the first reading missed."""
     system = (
         "You read evidence closely for details a quick reading misses: exact numbers, units, dates, "
@@ -83,12 +92,33 @@ def decoupler_prompt(question: str, salient: Sequence[EvidenceItem], details: st
         "one per line, each with its evidence number like [2]. Do not answer the question."
     )
     tail = (f"\n\nDetails already found:\n{details}" if details else "") + f"\n\nQuestion: {question}\nList the details:"
-    section, _ = evidence_section(salient, _chars(budget_tokens) - len(system) - len(tail) - 64)
-    return chat(system, section + tail)
+    prompt, _ = _fitted(lambda section: chat(system, section + tail), salient, budget_tokens, count)
+    return prompt
 
 
-def _chars(tokens: int) -> int:
-    return int(tokens * CHARS_PER_TOKEN)
+def _fitted(
+    build: Callable[[str], str], evidence: Sequence[EvidenceItem], budget_tokens: int, count: Count
+) -> tuple[str, list[EvidenceItem]]:
+    """build(evidence section) within the budget, counted whole: drop the last entries until it fits."""
+    room = budget_tokens - count(build("")) - JOIN_MARGIN_TOKENS
+    section, used = evidence_section(evidence, room, count)
+    prompt = build(section)
+    while count(prompt) > budget_tokens and len(used) > 1:
+        section, used = evidence_section(used[:-1], room, count)
+        prompt = build(section)
+    return prompt, used
+
+
+def _cut(text: str, budget_tokens: int, count: Count) -> str:
+    """The longest prefix of `text` within `budget_tokens` (binary search on its length in characters)."""
+    low, high = 0, len(text)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if count(text[:middle]) <= budget_tokens:
+            low = middle
+        else:
+            high = middle - 1
+    return text[:low]
 
 
 def perception_prompt(question: str, item: EvidenceItem) -> str:

@@ -2,9 +2,9 @@
 answer (extractive, LLM with the uncertainty loop, or the VLM end to end) -> final answer with citations.
 
 Every model call goes through Triton and is recorded in the query's ledger (its cost); every stage reports its
-wall time. The page-image path runs concurrently with text retrieval and reranking. Answers degrade to the
-extractive answer, flagged, when the LLM is down or the deadline would pass; a question the evidence cannot
-answer gets a refusal instead of a guess.
+wall time. The page-image path runs concurrently with text retrieval and reranking. Optional stages are
+skipped, and the answer degrades to the extractive one, flagged with the cause, when a model is down or the
+deadline would pass; a question the evidence cannot answer gets a refusal instead of a guess.
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import AsyncIterator, Awaitable, Optional, Sequence, TypeVar
 
-from ..config import Settings
+import numpy as np
+
+from ..config import ROUTE_NAMES, Settings
 from ..errors import DeadlineExceededError, InvalidRequestError, ModelExecutionError, TritonUnavailableError
-from ..knowledge.chunking import ChunkTokenizer, Span
-from ..knowledge.segments import EvidenceRecord
 from ..knowledge.store import KnowledgeBase, Snapshot
+from ..tokens import PlainTokenizer
 from ..triton import contracts
 from ..triton.models import GenerationOptions, TritonModels
 from .accounting import QueryLedger, StageModels
-from .context import adjacent_blocks, context_texts
 from .events import (
     AnswerDeltaEvent,
     Citation,
@@ -32,11 +32,11 @@ from .events import (
     FinalAnswerEvent,
     QueryEvent,
     RouteEvent,
-    Signals,
     TokenInfo,
     UncertaintyReport,
     Usage,
 )
+from .evidence import evidence_items, headings
 from .extractive import extractive_answer
 from .fusion import ScoredCandidate, blend_rerank
 from .pages import PageHit, filter_pages, search_pages
@@ -44,13 +44,15 @@ from .perception import load_image, perceive, visual_items
 from .plan import QueryOptions, QueryPlan, make_plan, router_mode, validate_options
 from .prompts import ANSWER_STOP, answer_prompt, cited_ranks
 from .retrieval import retrieve
-from .router import decide, query_features
+from .router import RouteDecision, decide, query_features
 from .timing import StageTimer
 from .uncertainty import deliberate
 
 T = TypeVar("T")
 REFUSAL = "The documents in this collection do not contain enough evidence to answer this question."
 NO_SENTENCE = "No sentence of the retrieved evidence answers this question closely enough."
+# Model failures an optional stage survives (it is skipped) and the LLM answer survives (the extractive one stands in).
+SURVIVABLE = (TritonUnavailableError, ModelExecutionError, DeadlineExceededError)
 
 
 @dataclass(frozen=True)
@@ -61,25 +63,55 @@ class QueryInput:
 
 
 @dataclass
-class _Answer:
-    """The answer as it is produced, whichever answerer produces it."""
+class _Query:
+    """One query in flight: what it asks, what the stages found so far, its clock, ledger and answer."""
 
+    question: str
+    snapshot: Snapshot
+    deadline: float  # on the monotonic clock
+    request_id: str
+    timer: StageTimer = field(default_factory=StageTimer)
+    ledger: QueryLedger = field(default_factory=QueryLedger)
+    decision: Optional[RouteDecision] = None
+    plan: Optional[QueryPlan] = None
+    vector: Optional[np.ndarray] = None  # the question's embedding
+    items: list[EvidenceItem] = field(default_factory=list)
+    # the answer, as whichever answerer produces it
     text: str = ""
     source: str = ""
     finish_reason: str = ""
-    ranks: tuple[int, ...] = ()
+    ranks: tuple[int, ...] = ()  # evidence ranks cited, when the answerer knows them
+    parts: list[str] = field(default_factory=list)  # streamed text
     degradations: list[str] = field(default_factory=list)  # stages skipped or replaced, and why
     uncertainty: Optional[UncertaintyReport] = None
-    parts: list[str] = field(default_factory=list)
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def remaining(self) -> float:
+        """Time left for a model call; past the deadline the query ends with DEADLINE_EXCEEDED."""
+        left = self.left()
+        if left <= 0:
+            raise DeadlineExceededError("the request's deadline passed before the answer was complete")
+        return left
+
+    def first_text(self, text: str, tokens: tuple[TokenInfo, ...] = ()) -> AnswerDeltaEvent:
+        self.timer.stages.setdefault("rag_ttft", self.timer.since_start_ms())
+        return AnswerDeltaEvent(text, tokens)
 
 
 class QueryPipeline:
-    def __init__(self, settings: Settings, models: TritonModels, knowledge: KnowledgeBase, tokenizer: ChunkTokenizer):
+    def __init__(self, settings: Settings, models: TritonModels, knowledge: KnowledgeBase, tokenizer: PlainTokenizer):
         self.settings = settings
         self.models = models
         self.knowledge = knowledge
-        self.tokenizer = tokenizer
-        self._context: dict[str, int] = {}
+        self.tokenizer = tokenizer  # the embedder's: encoder inputs are counted in its tokens
+        # prompts are fitted to the answering model's context in its own tokens
+        self.prompt_tokenizers = {
+            model: PlainTokenizer(settings.generator_tokenizer_file(model), f"generation.{model}_tokenizer")
+            for model in (contracts.LLM.name, contracts.VLM.name)
+        }
+        self._limits: dict[str, tuple[int, int]] = {}
 
     def validate(self, query: QueryInput) -> None:
         """Reject bad requests before any model work (the collection must exist, limits hold)."""
@@ -92,239 +124,211 @@ class QueryPipeline:
         validate_options(query.options, self.settings)
         self.knowledge.collection(query.collection)  # NotFoundError for an unknown collection
 
-    def _count_tokens(self, texts: Sequence[str]) -> int:
-        return sum(len(encoding.ids) for encoding in self.tokenizer.encode(texts)) if texts else 0
-
     async def run(self, query: QueryInput, deadline: float, request_id: str = "") -> AsyncIterator[QueryEvent]:
         """Stream the events of one query; `deadline` is on the monotonic clock."""
         self.validate(query)
-        timer, ledger = StageTimer(), QueryLedger()
-        settings, options = self.settings, query.options
-        question = " ".join(query.question.split())
         snapshot = self.knowledge.collection(query.collection).snapshot
+        q = _Query(" ".join(query.question.split()), snapshot, deadline, request_id)
+        with q.timer.stage("route"):
+            await self._route(q, query.options)
+        yield RouteEvent(q.decision)
 
-        def models(stage: str) -> StageModels:
-            return StageModels(self.models, ledger, stage, self._count_tokens)
-
-        answer = _Answer()
-        with timer.stage("route"):
-            features = query_features(question, snapshot.entity_key_set)
-            mode = router_mode(options, settings)
-            probabilities = None
-            if mode == "model":
-                probabilities = await self._optional("route", answer, models("route").route([question], _remaining(deadline)))
-                if probabilities is None:
-                    mode = "features"
-                else:
-                    probabilities = probabilities[0]
-            decision = decide(
-                question, features, mode,
-                fixed_route=options.route or settings.router.fixed_route,
-                moderate_at=settings.router.moderate_at,
-                complex_at=settings.router.complex_at,
-                model_probabilities=probabilities,
-                max_sub_questions=settings.router.max_sub_questions,
-                decompose={name: settings.routes.policy(name).decompose for name in ("simple", "moderate", "complex")},
-            )
-        plan = make_plan(decision.label, options, settings)
-        yield RouteEvent(decision)
-
-        page_search = None
-        if plan.page_images and snapshot.pages:
-            page_search = asyncio.create_task(self._pages(models, snapshot, question, plan, deadline, timer))
-        try:
-            questions = [question, *decision.sub_questions]
-            retrieval_started = time.monotonic()
-            with timer.stage("embed"):
-                vectors = await models("embed").embed(questions, _remaining(deadline))
-            retrieval = await asyncio.to_thread(
-                retrieve, snapshot, questions, vectors, plan, settings.retrieval, features.entities, features.modalities
-            )
-            timer.merge(retrieval.timings_ms)
-            timer.record("retrieval", time.monotonic() - retrieval_started)
-            ranked = retrieval.candidates
-            if plan.rerank and ranked:
-                head = ranked[: max(settings.retrieval.rerank_candidates, plan.evidence_k)]
-                with timer.stage("rerank"):
-                    passages = [snapshot.evidence[c.row].text for c in head]
-                    scores = await self._optional("rerank", answer, models("rerank").rerank(question, passages, _remaining(deadline)))
-                if scores is not None:
-                    ranked = blend_rerank(head, scores, plan.rerank_weight)
-            pages = (await self._optional("page images", answer, page_search) or []) if page_search is not None else []
-        finally:
-            if page_search is not None and not page_search.done():
-                page_search.cancel()
-
-        with timer.stage("context"):
-            items = self._evidence(snapshot, ranked[: plan.evidence_k], pages)
-        best_similarity = max((c.semantic for c in retrieval.candidates), default=0.0)
-        answerable = best_similarity >= settings.retrieval.min_similarity or any(
-            (hit.relevance or 0.0) >= settings.pages.min_relevance for hit in pages
+        ranked, pages, best_similarity = await self._retrieve(q)
+        with q.timer.stage("context"):
+            q.items = evidence_items(snapshot, ranked[: q.plan.evidence_k], pages, self.settings.retrieval.context_blocks)
+        answerable = best_similarity >= self.settings.retrieval.min_similarity or any(
+            (hit.relevance or 0.0) >= self.settings.pages.min_relevance for hit in pages
         )
-        visual = visual_items(items, settings.perception.max_items) if plan.perception != "off" else []
-        if answerable and plan.perception == "dpr" and visual:
-            # Descriptions may use the time the answer does not need; past that they are skipped, not waited for.
-            budget = _left(deadline) - (settings.answer.llm_reserve_s if plan.answerer == "llm" else settings.answer.extractive_reserve_s)
-            with timer.stage("perception"):
-                described = await self._optional(
-                    "perception", answer,
-                    perceive(models("perception"), snapshot, question, visual, settings.perception.max_tokens, budget, request_id),
-                    budget,
-                )
-            if described:
-                items = [replace(item, perception=described.get(item.rank, "")) for item in items]
-        yield EvidenceEvent(tuple(items))
+        visual = visual_items(q.items, self.settings.perception.max_items) if q.plan.perception != "off" else []
+        if answerable and q.plan.perception == "dpr" and visual:
+            await self._perceive(q, visual)
+        yield EvidenceEvent(tuple(q.items))
 
         if not answerable:
-            answer.text, answer.source, answer.finish_reason = REFUSAL, "refusal", "refusal"
-            yield self._first_delta(timer, answer.text)
-        elif plan.perception == "end_to_end" and visual:
-            async for event in self._generate(models("vlm_answer"), question, decision.instruction, items, plan, visual, snapshot, deadline, timer, answer, request_id):
-                yield event
-        elif plan.answerer == "llm":
-            async for event in self._llm_answer(models, snapshot, question, decision, items, plan, vectors[0], deadline, timer, answer, request_id):
-                yield event
+            q.text, q.source, q.finish_reason = REFUSAL, "refusal", "refusal"
+            answer = self._refuse(q)
+        elif q.plan.perception == "end_to_end" and visual:
+            answer = self._generate(q, self._models(q, "vlm_answer"), q.items, visual=visual)
+        elif q.plan.answerer == "llm":
+            answer = self._llm_answer(q)
         else:
-            async for event in self._extractive(models, snapshot, question, vectors[0], items, deadline, timer, answer):
-                yield event
-
-        by_rank = {item.rank: item.record for item in items}
-        ranks = answer.ranks or tuple(cited_ranks(answer.text, set(by_rank)))
-        citations = tuple(Citation(r, by_rank[r].evidence_id, by_rank[r].document_name, by_rank[r].page) for r in ranks if r in by_rank)
-        report = timer.report()
-        cost = ledger.report(report["total"])
-        answering = [c for c in ledger.calls if c.model in (contracts.LLM.name, contracts.VLM.name) and c.stage not in ("perception",)]
-        yield FinalAnswerEvent(
-            text=answer.text,
-            citations=citations,
-            finish_reason=answer.finish_reason,
-            answer_source=answer.source,
-            timings_ms=report,
-            usage=Usage(len(ledger.calls), sum(c.tokens_in for c in answering), sum(c.tokens_out for c in answering)),
-            cost=cost,
-            degraded=bool(answer.degradations),
-            degraded_reason="; ".join(answer.degradations),
-            uncertainty=answer.uncertainty,
-        )
+            answer = self._extractive(q)
+        async for event in answer:
+            yield event
+        yield self._final(q)
 
     # ------------------------------------------------------------------ stages
 
-    async def _pages(self, models, snapshot: Snapshot, question: str, plan: QueryPlan, deadline: float, timer: StageTimer) -> list[PageHit]:
-        with timer.stage("page_images"):
-            hits = await search_pages(models("page_images"), snapshot, question, plan.page_top_m, _remaining(deadline))
-        with timer.stage("vlm_filter"):
+    def _models(self, q: _Query, stage: str) -> StageModels:
+        return StageModels(self.models, q.ledger, stage, self._count_tokens)
+
+    async def _route(self, q: _Query, options: QueryOptions) -> None:
+        settings = self.settings
+        features = query_features(q.question, q.snapshot.entity_key_set)
+        mode = router_mode(options, settings)
+        probabilities = None
+        if mode == "model":
+            routed = await self._optional(q, "route", self._models(q, "route").route([q.question], q.remaining()))
+            mode, probabilities = ("features", None) if routed is None else ("model", routed[0])
+        q.decision = decide(
+            q.question, features, mode,
+            fixed_route=options.route or settings.router.fixed_route,
+            moderate_at=settings.router.moderate_at,
+            complex_at=settings.router.complex_at,
+            model_probabilities=probabilities,
+            max_sub_questions=settings.router.max_sub_questions,
+            decompose={route: settings.routes.policy(route).decompose for route in ROUTE_NAMES},
+        )
+        q.plan = make_plan(q.decision.label, options, settings)
+
+    async def _retrieve(self, q: _Query) -> tuple[list[ScoredCandidate], list[PageHit], float]:
+        """Ranked candidates, kept pages and the best cosine of any candidate; pages are searched meanwhile."""
+        plan, settings, features = q.plan, self.settings, q.decision.features
+        page_search = asyncio.create_task(self._pages(q)) if plan.page_images and q.snapshot.pages else None
+        try:
+            questions = [q.question, *q.decision.sub_questions]
+            started = time.monotonic()
+            with q.timer.stage("embed"):
+                vectors = await self._models(q, "embed").embed(questions, q.remaining())
+            q.vector = vectors[0]
+            retrieval = await asyncio.to_thread(
+                retrieve, q.snapshot, questions, vectors, plan, settings.retrieval, features.entities, features.modalities
+            )
+            q.timer.merge(retrieval.timings_ms)
+            q.timer.record("retrieval", time.monotonic() - started)
+            ranked = retrieval.candidates
+            if plan.rerank and ranked:
+                head = ranked[: max(settings.retrieval.rerank_candidates, plan.evidence_k)]
+                with q.timer.stage("rerank"):
+                    passages = [q.snapshot.evidence[c.row].text for c in head]
+                    scores = await self._optional(q, "rerank", self._models(q, "rerank").rerank(q.question, passages, q.remaining()))
+                if scores is not None:
+                    ranked = blend_rerank(head, scores, plan.rerank_weight)
+            pages = (await self._optional(q, "page images", page_search) or []) if page_search is not None else []
+        finally:
+            if page_search is not None and not page_search.done():
+                page_search.cancel()
+        return ranked, pages, max((c.semantic for c in retrieval.candidates), default=0.0)
+
+    async def _pages(self, q: _Query) -> list[PageHit]:
+        with q.timer.stage("page_images"):
+            hits = await search_pages(self._models(q, "page_images"), q.snapshot, q.question, q.plan.page_top_m, q.remaining())
+        with q.timer.stage("vlm_filter"):
             return await filter_pages(
-                models("vlm_filter"), snapshot, question, hits, plan.page_top_k, self.settings.pages.min_relevance, _remaining(deadline)
+                self._models(q, "vlm_filter"), q.snapshot, q.question, hits, q.plan.page_top_k,
+                self.settings.pages.min_relevance, q.remaining(),
             )
 
-    def _evidence(self, snapshot: Snapshot, selected: Sequence[ScoredCandidate], pages: Sequence[PageHit]) -> list[EvidenceItem]:
-        """Ranked evidence: the selected chunks and units (units with their adjacent context), then the pages."""
-        records = [snapshot.evidence[c.row] for c in selected]
-        covered: dict[str, set[int]] = {}
-        for record in records:
-            covered.setdefault(record.document_id, set()).update(span.block for span in record.spans)
-        items = []
-        for rank, (candidate, record) in enumerate(zip(selected, records), 1):
-            context: tuple[str, ...] = ()
-            if record.kind == "unit" and record.spans:
-                blocks = snapshot.segment(record.document_id).blocks
-                near = adjacent_blocks(
-                    blocks, record.spans[0].block, self.settings.retrieval.context_blocks, frozenset(covered[record.document_id])
-                )
-                context = context_texts(blocks, near)
-            signals = Signals(
-                candidate.semantic, candidate.lexical, candidate.structural, candidate.modality, candidate.fused,
-                candidate.rerank, final=candidate.final, found_by=candidate.found_by,
-            )
-            items.append(EvidenceItem(rank, candidate.final, record, signals, context))
-        for rank, hit in enumerate(pages, len(items) + 1):
-            document = snapshot.segment(hit.page.document_id).document
-            record = EvidenceRecord(
-                f"{document.document_id}:p{hit.page.page}", document.document_id, document.name, "page", "page", "", "",
-                (Span(-1, hit.page.page, (0, 0, 1000, 1000)),), asset=f"{document.document_id}/{hit.page.image}",
-            )
-            signals = Signals(page_similarity=hit.similarity, page_relevance=hit.relevance, final=hit.relevance or 0.0, found_by=("page",))
-            items.append(EvidenceItem(rank, hit.relevance or 0.0, record, signals))
-        return items
+    async def _perceive(self, q: _Query, visual: Sequence[EvidenceItem]) -> None:
+        """DPR: descriptions may use the time the answer does not need; past that they are skipped, not waited for."""
+        answer = self.settings.answer
+        budget = q.left() - (answer.llm_reserve_s if q.plan.answerer == "llm" else answer.extractive_reserve_s)
+        work = perceive(
+            self._models(q, "perception"), q.snapshot, q.question, visual, self.settings.perception.max_tokens, budget, q.request_id
+        )
+        with q.timer.stage("perception"):
+            described = await self._optional(q, "perception", work, budget)
+        if described:
+            q.items = [replace(item, perception=described.get(item.rank, "")) for item in q.items]
 
-    def _first_delta(self, timer: StageTimer, text: str) -> AnswerDeltaEvent:
-        timer.stages.setdefault("rag_ttft", timer.since_start_ms())
-        return AnswerDeltaEvent(text, ())
+    # ------------------------------------------------------------------ answers
 
-    async def _extractive(self, models, snapshot, question, vector, items, deadline, timer, answer: _Answer, reason: str = ""):
-        with timer.stage("answer"):
+    async def _refuse(self, q: _Query) -> AsyncIterator[AnswerDeltaEvent]:
+        yield q.first_text(q.text)
+
+    async def _extractive(self, q: _Query, standing_in_because: str = "") -> AsyncIterator[AnswerDeltaEvent]:
+        with q.timer.stage("answer"):
             extracted = await extractive_answer(
-                models("answer"), question, vector, items, self.settings.answer, max(0.05, _left(deadline)), _titles(snapshot, items)
+                self._models(q, "answer"), q.question, q.vector, q.items, self.settings.answer, max(0.05, q.left()),
+                headings(q.snapshot, q.items),
             )
-        answer.text = extracted.text or NO_SENTENCE
-        answer.source, answer.finish_reason, answer.ranks = "extractive", "extracted", extracted.ranks
-        answer.degradations += [r for r in (reason, extracted.note) if r]
-        for sentence, _ in extracted.sentences or ((None, 0.0),):
-            yield self._first_delta(timer, f"{sentence.text} [{sentence.rank}] " if sentence else answer.text)
+        q.text, q.source, q.finish_reason, q.ranks = extracted.text or NO_SENTENCE, "extractive", "extracted", extracted.ranks
+        q.degradations += [reason for reason in (standing_in_because, extracted.note) if reason]
+        if not extracted.sentences:
+            yield q.first_text(q.text)
+        for sentence, _ in extracted.sentences:
+            yield q.first_text(f"{sentence.text} [{sentence.rank}] ")
 
-    async def _llm_answer(self, models, snapshot, question, decision, items, plan: QueryPlan, vector, deadline, timer, answer: _Answer, request_id):
-        reserve = self.settings.answer
-        if _left(deadline) < reserve.llm_reserve_s:
-            reason = f"{_left(deadline):.2f} s left before the deadline, less than answer.llm_reserve_s ({reserve.llm_reserve_s} s)"
-            async for event in self._extractive(models, snapshot, question, vector, items, deadline, timer, answer, reason):
+    async def _llm_answer(self, q: _Query) -> AsyncIterator[AnswerDeltaEvent]:
+        reserve = self.settings.answer.llm_reserve_s
+        if q.left() < reserve:
+            async for event in self._extractive(q, f"{q.left():.2f} s left before the deadline, less than answer.llm_reserve_s ({reserve} s)"):
                 yield event
             return
         try:
-            evidence, notes = items, ""
-            if plan.uncertainty:
-                with timer.stage("uncertainty"):
+            evidence, notes = q.items, ""
+            if q.plan.uncertainty:
+                with q.timer.stage("uncertainty"):
                     deliberation = await deliberate(
-                        models("uncertainty"), question, items, self.settings.uncertainty, plan.evidence_k,
-                        self._generation(plan), await self._budget(contracts.LLM.name, 0), decision.instruction,
-                        self._answer_time(deadline), request_id,
+                        self._models(q, "uncertainty"), q.question, q.items, self.settings.uncertainty, q.plan.evidence_k,
+                        self._generation(q.plan), await self._budget(contracts.LLM.name, 0),
+                        self.prompt_tokenizers[contracts.LLM.name].count, q.decision.instruction, self._answer_time(q),
+                        q.request_id,
                     )
-                evidence, notes, answer.uncertainty = deliberation.evidence, deliberation.notes, deliberation.report
-            async for event in self._generate(models("llm"), question, decision.instruction, evidence, plan, [], None, deadline, timer, answer, request_id, notes, decision.sub_questions):
+                evidence, notes, q.uncertainty = deliberation.evidence, deliberation.notes, deliberation.report
+            async for event in self._generate(q, self._models(q, "llm"), evidence, notes=notes):
                 yield event
-        except (TritonUnavailableError, ModelExecutionError, DeadlineExceededError) as error:
-            produced = f" after {len(answer.parts)} streamed parts" if answer.parts else ""
-            async for event in self._extractive(models, snapshot, question, vector, items, deadline, timer, answer, f"the LLM failed{produced}: {error}"):
+        except SURVIVABLE as error:
+            produced = f" after {len(q.parts)} streamed parts" if q.parts else ""
+            async for event in self._extractive(q, f"the LLM failed{produced}: {error}"):
                 yield event
 
     async def _generate(
-        self, models: StageModels, question, instruction, evidence, plan: QueryPlan, visual, snapshot, deadline, timer,
-        answer: _Answer, request_id, notes: str = "", sub_questions: Sequence[str] = (),
-    ):
-        """Stream the LLM's (or, with images, the VLM's) answer; the deadline is checked at every chunk."""
+        self, q: _Query, models: StageModels, evidence: Sequence[EvidenceItem], notes: str = "",
+        visual: Sequence[EvidenceItem] = (),
+    ) -> AsyncIterator[AnswerDeltaEvent]:
+        """Stream the LLM's answer, or with images the VLM's; the deadline is checked at every chunk."""
         model = contracts.VLM.name if visual else contracts.LLM.name
-        budget = await self._budget(model, plan.max_tokens)
-        prompt, used = answer_prompt(question, evidence, budget, instruction, sub_questions, notes)
         images: list[bytes] = []
         if visual:
-            loaded = await asyncio.to_thread(lambda: [load_image(snapshot, item) for item in visual])
+            loaded = await asyncio.to_thread(lambda: [load_image(q.snapshot, item) for item in visual])
             images = [image for image in loaded if image]
-        started = time.monotonic()
-        last = None
-        async with models.generate(prompt, self._generation(plan), images, self._answer_time(deadline), request_id) as chunks:
+        budget = await self._budget(model, q.plan.max_tokens, len(images))
+        count = self.prompt_tokenizers[model].count
+        prompt, _ = answer_prompt(q.question, evidence, budget, count, q.decision.instruction, q.decision.sub_questions, notes)
+        started, last = time.monotonic(), None
+        async with models.generate(prompt, self._generation(q.plan), images, self._answer_time(q), q.request_id) as chunks:
             iterator = chunks.__aiter__()
             while True:
                 try:
-                    chunk = await asyncio.wait_for(iterator.__anext__(), self._answer_time(deadline))
+                    chunk = await asyncio.wait_for(iterator.__anext__(), self._answer_time(q))
                 except StopAsyncIteration:
                     break
                 except asyncio.TimeoutError:
                     raise DeadlineExceededError("the deadline would pass before the answer is complete") from None
                 if last is None:
-                    timer.record("llm_ttft", time.monotonic() - started)
+                    q.timer.record("llm_ttft", time.monotonic() - started)
                 last = chunk
-                answer.parts.append(chunk.text)
+                q.parts.append(chunk.text)
                 tokens = tuple(TokenInfo(*t) for t in zip(chunk.token_ids, chunk.log_probs, chunk.normalized_entropy))
                 if chunk.text or tokens:
-                    timer.stages.setdefault("rag_ttft", timer.since_start_ms())
-                    yield AnswerDeltaEvent(chunk.text, tokens)
-        timer.record("llm_generation", time.monotonic() - started)
-        answer.text = "".join(answer.parts).strip()
-        answer.source = "vlm" if visual else "llm"
-        answer.finish_reason = last.finish_reason if last else "length"
+                    yield q.first_text(chunk.text, tokens)
+        q.timer.record("llm_generation", time.monotonic() - started)
+        q.text, q.source = "".join(q.parts).strip(), "vlm" if visual else "llm"
+        q.finish_reason = last.finish_reason if last else "length"
+
+    def _final(self, q: _Query) -> FinalAnswerEvent:
+        by_rank = {item.rank: item.record for item in q.items}
+        ranks = q.ranks or tuple(cited_ranks(q.text, set(by_rank)))
+        citations = tuple(Citation(r, by_rank[r].evidence_id, by_rank[r].document_name, by_rank[r].page) for r in ranks if r in by_rank)
+        timings = q.timer.report()
+        answering = [c for c in q.ledger.calls if c.model in (contracts.LLM.name, contracts.VLM.name) and c.stage != "perception"]
+        return FinalAnswerEvent(
+            text=q.text,
+            citations=citations,
+            finish_reason=q.finish_reason,
+            answer_source=q.source,
+            timings_ms=timings,
+            usage=Usage(len(q.ledger.calls), sum(c.tokens_in for c in answering), sum(c.tokens_out for c in answering)),
+            cost=q.ledger.report(timings["total"]),
+            degraded=bool(q.degradations),
+            degraded_reason="; ".join(q.degradations),
+            uncertainty=q.uncertainty,
+        )
 
     # ------------------------------------------------------------------ helpers
 
-    async def _optional(self, stage: str, answer: _Answer, work: Awaitable[T], budget_s: Optional[float] = None) -> Optional[T]:
+    async def _optional(self, q: _Query, stage: str, work: Awaitable[T], budget_s: Optional[float] = None) -> Optional[T]:
         """An optional stage's result, or None when its model is down, fails, or it would run past `budget_s`:
         the query goes on without it and the final answer says what was skipped and why."""
         try:
@@ -332,55 +336,39 @@ class QueryPipeline:
                 raise DeadlineExceededError(f"{budget_s + 0.0:.2f} s left for it")
             return await (asyncio.wait_for(work, budget_s) if budget_s is not None else work)
         except asyncio.TimeoutError:
-            answer.degradations.append(f"{stage} skipped: it would have run past the deadline")
-        except (TritonUnavailableError, ModelExecutionError, DeadlineExceededError) as error:
-            answer.degradations.append(f"{stage} skipped: {error}")
+            q.degradations.append(f"{stage} skipped: it would have run past the deadline")
+        except SURVIVABLE as error:
+            q.degradations.append(f"{stage} skipped: {error}")
         finally:
             if inspect.iscoroutine(work) and inspect.getcoroutinestate(work) == inspect.CORO_CREATED:
                 work.close()  # never started (no time left): close it so it is not reported as never awaited
         return None
 
+    def _count_tokens(self, texts: Sequence[str]) -> int:
+        return sum(len(encoding.ids) for encoding in self.tokenizer.encode(texts)) if texts else 0
+
     def _generation(self, plan: QueryPlan) -> GenerationOptions:
         return GenerationOptions(plan.max_tokens, plan.temperature, plan.top_p, ANSWER_STOP, plan.seed)
 
-    def _answer_time(self, deadline: float) -> float:
+    def _answer_time(self, q: _Query) -> float:
         """Time the answering model may take: what is left, less the reserve for the extractive fallback."""
-        left = _left(deadline) - self.settings.answer.extractive_reserve_s
+        left = q.left() - self.settings.answer.extractive_reserve_s
         if left <= 0:
             raise DeadlineExceededError("no time left for the answer before the deadline")
         return left
 
-    async def _budget(self, model: str, max_tokens: int) -> int:
-        """Prompt tokens the model can take: its declared context less the answer's tokens."""
-        if model not in self._context:
-            config = await self.models.client.model_config(model)
-            parameter = config.parameters.get(contracts.CONTEXT_PARAMETER)
-            if parameter is None:
+    async def _budget(self, model: str, max_tokens: int, images: int = 0) -> int:
+        """Prompt tokens the model can take: its declared context less the answer's tokens and the images'."""
+        if model not in self._limits:
+            parameters = (await self.models.client.model_config(model)).parameters
+            if contracts.CONTEXT_PARAMETER not in parameters:
                 raise TritonUnavailableError(
                     f"model {model} does not declare its context length (config parameter "
                     f"{contracts.CONTEXT_PARAMETER!r}): rebuild the model repository"
                 )
-            self._context[model] = int(parameter.string_value)
-        return self._context[model] - max_tokens
-
-
-def _titles(snapshot: Snapshot, items: Sequence[EvidenceItem]) -> set[str]:
-    """The headings inside the evidence (title blocks it spans): never an answer sentence."""
-    titles = set()
-    for item in items:
-        if item.record.kind == "page":
-            continue
-        blocks = snapshot.segment(item.record.document_id).blocks
-        titles.update(blocks[s.block].content for s in item.record.spans if 0 <= s.block < len(blocks) and blocks[s.block].type == "title")
-    return titles
-
-
-def _left(deadline: float) -> float:
-    return deadline - time.monotonic()
-
-
-def _remaining(deadline: float) -> float:
-    left = _left(deadline)
-    if left <= 0:
-        raise DeadlineExceededError("the request's deadline passed before the answer was complete")
-    return left
+            per_image = parameters.get(contracts.IMAGE_TOKENS_PARAMETER)
+            self._limits[model] = (
+                int(parameters[contracts.CONTEXT_PARAMETER].string_value), int(per_image.string_value) if per_image else 0
+            )
+        context, per_image = self._limits[model]
+        return context - max_tokens - images * per_image

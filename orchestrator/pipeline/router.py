@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Collection, Optional, Sequence
 
 from ..knowledge.extraction import normalize_entity_name
+from ..triton.contracts import ROUTE_LABELS
 
 # The reasoning path instruction of each route (AutoThinkRAG, section 3.3.2), worded for text and visual evidence.
 INSTRUCTIONS = {
@@ -178,7 +179,7 @@ def decide(
     decompose: Optional[dict[str, bool]] = None,
 ) -> RouteDecision:
     """The route from the features (mode "features"), the router model's probabilities ("model"), or fixed."""
-    labels = ("simple", "moderate", "complex")
+    labels = ROUTE_LABELS
     if mode == "model":
         if model_probabilities is None or len(model_probabilities) != 3:
             raise ValueError("the model route needs the router's three probabilities")

@@ -17,7 +17,7 @@ from ..config import UncertaintySettings
 from ..triton.models import GenerationOptions
 from .accounting import StageModels
 from .events import EvidenceItem, UncertaintyReport
-from .prompts import answer_prompt, decoupler_prompt
+from .prompts import Count, answer_prompt, decoupler_prompt
 
 
 def prune(relevances: Sequence[float], capacity: int, sufficiency: float) -> tuple[int, float]:
@@ -51,6 +51,7 @@ async def deliberate(
     capacity: int,
     options: GenerationOptions,
     budget_tokens: int,
+    count: Count,
     instruction: str,
     timeout_s: float,
     request_id: str = "",
@@ -60,14 +61,14 @@ async def deliberate(
     probe_options = replace(options, max_tokens=settings.probe_tokens)
 
     async def probe(notes: str) -> float:
-        prompt, _ = answer_prompt(question, salient, budget_tokens - settings.probe_tokens, instruction, notes=notes)
+        prompt, _ = answer_prompt(question, salient, budget_tokens - settings.probe_tokens, count, instruction, notes=notes)
         return mean_entropy((await models.complete(prompt, probe_options, timeout_s=timeout_s, request_id=request_id)).normalized_entropy)
 
     entropies = [await probe("")]
     notes, iterations = "", 0
     while entropies[-1] > settings.threshold and iterations < settings.max_iterations:
         iterations += 1
-        prompt = decoupler_prompt(question, salient, notes, budget_tokens - settings.detail_tokens)
+        prompt = decoupler_prompt(question, salient, notes, budget_tokens - settings.detail_tokens, count)
         details = await models.complete(prompt, replace(options, max_tokens=settings.detail_tokens), timeout_s=timeout_s, request_id=request_id)
         if details.text and details.text not in notes:
             notes = f"{notes}\n{details.text}".strip()

@@ -94,6 +94,8 @@ GENERATION_OUTPUTS: tuple[Tensor, ...] = (
 # Every LLM/VLM deployment declares its context length (prompt + generated tokens) as a config.pbtxt parameter
 # of this name, whatever its backend, so the orchestrator can keep prompts inside it.
 CONTEXT_PARAMETER = "max_context"
+# ... and a VLM the number of prompt positions one image takes, so prompts with images fit too.
+IMAGE_TOKENS_PARAMETER = "image_tokens_per_image"
 
 LLM = ModelContract(
     name="llm",

@@ -163,7 +163,9 @@ def partial(triton_settings, tmp_path_factory):
     repository = repository_subset(source, tmp_path_factory.mktemp("partial-repo"), names)
     settings = settings_with(
         triton_settings.model_copy(update={"model_repository": repository}), tmp_path_factory.mktemp("partial-data"),
+        # the models are down, their files are there: the orchestrator still counts in their tokens
         ingest={"tokenizer": source / "text_embedder_tokenize" / "1" / "tokenizer.json"},
+        generation={"llm_tokenizer": source / "llm" / "1" / "tokenizer.json"},
     )
     loop = BackgroundLoop()
     deployment = Deployment(settings, tuple(c for c in contracts.all_contracts() if c.name not in MISSING))

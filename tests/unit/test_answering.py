@@ -74,10 +74,12 @@ def test_prompts_carry_the_evidence_its_perception_and_the_instruction():
                 item(2, "Table: Revenue by region", kind="unit", perception="North 1250, South 980.")]
     assert evidence_block(evidence[0]) == "[1] (report.pdf, page 3, Results)\nRevenue was 412 million euros."
     assert evidence_block(evidence[1]) == "[2] (report.pdf, page 1, table)\nTable: Revenue by region\nVisual description: North 1250, South 980."
-    prompt, used = answer_prompt("How much?", evidence, 1000, "Show the steps.", ("What is A?",), notes="[1] 412 M")
+    words = lambda text: len(text.split())  # noqa: E731 - a token counter for the arithmetic
+    prompt, used = answer_prompt("How much?", evidence, 1000, words, "Show the steps.", ("What is A?",), notes="[1] 412 M")
     assert used == evidence and "Show the steps." in prompt and "It breaks down into: What is A?" in prompt
     assert prompt.index("Details found in the evidence:\n[1] 412 M") < prompt.index("Question: How much?")
-    tight, used = answer_prompt("How much?", evidence, 60)
+    whole, _ = answer_prompt("How much?", evidence, 1000, words)
+    tight, used = answer_prompt("How much?", evidence, words(whole) - 3, words)
     assert used == evidence[:1]  # the second entry did not fit: dropped whole, never cut
-    assert "Do not answer the question" in decoupler_prompt("How much?", evidence, "", 1000)
+    assert "Do not answer the question" in decoupler_prompt("How much?", evidence, "", 1000, words)
     assert cited_ranks("As [2] and [1] say, and [2] again, not [9].", {1, 2}) == [2, 1]

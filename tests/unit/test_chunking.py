@@ -2,7 +2,8 @@
 
 import pytest
 
-from orchestrator.knowledge.chunking import ChunkTokenizer, chunk_blocks
+from orchestrator.knowledge.chunking import chunk_blocks
+from orchestrator.tokens import PlainTokenizer
 from orchestrator.knowledge.documents import Block
 from orchestrator.knowledge.text_source import decode_text, parse_text
 from orchestrator.errors import InvalidRequestError
@@ -14,7 +15,7 @@ pytestmark = pytest.mark.skipif(not TOKENIZER_FILE.exists(), reason="run `make m
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return ChunkTokenizer(TOKENIZER_FILE)
+    return PlainTokenizer(TOKENIZER_FILE, "ingest.tokenizer")
 
 
 def numbered_blocks(pages=3, per_page=4, words=30):

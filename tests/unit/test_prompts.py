@@ -1,6 +1,6 @@
 from orchestrator.knowledge.segments import EvidenceRecord
 from orchestrator.pipeline.events import EvidenceItem
-from orchestrator.pipeline.prompts import CHARS_PER_TOKEN, answer_prompt, cited_ranks
+from orchestrator.pipeline.prompts import answer_prompt, cited_ranks, decoupler_prompt
 
 
 def evidence(n, chars):
@@ -10,18 +10,30 @@ def evidence(n, chars):
     ]
 
 
+def four_chars(text: str) -> int:
+    """A token counter for the arithmetic: one token per four characters, rounded up."""
+    return -(-len(text) // 4)
+
+
 def test_prompt_is_chatml_with_numbered_evidence():
-    prompt, used = answer_prompt("What?", evidence(2, 10), budget_tokens=500)
+    prompt, used = answer_prompt("What?", evidence(2, 10), 500, four_chars)
     assert prompt.startswith("<|im_start|>system\n") and prompt.endswith("<|im_start|>assistant\n")
     assert "[1] (doc.md, Sec)\nxxxxxxxxxx" in prompt and "Question: What?" in prompt
     assert [item.rank for item in used] == [1, 2]
 
 
-def test_evidence_that_does_not_fit_the_context_is_dropped_best_first_kept():
-    budget_tokens = 400
-    _, used = answer_prompt("What?", evidence(5, 400), budget_tokens)
-    assert [item.rank for item in used] == [1, 2]
-    assert sum(len(item.record.text) for item in used) <= budget_tokens * CHARS_PER_TOKEN
+def test_evidence_that_does_not_fit_the_budget_is_dropped_best_first_kept():
+    prompt, used = answer_prompt("What?", evidence(5, 400), 400, four_chars)
+    assert [item.rank for item in used] == [1, 2, 3] and four_chars(prompt) <= 400
+    assert "[4]" not in prompt  # dropped whole, never cut
+    decoupler = decoupler_prompt("What?", evidence(5, 400), "", 400, four_chars)
+    assert four_chars(decoupler) <= 400 and "[2]" in decoupler and "[3]" not in decoupler  # its system prompt is longer
+
+
+def test_a_first_entry_too_long_alone_is_cut_to_fit():
+    prompt, used = answer_prompt("What?", evidence(2, 8000), 300, four_chars)
+    assert [item.rank for item in used] == [1] and 290 <= four_chars(prompt) <= 300
+    assert prompt.endswith("Question: What?<|im_end|>\n<|im_start|>assistant\n")
 
 
 def test_citations_keep_first_mention_order_and_ignore_unknown_ranks():

@@ -42,7 +42,7 @@ class ImageRelevanceModel:
             raise ValueError(f"model {self.model_name}: image token {self.image_token!r} is not in the tokenizer")
         self.template = params.string("relevance_prompt", CHATML_RELEVANCE_PROMPT)
         self.max_context = params.integer("max_context")
-        self.image_tokens = params.integer("image_tokens_per_image")
+        self.image_tokens = params.integer("image_tokens_per_image")  # contracts.IMAGE_TOKENS_PARAMETER
 
         def encode(text: str) -> list[int]:
             return self.tokenizer.encode(text, add_special_tokens=False).ids
