@@ -5,7 +5,7 @@
 
 Part `retrieval` (no models): a synthetic collection of documents x chunks (benchmarks/synthetic_collection.py)
 is loaded as one snapshot per FAISS index kind; for each route's policy, questions made from random chunks
-run the router's features and `retrieve` (dense chunks and entities/relations, BM25, k-hop + personalized
+run the router's features and `retrieve` (dense chunks and entities, BM25, k-hop + personalized
 PageRank, fusion) with the question vector given, as the pipeline runs it after embedding. Reports p50/p95
 per stage and in all. Goal: under 10 ms p50 at 100,000 chunks.
 
@@ -43,6 +43,8 @@ from .synthetic_collection import CollectionShape, SyntheticCorpus
 
 NAME = "query_latency"
 RETRIEVAL_STAGES = ("route", "dense", "sparse", "graph", "fusion")
+EVIDENCE_K = 20  # the chunk_top_k of the moderate and complex routes
+EF_SWEEP = (16, 32, 64, 128, 256)
 QUESTIONS = [
     "What was Northwind's total revenue in 2024?",
     "Which region grew the fastest, and why?",
@@ -85,6 +87,8 @@ def measure_retrieval(shape: CollectionShape, kinds: list[str], queries: int, fl
             getattr(snapshot, part)
             timings[f"{part}_s"] = time.monotonic() - began
         graph = snapshot.graph
+        exact = _exact_top(corpus.chunk_vectors, questions, EVIDENCE_K)
+        sweep = _ef_sweep(snapshot, questions, exact, settings.index.hnsw_ef_search) if kind == "hnsw" else {}
         per_route = {}
         count = queries if kind != "flat" else min(queries, flat_queries)
         for route in ROUTE_NAMES:
@@ -116,6 +120,7 @@ def measure_retrieval(shape: CollectionShape, kinds: list[str], queries: int, fl
             }
         results["kinds"][kind] = {
             "build": timings,
+            "ef_sweep": sweep,
             "evidence": len(snapshot.evidence),
             "entities": len(snapshot.entity_keys),
             "relations": len(snapshot.relation_keys),
@@ -125,6 +130,28 @@ def measure_retrieval(shape: CollectionShape, kinds: list[str], queries: int, fl
         }
         del snapshot
     return results
+
+
+def _exact_top(vectors: np.ndarray, questions, k: int) -> list[set[int]]:
+    """The true k nearest chunks of each question (inner product over every vector)."""
+    scores = np.stack([q.vector[0] for q in questions]) @ vectors.T
+    return [set(np.argpartition(-row, k)[:k].tolist()) for row in scores]
+
+
+def _ef_sweep(snapshot: Snapshot, questions, exact: list[set[int]], configured: int) -> dict:
+    """Chunk search on the HNSW index at several efSearch values: p50 latency and recall@k against exact."""
+    out = {}
+    for ef in EF_SWEEP:
+        snapshot.evidence_index.set_ef_search(ef)
+        times, hits = [], 0
+        for question, truth in zip(questions, exact):
+            began = time.perf_counter()
+            _, rows = snapshot.evidence_index.search(question.vector, EVIDENCE_K)
+            times.append((time.perf_counter() - began) * 1000)
+            hits += len(truth & set(rows[0].tolist()))
+        out[ef] = {"p50_ms": float(np.median(times)), "recall": hits / (EVIDENCE_K * len(questions))}
+    snapshot.evidence_index.set_ef_search(configured)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- pipeline
@@ -215,7 +242,7 @@ def markdown(command: str, machine: dict, retrieval: dict | None, pipeline: dict
             f"{shape['documents'] * shape['chunks_per_document']:,} chunks ({shape['documents']} documents), "
             f"{shape['entities_per_chunk']} entities per chunk from a pool of {shape['entity_pool']:,} (Zipf), "
             f"{shape['words_per_chunk']} words per chunk, {shape['dimension']}-d vectors. Per query: the router's "
-            "features, then dense search over chunks and over entities + relations, BM25, k-hop + personalized "
+            "features, then dense search over chunks and over entities, BM25, k-hop + personalized "
             "PageRank from the matched entities, fusion (the question vector is given: embedding is a model call).",
             "",
             "| index | route | p50 ms | p95 ms | route | dense | sparse | graph | fusion | graph nodes | candidates |",
@@ -228,6 +255,13 @@ def markdown(command: str, machine: dict, retrieval: dict | None, pipeline: dict
                     f"| {kind} | {route} | **{r['total']['p50_ms']:.2f}** | {r['total']['p95_ms']:.2f} | {stage} | "
                     f"{r['graph_nodes_mean']:.0f} | {r['candidates_mean']:.0f} |"
                 )
+        for kind, data in retrieval["kinds"].items():
+            if data["ef_sweep"]:
+                lines += [
+                    "", f"Chunk search alone on the {kind} index, by efSearch (recall@{EVIDENCE_K} against exact search):", "",
+                    "| efSearch | p50 ms | recall |", "|---:|---:|---:|",
+                ]
+                lines += [f"| {ef} | {v['p50_ms']:.2f} | {v['recall']:.3f} |" for ef, v in data["ef_sweep"].items()]
         lines += ["", "Stage columns are p50 ms. One-time costs when a snapshot is loaded:", ""]
         for kind, data in retrieval["kinds"].items():
             build = ", ".join(f"{name[:-2]} {seconds:.1f} s" for name, seconds in data["build"].items())

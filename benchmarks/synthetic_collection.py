@@ -102,12 +102,16 @@ class SyntheticCorpus:
             relations=relations, relation_keys=relation_keys, relation_vectors=relation_vectors,
         )
 
-    def questions(self, count: int, words: int = 8, noise: float = 0.5) -> list[SyntheticQuestion]:
-        """Questions made from random chunks: some of the chunk's words, its vector plus noise."""
+    def questions(self, count: int, words: int = 6, noise: float = 0.5, common: int = 100) -> list[SyntheticQuestion]:
+        """Questions made from random chunks: some of the chunk's content words, its vector plus noise.
+
+        The `common` most frequent words of the Zipf vocabulary play the part of stop words (each is in most
+        chunks) and are never asked for, as BM25 drops real stop words from real questions."""
         rng = np.random.default_rng(self.shape.seed + 1)
         out = []
         for row in rng.choice(self.shape.chunks, size=count, replace=False):
-            picked = rng.choice(self.chunk_words[row], size=words, replace=False)
+            content = np.unique(self.chunk_words[row][self.chunk_words[row] >= common])
+            picked = rng.choice(content, size=min(words, len(content)), replace=False)
             vector = _normalised(self.chunk_vectors[row] + noise * _normalised(rng.normal(size=self.shape.dimension)))
             out.append(SyntheticQuestion(" ".join(f"w{w}" for w in picked), vector[None, :], int(row)))
         return out

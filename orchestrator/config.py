@@ -121,10 +121,17 @@ class RetrievalSettings(_Section):
     rerank_weight: Optional[float] = Field(None, ge=0, le=1)
     rerank_candidates: int = Field(20, ge=1)  # fused candidates the cross-encoder scores
     graph_top_k: int = Field(20, ge=0)  # evidence records the graph adds as candidates
-    graph_max_nodes: int = Field(2000, ge=1)  # neighbourhood size cap: keeps PageRank cheap on big graphs
+    graph_max_nodes: int = Field(500, ge=1)  # neighbourhood size cap: keeps PageRank cheap on big graphs
     graph_scoring_nodes: int = Field(256, ge=0)  # highest-PageRank nodes that score evidence (0: all)
+    # Hubs: entities named in at least this share of the chunks and units, and in at least graph_hub_min_chunks
+    # of them; expansion neither passes through them nor scores by them (the graph's stop words).
+    graph_hub_fraction: float = Field(0.01, gt=0, le=1)
+    graph_hub_min_chunks: int = Field(100, ge=1)
     pagerank_damping: float = Field(0.85, ge=0, lt=1)
     min_seed_similarity: float = Field(0.3, ge=-1, le=1)  # entities less similar than this seed nothing
+    # Relations similar to the question seed their two entities too. Off: on the retrieval-quality corpora it
+    # changed no result and cost a third vector search per question.
+    relation_seeds: bool = False
     # Refusal: when no candidate is at least this similar to the question (cosine), the evidence cannot
     # answer it and the answer says so instead of guessing.
     min_similarity: float = Field(0.2, ge=-1, le=1)

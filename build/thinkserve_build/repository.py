@@ -44,26 +44,16 @@ class CpuTarget:
         return PlannedModel(config, {onnx_file.name: onnx_file}, f"{BACKEND}.onnx_runner:OnnxRunnerModel")
 
     def generator(self, contract: ModelContract, artifact: Artifact, serving: ServingOptions) -> PlannedModel:
-        facts = artifact.facts
-        files = {facts["decoder_file"]: artifact.file("decoder_file"), "tokenizer.json": artifact.file("tokenizer_file")}
-        parameters = {
-            "decoder_file": facts["decoder_file"],
-            "tokenizer_file": "tokenizer.json",
-            "eos_token_ids": facts["eos_token_ids"],
-            contracts.CONTEXT_PARAMETER: facts["max_context"],
-            "default_max_tokens": facts["default_max_tokens"],
-            "max_concurrent_generations": serving.concurrent_generations,
-            "intra_op_threads": serving.intra_op_threads,
-        }
+        files, parameters = _decoder_parts(artifact)
+        parameters.update(
+            eos_token_ids=artifact.facts["eos_token_ids"],
+            default_max_tokens=artifact.facts["default_max_tokens"],
+            max_concurrent_generations=serving.concurrent_generations,
+            intra_op_threads=serving.intra_op_threads,
+        )
         python_class = f"{BACKEND}.generator:LanguageModel"
-        if "vision_file" in facts:
-            for key in ("vision_file", "embed_file"):
-                files[facts[key]] = artifact.file(key)
-                parameters[key] = facts[key]
-            parameters.update(
-                image_token=facts["image_token"], preprocessing=facts["preprocessing"],
-                **{contracts.IMAGE_TOKENS_PARAMETER: facts["image_tokens_per_image"]},
-            )
+        if "vision_file" in artifact.facts:
+            _add_vision_parts(artifact, files, parameters)
             python_class = f"{BACKEND}.generator:VisionLanguageModel"
         config = python_model(
             contract.name,
@@ -79,19 +69,9 @@ class CpuTarget:
 
     def relevance(self, contract: ModelContract, artifact: Artifact, serving: ServingOptions) -> PlannedModel:
         """The VLM's yes/no page filter: the VLM's files behind a batchable (not decoupled) model."""
-        facts = artifact.facts
-        files = {"tokenizer.json": artifact.file("tokenizer_file")}
-        parameters = {"tokenizer_file": "tokenizer.json"}
-        for key in ("decoder_file", "vision_file", "embed_file"):
-            files[facts[key]] = artifact.file(key)
-            parameters[key] = facts[key]
-        parameters.update(
-            image_token=facts["image_token"],
-            **{contracts.IMAGE_TOKENS_PARAMETER: facts["image_tokens_per_image"]},
-            preprocessing=facts["preprocessing"],
-            max_context=facts["max_context"],
-            intra_op_threads=serving.intra_op_threads,
-        )
+        files, parameters = _decoder_parts(artifact)
+        _add_vision_parts(artifact, files, parameters)
+        parameters["intra_op_threads"] = serving.intra_op_threads
         config = python_model(
             contract.name,
             list(contract.inputs),
@@ -102,6 +82,31 @@ class CpuTarget:
             serving.queue_delay_us,
         )
         return PlannedModel(config, files, f"{BACKEND}.relevance:ImageRelevanceModel")
+
+
+def _decoder_parts(artifact: Artifact) -> tuple[dict[str, Path], dict[str, object]]:
+    """The decoder graph and tokenizer of an LLM or VLM, and the parameters naming them and the context."""
+    facts = artifact.facts
+    files = {facts["decoder_file"]: artifact.file("decoder_file"), "tokenizer.json": artifact.file("tokenizer_file")}
+    parameters = {
+        "decoder_file": facts["decoder_file"],
+        "tokenizer_file": "tokenizer.json",
+        contracts.CONTEXT_PARAMETER: facts["max_context"],
+    }
+    return files, parameters
+
+
+def _add_vision_parts(artifact: Artifact, files: dict[str, Path], parameters: dict[str, object]) -> None:
+    """A VLM's vision tower and token embeddings, its image token and preprocessing, and the image's length."""
+    facts = artifact.facts
+    for key in ("vision_file", "embed_file"):
+        files[facts[key]] = artifact.file(key)
+        parameters[key] = facts[key]
+    parameters.update(
+        image_token=facts["image_token"],
+        preprocessing=facts["preprocessing"],
+        **{contracts.IMAGE_TOKENS_PARAMETER: facts["image_tokens_per_image"]},
+    )
 
 
 TARGETS = {"cpu": CpuTarget()}

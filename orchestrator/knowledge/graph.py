@@ -172,17 +172,23 @@ class KnowledgeGraph:
         nodes, distances = self.neighbourhood(seed_nodes, hops, max_nodes)
         return list(zip(nodes.tolist(), distances.tolist()))
 
-    def neighbourhood(self, seed_nodes: Iterable[int], hops: int, max_nodes: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
-        """k_hop as two arrays (nodes, hop distances): no Python object per node, for the query path."""
+    def neighbourhood(
+        self, seed_nodes: Iterable[int], hops: int, max_nodes: Optional[int] = None, blocked: Optional[np.ndarray] = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """k_hop as two arrays (nodes, hop distances): no Python object per node, for the query path.
+
+        `blocked` (a mask over the nodes) names nodes the search neither enters nor leaves: a blocked seed is
+        kept, but nothing is reached through it."""
         seeds = np.asarray(list(dict.fromkeys(int(s) for s in seed_nodes)), dtype=np.int64)
         if len(seeds) and (seeds.min() < 0 or seeds.max() >= self.node_count):
             self._check(int(seeds.min()) if seeds.min() < 0 else int(seeds.max()))
         limit = self.node_count if max_nodes is None else max(0, max_nodes)
-        frontier = seeds[:limit]
-        found, distances = [frontier], [np.zeros(len(frontier), dtype=np.int64)]
-        total = len(frontier)
-        visited = np.zeros(self.node_count, dtype=bool)
-        visited[frontier] = True
+        kept = seeds[:limit]
+        found, distances = [kept], [np.zeros(len(kept), dtype=np.int64)]
+        total = len(kept)
+        visited = np.zeros(self.node_count, dtype=bool) if blocked is None else blocked.copy()
+        frontier = kept if blocked is None else kept[~blocked[kept]]
+        visited[kept] = True
         indptr, indices, data = self.adjacency.indptr, self.adjacency.indices, self.adjacency.data
         for hop in range(1, hops + 1):
             if total >= limit or not len(frontier):

@@ -88,6 +88,11 @@ class VectorIndex:
         index.add(vectors)
         return VectorIndex(self.spec, self.dimension, index, self.kind)
 
+    def set_ef_search(self, ef_search: int) -> None:
+        """HNSW's search breadth (recall against time), for indexes already built; other kinds ignore it."""
+        if self._index is not None and self.kind == "hnsw":
+            self._index.hnsw.efSearch = ef_search
+
     @property
     def size(self) -> int:
         return 0 if self._index is None else int(self._index.ntotal)

@@ -1,7 +1,7 @@
 """Hybrid retrieval over one collection snapshot: dense + sparse + graph candidates, fused.
 
-Per question and sub-question: dense FAISS search over chunks and units (chunk_top_k) and over entities and
-relations (entity_top_k: the graph's seeds, with the entities the question names outright), BM25 over chunks
+Per question and sub-question: dense FAISS search over chunks and units (chunk_top_k) and over entities
+(entity_top_k: the graph's seeds, with the entities the question names outright), BM25 over chunks
 and units (chunk_top_k; its score divided by the question's own weight, so a text matching one of five words
 is not a full match), then graph expansion from the seeds, which adds its best evidence (graph_top_k).
 Every candidate gets every signal: a candidate only BM25 or the graph found still gets its exact cosine
@@ -19,7 +19,7 @@ import numpy as np
 from ..config import RetrievalSettings
 from ..knowledge.store import Snapshot
 from .fusion import CandidateSignals, FusionWeights, ScoredCandidate, fuse
-from .graph_search import GraphExpansion, expand, seed_nodes
+from .graph_search import GraphExpansion, expand, hubs, seed_nodes
 from .plan import QueryPlan
 from .timing import StageTimer
 
@@ -63,7 +63,7 @@ def retrieve(
                     signals.semantic = max(signals.semantic, float(score)) if "dense" in signals.found_by else float(score)
                     signals.found_by.add("dense")
         if plan.graph and plan.entity_top_k > 0:
-            seeds = _entity_seeds(snapshot, vectors, plan.entity_top_k, settings.min_seed_similarity)
+            seeds = _entity_seeds(snapshot, vectors, plan.entity_top_k, settings.min_seed_similarity, settings.relation_seeds)
             for key in named_entities:
                 seeds[key] = 1.0  # named outright: the strongest seed there is
     if plan.sparse:
@@ -81,6 +81,7 @@ def retrieve(
             expansion = expand(
                 graph, snapshot.node_evidence, snapshot.nodes_per_evidence, seed_nodes(graph, seeds), plan.graph_hops,
                 settings.graph_max_nodes, settings.pagerank_damping, settings.graph_scoring_nodes,
+                hubs(snapshot.node_evidence, settings.graph_hub_fraction, settings.graph_hub_min_chunks),
             )
             for row in expansion.best(settings.graph_top_k):
                 candidates.setdefault(row, CandidateSignals()).found_by.add("graph")
@@ -97,8 +98,8 @@ def retrieve(
     return Retrieval(fused, seeds, expansion, timer.stages)
 
 
-def _entity_seeds(snapshot: Snapshot, vectors: np.ndarray, k: int, min_similarity: float) -> dict[str, float]:
-    """Entities (and the endpoints of relations) similar to a question, with their best similarity."""
+def _entity_seeds(snapshot: Snapshot, vectors: np.ndarray, k: int, min_similarity: float, relations: bool) -> dict[str, float]:
+    """Entities (and, with `relations`, the endpoints of relations) similar to a question, with their best similarity."""
     seeds: dict[str, float] = {}
 
     def add(key: str, similarity: float) -> None:
@@ -109,9 +110,10 @@ def _entity_seeds(snapshot: Snapshot, vectors: np.ndarray, k: int, min_similarit
     for score, row in zip(scores.ravel(), rows.ravel()):
         if row >= 0:
             add(snapshot.entity_keys[row], float(score))
-    scores, rows = snapshot.relation_index.search(vectors, k)
-    for score, row in zip(scores.ravel(), rows.ravel()):
-        if row >= 0:
-            for key in snapshot.relation_keys[row]:
-                add(key, float(score))
+    if relations:
+        scores, rows = snapshot.relation_index.search(vectors, k)
+        for score, row in zip(scores.ravel(), rows.ravel()):
+            if row >= 0:
+                for key in snapshot.relation_keys[row]:
+                    add(key, float(score))
     return seeds

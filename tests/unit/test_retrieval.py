@@ -11,7 +11,7 @@ import pytest
 from orchestrator.config import Settings
 from orchestrator.knowledge.indexes import BM25Index, IndexSpec
 from orchestrator.knowledge.store import Snapshot
-from orchestrator.pipeline.graph_search import expand, seed_nodes
+from orchestrator.pipeline.graph_search import expand, hubs, seed_nodes
 from orchestrator.pipeline.plan import QueryOptions, make_plan
 from orchestrator.pipeline.retrieval import retrieve
 from tests.segment_factory import make_segment
@@ -88,6 +88,13 @@ def test_each_switch_takes_its_signal_out():
     assert no_seed.entity_seeds == {} and all("graph" not in c.found_by for c in no_seed.candidates)
 
 
+def test_relations_seed_their_entities_when_asked():
+    collection = snapshot()  # the one relation (Alpha Corp - Beta Ltd) has the vector e3
+    off = retrieve(collection, ["merger"], E[3:4], plan(), Settings().retrieval)
+    on = retrieve(collection, ["merger"], E[3:4], plan(), Settings.load(None, {"retrieval.relation_seeds": True}).retrieval)
+    assert off.entity_seeds == {} and on.entity_seeds == {"alpha corp": pytest.approx(1.0), "beta ltd": pytest.approx(1.0)}
+
+
 def test_named_entities_seed_the_graph_and_sub_questions_each_retrieve():
     collection = snapshot()
     result = retrieve(
@@ -132,3 +139,20 @@ def test_snapshot_gives_vectors_and_rows_by_evidence():
     assert collection.node_evidence.shape == (collection.graph.node_count, 4)
     assert collection.nodes_per_evidence.tolist() == [1, 1, 1, 2]
     assert collection.entity_key_set == {"alpha corp", "beta ltd", "gamma site"}
+
+
+def test_hub_entities_are_neither_passed_through_nor_scored_by():
+    collection = snapshot()
+    graph, alpha, beta = collection.graph, collection.graph.entity_index["alpha corp"], collection.graph.entity_index["beta ltd"]
+    # Alpha Corp and Beta Ltd are each named in 2 of the 4 chunks: hubs at a 50% share, not at 60% or 3 chunks
+    assert hubs(collection.node_evidence, 0.5, 1)[[alpha, beta]].tolist() == [True, True]
+    assert not hubs(collection.node_evidence, 0.6, 1).any() and not hubs(collection.node_evidence, 0.5, 3).any()
+    blocked = np.zeros(graph.node_count, dtype=bool)
+    blocked[beta] = True
+    nodes, _ = graph.neighbourhood([alpha], 2, blocked=blocked)
+    assert nodes.tolist() == [alpha]  # Beta is Alpha's only neighbour: nothing is reached
+    seeded, _ = graph.neighbourhood([beta, alpha], 2, blocked=blocked)
+    assert seeded.tolist() == [beta, alpha]  # a blocked seed stays, nothing is reached through it
+    expansion = expand(graph, collection.node_evidence, collection.nodes_per_evidence, {alpha: 1.0, beta: 1.0}, 1, 100, hub_nodes=blocked)
+    assert expansion.score(1) == 0.0 and expansion.score(0) > 0  # chunk 1 names only the hub Beta
+

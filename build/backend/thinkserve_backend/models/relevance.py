@@ -41,7 +41,7 @@ class ImageRelevanceModel:
         if self.image_token_id is None:
             raise ValueError(f"model {self.model_name}: image token {self.image_token!r} is not in the tokenizer")
         self.template = params.string("relevance_prompt", CHATML_RELEVANCE_PROMPT)
-        self.max_context = params.integer("max_context")
+        self.max_context = params.integer("max_context")  # contracts.CONTEXT_PARAMETER
         self.image_tokens = params.integer("image_tokens_per_image")  # contracts.IMAGE_TOKENS_PARAMETER
 
         def encode(text: str) -> list[int]:
