@@ -347,13 +347,12 @@ def _rows(segments: Sequence[Segment], kind: str, rows: Sequence[tuple[int, int]
 
 
 def _gather(segments: Sequence[Segment], attribute: str, starts: np.ndarray, rows: Sequence[int], dimension: int) -> np.ndarray:
-    """Rows of a per-segment table (`starts`: each segment's first global row), in the order asked."""
-    rows = np.asarray(rows, dtype=np.int64)
+    """Rows of a per-segment table (`starts`: each segment's first global row), in the order asked. Row by row:
+    a query asks for a few dozen, spread over as many documents."""
     out = np.zeros((len(rows), dimension), dtype=np.float32)
     numbers = np.searchsorted(starts, rows, side="right") - 1
-    for number in np.unique(numbers):
-        chosen = np.flatnonzero(numbers == number)
-        out[chosen] = np.asarray(getattr(segments[number], attribute))[rows[chosen] - starts[number]]
+    for i, (row, number) in enumerate(zip(rows, numbers.tolist())):
+        out[i] = getattr(segments[number], attribute)[row - starts[number]]
     return out
 
 
