@@ -22,7 +22,7 @@ import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 from scipy import sparse
@@ -131,19 +131,12 @@ class Snapshot:
 
     def evidence_vectors(self, rows: Sequence[int]) -> np.ndarray:
         """The stored embeddings of evidence rows [n, d] (read from the segments, not the index)."""
-        return _gather(self.segments, "evidence_vectors", self._evidence_starts, rows, self.dimension)
+        return _gather(self.segments, lambda s: s.evidence_vectors, self._evidence_starts, rows, self.dimension)
 
     def page_vectors(self, family: str, rows: Sequence[int]) -> np.ndarray:
         """Page-image embeddings of one encoder family for page rows; a page that family lacks is zeros."""
         dimension = self.page_indexes[family].dimension if family in self.page_indexes else 0
-        starts = np.cumsum([0] + [len(s.pages) for s in self.segments])
-        out = np.zeros((len(rows), dimension), dtype=np.float32)
-        for i, row in enumerate(rows):
-            number = int(np.searchsorted(starts, row, side="right")) - 1
-            vectors = self.segments[number].page_vectors.get(family)
-            if vectors is not None and len(vectors):
-                out[i] = vectors[row - starts[number]]
-        return out
+        return _gather(self.segments, lambda s: s.page_vectors.get(family), self._page_starts, rows, dimension)
 
     def page_image(self, page: PageRecord) -> bytes:
         segment = self._segment_of_document[page.document_id]
@@ -154,6 +147,10 @@ class Snapshot:
     @functools.cached_property
     def _evidence_starts(self) -> np.ndarray:
         return np.cumsum([0] + [len(s.evidence) for s in self.segments])
+
+    @functools.cached_property
+    def _page_starts(self) -> np.ndarray:
+        return np.cumsum([0] + [len(s.pages) for s in self.segments])
 
     def search_evidence(self, vector: np.ndarray, k: int) -> list[tuple[EvidenceRecord, float]]:
         """Chunks and units by cosine similarity (embeddings are L2-normalised), best first."""
@@ -346,13 +343,18 @@ def _rows(segments: Sequence[Segment], kind: str, rows: Sequence[tuple[int, int]
     return np.stack([np.asarray(getattr(segments[number], attribute)[row]) for number, row in rows]).astype(np.float32)
 
 
-def _gather(segments: Sequence[Segment], attribute: str, starts: np.ndarray, rows: Sequence[int], dimension: int) -> np.ndarray:
-    """Rows of a per-segment table (`starts`: each segment's first global row), in the order asked. Row by row:
-    a query asks for a few dozen, spread over as many documents."""
+def _gather(
+    segments: Sequence[Segment], table: Callable[[Segment], Optional[np.ndarray]], starts: np.ndarray, rows: Sequence[int],
+    dimension: int,
+) -> np.ndarray:
+    """Rows of a per-segment table (`starts`: each segment's first global row), in the order asked; a segment
+    without the table gives zeros. Row by row: a query asks for a few dozen, spread over as many documents."""
     out = np.zeros((len(rows), dimension), dtype=np.float32)
     numbers = np.searchsorted(starts, rows, side="right") - 1
     for i, (row, number) in enumerate(zip(rows, numbers.tolist())):
-        out[i] = getattr(segments[number], attribute)[row - starts[number]]
+        vectors = table(segments[number])
+        if vectors is not None and len(vectors):
+            out[i] = vectors[row - starts[number]]
     return out
 
 
