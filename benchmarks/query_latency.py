@@ -163,6 +163,7 @@ async def measure_pipeline(rounds: int) -> dict:
         settings = Settings()
         settings = settings.model_copy(update={
             "server": settings.server.model_copy(update={"port": 0}),
+            "http": settings.http.model_copy(update={"port": 0}),
             "storage": settings.storage.model_copy(update={"data_dir": work / "data"}),
             "ingest": settings.ingest.model_copy(update={"chunk_tokens": 200, "chunk_overlap_tokens": 20}),
         })

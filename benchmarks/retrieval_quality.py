@@ -292,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             args.config,
             {
                 "server.port": 0,
+                "http.port": 0,
                 "storage.data_dir": str(work / "data"),
                 "ingest.chunk_tokens": CHUNK_TOKENS,
                 "ingest.chunk_overlap_tokens": CHUNK_OVERLAP_TOKENS,

@@ -27,6 +27,19 @@ def _settings(args) -> Settings:
     return Settings.load(args.config, overrides)
 
 
+def _client(args):
+    from .client import ThinkServeClient
+
+    return ThinkServeClient(_address(args), token=_token(args))
+
+
+def _token(args) -> str:
+    """--token, else the THINKSERVE_TOKEN environment variable (keeps the token out of shell history)."""
+    import os
+
+    return getattr(args, "token", None) or os.environ.get("THINKSERVE_TOKEN", "")
+
+
 def _address(args) -> str:
     if args.address:
         return args.address
@@ -37,7 +50,10 @@ def _address(args) -> str:
 def cmd_serve(args) -> int:
     from .deployment import Deployment
 
+    from .observability.logs import configure_logging
+
     settings = _settings(args)
+    configure_logging(settings.observability.log_format, logging.DEBUG if args.verbose else logging.INFO)
 
     async def serve() -> None:
         deployment = Deployment(settings)
@@ -60,14 +76,12 @@ def cmd_serve(args) -> int:
 def cmd_ingest(args) -> int:
     from .ingest_batch import ingest_paths
 
-    failures = asyncio.run(ingest_paths(_address(args), args.collection, args.paths, args.concurrency))
+    failures = asyncio.run(ingest_paths(_address(args), args.collection, args.paths, args.concurrency, _token(args)))
     return 1 if failures else 0
 
 
 def cmd_documents(args) -> int:
-    from .client import ThinkServeClient
-
-    with ThinkServeClient(_address(args)) as client:
+    with _client(args) as client:
         if args.delete:
             for name in args.delete:
                 removed = client.delete_document(args.collection, name)
@@ -82,11 +96,10 @@ def cmd_documents(args) -> int:
 
 
 def cmd_ask(args) -> int:
-    from .client import ThinkServeClient
     from .presentation import print_query
 
     options = {name: getattr(args, name) for name in QUERY_OPTIONS}
-    with ThinkServeClient(_address(args)) as client:
+    with _client(args) as client:
         print_query(args.question, client.query(args.collection, args.question, **options))
     return 0
 
@@ -99,14 +112,24 @@ QUERY_OPTIONS = (
 
 
 def cmd_health(args) -> int:
-    from .client import ThinkServeClient
-
-    with ThinkServeClient(_address(args)) as client:
+    with _client(args) as client:
         health = client.health()
     print(f"serving: {health.serving}  version {health.version}  profile {health.profile}")
     for model in health.models:
         print(f"  {model.name:<20} {'ready' if model.ready else 'NOT READY: ' + model.detail}")
     return 0 if health.serving else 1
+
+
+def cmd_token(args) -> int:
+    from .api.security import new_token
+
+    token, digest = new_token()
+    collections = ", ".join(f'"{name}"' for name in args.collections)
+    print(f"token (give it to the client; it is not stored anywhere):\n  {token}\n")
+    print("settings (add to the server's TOML file):")
+    print(f'  [[auth.tokens]]\n  name = "{args.name}"\n  sha256 = "{digest}"\n  collections = [{collections}]')
+    print(f"  write = {'true' if args.write else 'false'}\n  max_concurrent = {args.max_concurrent}")
+    return 0
 
 
 def cmd_demo(args) -> int:
@@ -136,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         command = commands.add_parser(name, help=helptext)
         command.add_argument("--address", help="orchestrator address host:port (default: from settings)")
+        command.add_argument("--token", help="bearer token (default: the THINKSERVE_TOKEN environment variable)")
         command.set_defaults(run=run)
         if name == "ingest":
             command.add_argument("--collection", required=True)
@@ -161,10 +185,20 @@ def build_parser() -> argparse.ArgumentParser:
             for stage in ("dense", "sparse", "graph", "rerank", "page-images", "uncertainty"):
                 command.add_argument(f"--{stage}", action=argparse.BooleanOptionalAction, help=f"switch {stage} on or off")
 
+    token = commands.add_parser("token", help="make a bearer token and the settings entry that grants it")
+    token.add_argument("--name", required=True, help="who holds it (shown in logs and metrics)")
+    token.add_argument("--collections", nargs="+", default=["*"], help="collections it may use (default: all)")
+    token.add_argument("--write", action="store_true", help="may also ingest and delete")
+    token.add_argument("--max-concurrent", type=int, default=8, help="its requests in flight at most")
+    token.set_defaults(run=cmd_token)
+
     demo = commands.add_parser("demo", help="start everything, ingest the bundled sample, ask its questions, stop")
     demo.add_argument("--samples", type=Path, nargs="+", default=[Path("samples/northwind-2024-annual-report.md")])
     demo.add_argument("--questions", type=Path, default=Path("samples/questions.txt"))
     demo.set_defaults(run=cmd_demo)
+    from .bench.cli import add_bench_command  # `thinkserve bench ...` (orchestrator/bench/)
+
+    add_bench_command(commands)
     return parser
 
 

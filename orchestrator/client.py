@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Iterator, Optional
 
@@ -27,18 +28,52 @@ def list_documents_request(collection: str) -> "pb.ListDocumentsRequest":
     return pb.ListDocumentsRequest(collection=collection)
 
 
+def server_upload(collection: str, server_path: str, name: str = "") -> Iterator["pb.IngestRequest"]:
+    yield pb.IngestRequest(header=pb.DocumentHeader(collection=collection, filename=name, server_path=server_path))
+
+
 def upload(collection: str, data: bytes, filename: str, media_type: str = "") -> Iterator["pb.IngestRequest"]:
     yield pb.IngestRequest(header=pb.DocumentHeader(collection=collection, filename=filename, media_type=media_type))
     for start in range(0, len(data), CHUNK_BYTES):
         yield pb.IngestRequest(chunk=data[start : start + CHUNK_BYTES])
 
 
-class ThinkServeClient:
-    """Blocking client: `with ThinkServeClient("127.0.0.1:50051") as client: ...`."""
+@dataclass(frozen=True)
+class Connection:
+    """How to reach a server: its bearer token and, for TLS, the CA to trust (and a client certificate for mTLS)."""
 
-    def __init__(self, address: str, timeout_s: Optional[float] = 300.0):
+    token: str = ""
+    tls: bool = False
+    root_certificates: Optional[bytes] = None  # None with tls: the system's trust store
+    client_certificate: Optional[bytes] = None
+    client_key: Optional[bytes] = None
+
+    def metadata(self, request_id: str = "") -> tuple[tuple[str, str], ...]:
+        pairs = [("authorization", f"Bearer {self.token}")] if self.token else []
+        if request_id:
+            pairs.append(("x-request-id", request_id))
+        return tuple(pairs)
+
+    def credentials(self) -> Optional[grpc.ChannelCredentials]:
+        if not (self.tls or self.root_certificates):
+            return None
+        return grpc.ssl_channel_credentials(self.root_certificates, self.client_key, self.client_certificate)
+
+
+def _channel(module, address: str, connection: Connection):
+    credentials = connection.credentials()
+    if credentials is None:
+        return module.insecure_channel(address, options=_CHANNEL_OPTIONS)
+    return module.secure_channel(address, credentials, options=_CHANNEL_OPTIONS)
+
+
+class ThinkServeClient:
+    """Blocking client: `with ThinkServeClient("127.0.0.1:50051", token=...) as client: ...`."""
+
+    def __init__(self, address: str, timeout_s: Optional[float] = 300.0, token: str = "", connection: Optional[Connection] = None):
         self.timeout_s = timeout_s
-        self._channel = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
+        self.connection = connection or Connection(token=token)
+        self._channel = _channel(grpc, address, self.connection)
         self._stub = pb_grpc.ThinkServeStub(self._channel)
 
     def __enter__(self) -> "ThinkServeClient":
@@ -50,26 +85,51 @@ class ThinkServeClient:
     def close(self) -> None:
         self._channel.close()
 
+    def _call(self, method: str, request, timeout_s: Optional[float], request_id: str = ""):
+        return getattr(self._stub, method)(request, timeout=timeout_s, metadata=self.connection.metadata(request_id))
+
     def health(self, timeout_s: float = 10.0) -> "pb.HealthResponse":
-        return self._stub.Health(pb.HealthRequest(), timeout=timeout_s)
+        return self._call("Health", pb.HealthRequest(), timeout_s)
+
+    def stats(self, timeout_s: float = 30.0) -> "pb.StatsResponse":
+        return self._call("Stats", pb.StatsRequest(), timeout_s)
 
     def ingest(self, collection: str, data: bytes, filename: str, media_type: str = "") -> "pb.IngestReport":
-        return self._stub.Ingest(upload(collection, data, filename, media_type), timeout=self.timeout_s)
+        return self._call("Ingest", upload(collection, data, filename, media_type), self.timeout_s)
 
     def ingest_file(self, collection: str, path: Path, name: str = "") -> "pb.IngestReport":
         """A file, or a MinerU output folder (sent zipped with its images); `name` defaults to the base name."""
         source = read_source(Path(path), name)
         return self.ingest(collection, source.data, source.name, source.media_type)
 
+    def ingest_server_path(self, collection: str, server_path: str, name: str = "") -> "pb.IngestReport":
+        """A file already on the server, under one of its ingest roots."""
+        return self._call("Ingest", server_upload(collection, server_path, name), self.timeout_s)
+
     def list_documents(self, collection: str, timeout_s: float = 30.0) -> list["pb.DocumentInfo"]:
-        return list(self._stub.ListDocuments(list_documents_request(collection), timeout=timeout_s).documents)
+        return list(self._call("ListDocuments", list_documents_request(collection), timeout_s).documents)
+
+    def get_document(self, collection: str, name: str, timeout_s: float = 30.0) -> "pb.DocumentInfo":
+        return self._call("GetDocument", pb.GetDocumentRequest(collection=collection, name=name), timeout_s)
 
     def delete_document(self, collection: str, name: str, timeout_s: float = 60.0) -> "pb.DocumentInfo":
-        return self._stub.DeleteDocument(pb.DeleteDocumentRequest(collection=collection, name=name), timeout=timeout_s)
+        return self._call("DeleteDocument", pb.DeleteDocumentRequest(collection=collection, name=name), timeout_s)
 
-    def query(self, collection: str, question: str, **options) -> Iterator["pb.QueryEvent"]:
+    def create_collection(self, name: str, timeout_s: float = 30.0) -> "pb.CollectionInfo":
+        return self._call("CreateCollection", pb.CreateCollectionRequest(name=name), timeout_s)
+
+    def list_collections(self, timeout_s: float = 30.0) -> list["pb.CollectionInfo"]:
+        return list(self._call("ListCollections", pb.ListCollectionsRequest(), timeout_s).collections)
+
+    def delete_collection(self, name: str, timeout_s: float = 60.0) -> "pb.CollectionInfo":
+        return self._call("DeleteCollection", pb.DeleteCollectionRequest(name=name), timeout_s)
+
+    def retrieve(self, collection: str, question: str, timeout_s: Optional[float] = None, **options) -> "pb.RetrieveResponse":
+        return self._call("Retrieve", query_request(collection, question, **options), timeout_s or self.timeout_s)
+
+    def query(self, collection: str, question: str, timeout_s: Optional[float] = None, request_id: str = "", **options) -> Iterator["pb.QueryEvent"]:
         """Events as they arrive; breaking out of the loop cancels the query on the server."""
-        call = self._stub.Query(query_request(collection, question, **options), timeout=self.timeout_s)
+        call = self._call("Query", query_request(collection, question, **options), timeout_s or self.timeout_s, request_id)
         try:
             yield from call
         finally:
@@ -77,11 +137,12 @@ class ThinkServeClient:
 
 
 class AsyncThinkServeClient:
-    """asyncio client: `async with AsyncThinkServeClient(address) as client: ...`."""
+    """asyncio client: `async with AsyncThinkServeClient(address, token=...) as client: ...`."""
 
-    def __init__(self, address: str, timeout_s: Optional[float] = 300.0):
+    def __init__(self, address: str, timeout_s: Optional[float] = 300.0, token: str = "", connection: Optional[Connection] = None):
         self.timeout_s = timeout_s
-        self._channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+        self.connection = connection or Connection(token=token)
+        self._channel = _channel(grpc.aio, address, self.connection)
         self._stub = pb_grpc.ThinkServeStub(self._channel)
 
     async def __aenter__(self) -> "AsyncThinkServeClient":
@@ -93,24 +154,48 @@ class AsyncThinkServeClient:
     async def close(self) -> None:
         await self._channel.close()
 
+    def _call(self, method: str, request, timeout_s: Optional[float], request_id: str = ""):
+        return getattr(self._stub, method)(request, timeout=timeout_s, metadata=self.connection.metadata(request_id))
+
     async def health(self, timeout_s: float = 10.0) -> "pb.HealthResponse":
-        return await self._stub.Health(pb.HealthRequest(), timeout=timeout_s)
+        return await self._call("Health", pb.HealthRequest(), timeout_s)
+
+    async def stats(self, timeout_s: float = 30.0) -> "pb.StatsResponse":
+        return await self._call("Stats", pb.StatsRequest(), timeout_s)
 
     async def ingest(self, collection: str, data: bytes, filename: str, media_type: str = "") -> "pb.IngestReport":
-        return await self._stub.Ingest(upload(collection, data, filename, media_type), timeout=self.timeout_s)
+        return await self._call("Ingest", upload(collection, data, filename, media_type), self.timeout_s)
 
     async def ingest_file(self, collection: str, path: Path, name: str = "") -> "pb.IngestReport":
         source = read_source(Path(path), name)
         return await self.ingest(collection, source.data, source.name, source.media_type)
 
+    async def ingest_server_path(self, collection: str, server_path: str, name: str = "") -> "pb.IngestReport":
+        return await self._call("Ingest", server_upload(collection, server_path, name), self.timeout_s)
+
     async def list_documents(self, collection: str, timeout_s: float = 30.0) -> list["pb.DocumentInfo"]:
-        return list((await self._stub.ListDocuments(list_documents_request(collection), timeout=timeout_s)).documents)
+        return list((await self._call("ListDocuments", list_documents_request(collection), timeout_s)).documents)
+
+    async def get_document(self, collection: str, name: str, timeout_s: float = 30.0) -> "pb.DocumentInfo":
+        return await self._call("GetDocument", pb.GetDocumentRequest(collection=collection, name=name), timeout_s)
 
     async def delete_document(self, collection: str, name: str, timeout_s: float = 60.0) -> "pb.DocumentInfo":
-        return await self._stub.DeleteDocument(pb.DeleteDocumentRequest(collection=collection, name=name), timeout=timeout_s)
+        return await self._call("DeleteDocument", pb.DeleteDocumentRequest(collection=collection, name=name), timeout_s)
 
-    async def query(self, collection: str, question: str, **options) -> AsyncIterator["pb.QueryEvent"]:
-        call = self._stub.Query(query_request(collection, question, **options), timeout=self.timeout_s)
+    async def create_collection(self, name: str, timeout_s: float = 30.0) -> "pb.CollectionInfo":
+        return await self._call("CreateCollection", pb.CreateCollectionRequest(name=name), timeout_s)
+
+    async def list_collections(self, timeout_s: float = 30.0) -> list["pb.CollectionInfo"]:
+        return list((await self._call("ListCollections", pb.ListCollectionsRequest(), timeout_s)).collections)
+
+    async def delete_collection(self, name: str, timeout_s: float = 60.0) -> "pb.CollectionInfo":
+        return await self._call("DeleteCollection", pb.DeleteCollectionRequest(name=name), timeout_s)
+
+    async def retrieve(self, collection: str, question: str, timeout_s: Optional[float] = None, **options) -> "pb.RetrieveResponse":
+        return await self._call("Retrieve", query_request(collection, question, **options), timeout_s or self.timeout_s)
+
+    async def query(self, collection: str, question: str, timeout_s: Optional[float] = None, request_id: str = "", **options) -> AsyncIterator["pb.QueryEvent"]:
+        call = self._call("Query", query_request(collection, question, **options), timeout_s or self.timeout_s, request_id)
         try:
             async for event in call:
                 yield event

@@ -28,6 +28,7 @@ def _demo_settings(settings: Settings, data_dir: Path) -> Settings:
     return settings.model_copy(
         update={
             "server": settings.server.model_copy(update={"port": 0}),
+            "http": settings.http.model_copy(update={"port": 0}),
             "storage": settings.storage.model_copy(update={"data_dir": data_dir}),
             "ingest": settings.ingest.model_copy(update={"chunk_tokens": DEMO_CHUNK_TOKENS, "chunk_overlap_tokens": 20}),
         }

@@ -43,3 +43,25 @@ class InvalidRequestError(ThinkServeError):
 
 class NotFoundError(ThinkServeError):
     status = grpc.StatusCode.NOT_FOUND
+
+
+class UnauthenticatedError(ThinkServeError):
+    """No bearer token, or one the server does not know."""
+
+    status = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDeniedError(ThinkServeError):
+    """A known token asked for a collection (or an action) it is not granted."""
+
+    status = grpc.StatusCode.PERMISSION_DENIED
+
+
+class ResourceExhaustedError(ThinkServeError):
+    """Over a capacity limit (admission queue full, too many requests for one token): retry later."""
+
+    status = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class AlreadyExistsError(ThinkServeError):
+    status = grpc.StatusCode.ALREADY_EXISTS

@@ -46,7 +46,7 @@ def estimated_pages(path: Path) -> int:
 
 
 async def ingest_paths(
-    address: str, collection: str, paths: list[Path], concurrency: int = 2, out: Optional[TextIO] = None
+    address: str, collection: str, paths: list[Path], concurrency: int = 2, token: str = "", out: Optional[TextIO] = None,
 ) -> int:
     """Ingest every document found under `paths`; returns the number that failed."""
     out = out or sys.stdout
@@ -67,7 +67,7 @@ async def ingest_paths(
         bar.write(line, file=out)
 
     try:
-        async with AsyncThinkServeClient(address, timeout_s=None) as client:
+        async with AsyncThinkServeClient(address, timeout_s=None, token=token) as client:
             await asyncio.gather(*(one(client, path, name) for path, name in documents))
     finally:
         bar.close()

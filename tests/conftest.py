@@ -37,6 +37,7 @@ def triton_settings(model_repository, tmp_path_factory) -> TritonSettings:
 
 
 def settings_with(triton: TritonSettings, data_dir: Path, **sections) -> Settings:
-    """Settings for a test deployment: free orchestrator port, its own data folder."""
+    """Settings for a test deployment: free orchestrator and HTTP ports, its own data folder."""
     sections["server"] = {"port": 0, **sections.get("server", {})}
+    sections["http"] = {"port": 0, **sections.get("http", {})}
     return Settings(triton=triton, storage={"data_dir": data_dir}, **sections)

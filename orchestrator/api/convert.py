@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import fields as dataclass_fields
+from typing import Sequence
 
 from ..knowledge.ingest import IngestResult
 from ..knowledge.segments import DocumentRecord
@@ -23,6 +25,7 @@ from ..pipeline.router import RouteDecision
 from .protos import pb
 
 
+log = logging.getLogger("thinkserve.api")
 _OPTION_FIELDS = tuple(f.name for f in dataclass_fields(QueryOptions))
 
 
@@ -168,4 +171,51 @@ def ingest_report(result: IngestResult) -> "pb.IngestReport":
         document=document_info(result.document),
         replaced=result.replaced is not None,
         stages=[pb.StageTiming(stage=name, milliseconds=seconds * 1000) for name, seconds in result.stage_seconds.items()],
+    )
+
+
+def log_ingest(request_id: str, collection: str, result: IngestResult) -> None:
+    document = result.document
+    log.info(
+        "ingest %s: %s into %s: %s, %d pages, %d chunks, %d units, %d entities in %.2f s",
+        request_id, document.name, collection,
+        "already present" if result.already_present else ("replaced" if result.replaced else "added"),
+        document.pages, document.chunks, document.units, document.entities, result.seconds,
+    )
+
+
+def retrieve_response(events: Sequence[QueryEvent], request_id: str) -> "pb.RetrieveResponse":
+    """Retrieve's one message, from the events of a query stopped after its evidence."""
+    response = pb.RetrieveResponse(request_id=request_id)
+    for event in events:
+        if isinstance(event, RouteEvent):
+            response.route.CopyFrom(route_decision(event.decision))
+        elif isinstance(event, EvidenceEvent):
+            response.evidence.items.extend(evidence_item(i) for i in event.items)
+        elif isinstance(event, FinalAnswerEvent):
+            final = final_answer(event)
+            response.timings.extend(final.timings)
+            response.cost.CopyFrom(final.cost)
+            response.degraded, response.degraded_reason = final.degraded, final.degraded_reason
+    return response
+
+
+def model_stats(entry: dict) -> "pb.ModelStats":
+    """Triton's statistics of one model (its ModelStatistics message as a dict) in our units."""
+    inference = entry.get("inference_stats", {})
+
+    def ms(name: str) -> float:
+        return int(inference.get(name, {}).get("ns", 0)) / 1e6
+
+    return pb.ModelStats(
+        name=entry.get("name", ""),
+        inference_count=int(entry.get("inference_count", 0)),
+        execution_count=int(entry.get("execution_count", 0)),
+        queue_ms=ms("queue"),
+        compute_ms=ms("compute_input") + ms("compute_infer") + ms("compute_output"),
+        failures=int(inference.get("fail", {}).get("count", 0)),
+        batch_executions={
+            int(batch.get("batch_size", 0)): int(batch.get("compute_infer", {}).get("count", 0))
+            for batch in entry.get("batch_stats", [])
+        },
     )

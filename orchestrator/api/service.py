@@ -1,55 +1,53 @@
-"""The ThinkServe gRPC servicer: validates, delegates to ingest / query, maps errors to status codes."""
+"""The ThinkServe gRPC servicer: reads metadata, hands each call to the gateway, maps errors to status codes."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import time
-import uuid
+from typing import Callable, Optional
 
 import grpc
 
 from .. import __version__
 from ..config import Settings
-from ..errors import InvalidRequestError, ThinkServeError
+from ..errors import InvalidRequestError, NotFoundError, ThinkServeError
+from ..knowledge.graph import RELATED
 from ..knowledge.ingest import Ingestor
-from ..pipeline.query import QueryPipeline
+from ..knowledge.store import Snapshot
 from ..triton.contracts import ModelContract
 from ..triton.models import TritonModels
 from . import convert
+from .gateway import REQUEST_ID_HEADER, Call, Gateway, request_id_from
 from .protos import pb, pb_grpc
 
-log = logging.getLogger("thinkserve.api")
-REQUEST_ID_HEADER = "x-request-id"
+SupervisionState = Callable[[], "pb.TritonState"]
 
 
-async def _begin(context) -> str:
-    """The call's request id (the client's x-request-id, or a new one), sent back in the initial metadata."""
-    supplied = dict(context.invocation_metadata() or ()).get(REQUEST_ID_HEADER, "")
-    request_id = supplied[:64] if supplied else uuid.uuid4().hex[:16]
+async def _open(gateway: Gateway, context, method: str):
+    """(request id, the gateway's call context): the id goes back to the client before anything can fail."""
+    metadata = dict(context.invocation_metadata() or ())
+    request_id = request_id_from(metadata.get(REQUEST_ID_HEADER, ""))
     await context.send_initial_metadata(((REQUEST_ID_HEADER, request_id),))
-    return request_id
+    return request_id, gateway.call(method, metadata.get("authorization", ""), request_id, context.time_remaining())
 
 
-async def _abort(context, error: Exception, request_id: str, method: str):
+async def _abort(context, error: Exception, request_id: str):
     """Our errors keep their status and message; anything else is INTERNAL with the request id to find the log."""
     if isinstance(error, ThinkServeError):
-        log.info("%s %s failed: %s: %s", method, request_id, error.status.name, error)
         await context.abort(error.status, str(error))
-    else:
-        log.exception("%s %s: internal error", method, request_id)
-        await context.abort(grpc.StatusCode.INTERNAL, f"internal error (request id {request_id})")
+    await context.abort(grpc.StatusCode.INTERNAL, f"internal error (request id {request_id})")
 
 
 def unary(method):
     @functools.wraps(method)
     async def handler(self, request, context):
-        request_id = await _begin(context)
+        request_id, opened = await _open(self.gateway, context, method.__name__)
         try:
-            return await method(self, request, context, request_id)
+            async with opened as call:
+                return await method(self, request, context, call)
         except Exception as error:  # a cancelled call raises CancelledError, which is not an Exception
-            await _abort(context, error, request_id, method.__name__)
+            await _abort(context, error, request_id)
 
     return handler
 
@@ -57,12 +55,13 @@ def unary(method):
 def streaming(method):
     @functools.wraps(method)
     async def handler(self, request, context):
-        request_id = await _begin(context)
+        request_id, opened = await _open(self.gateway, context, method.__name__)
         try:
-            async for message in method(self, request, context, request_id):
-                yield message
+            async with opened as call:
+                async for message in method(self, request, context, call):
+                    yield message
         except Exception as error:
-            await _abort(context, error, request_id, method.__name__)
+            await _abort(context, error, request_id)
 
     return handler
 
@@ -73,31 +72,59 @@ class ThinkServeService(pb_grpc.ThinkServeServicer):
         settings: Settings,
         models: TritonModels,
         ingestor: Ingestor,
-        pipeline: QueryPipeline,
+        gateway: Gateway,
         required_models: tuple[ModelContract, ...],
+        triton_state: Optional[SupervisionState] = None,
     ):
         self.settings = settings
         self.models = models
         self.ingestor = ingestor
-        self.pipeline = pipeline
+        self.knowledge = ingestor.knowledge
+        self.gateway = gateway
         self.required_models = required_models
+        self.triton_state = triton_state
 
-    def _deadline(self, context) -> float:
-        remaining = context.time_remaining()
-        budget = self.settings.server.default_deadline_s if remaining is None else remaining
-        return time.monotonic() + budget
+    # ------------------------------------------------------------------ health and stats
 
     @unary
-    async def Health(self, request, context, request_id):
+    async def Health(self, request, context, call: Call):
         ready = await asyncio.gather(*(self.models.client.model_ready(c.name) for c in self.required_models))
         models = [
             pb.ModelHealth(name=c.name, ready=ok, detail="" if ok else "not ready in Triton")
             for c, ok in zip(self.required_models, ready)
         ]
-        return pb.HealthResponse(serving=all(ready), models=models, version=__version__, profile=self.settings.profile)
+        return pb.HealthResponse(
+            serving=all(ready) and not self.gateway.draining, models=models, version=__version__,
+            profile=self.settings.profile, draining=self.gateway.draining,
+        )
 
     @unary
-    async def Ingest(self, request_iterator, context, request_id):
+    async def Stats(self, request, context, call: Call):
+        pools = []
+        for pool in (self.gateway.admission.queries, self.gateway.admission.ingests):
+            state = pool.state()
+            pools.append(pb.AdmissionPool(
+                pool=pool.kind, running=state.running, waiting=state.waiting, capacity=state.capacity,
+                queue_depth=state.queue_depth, rejected=dict(pool.rejected),
+            ))
+        names = call.principal.visible(self.knowledge.names())
+        collections = await asyncio.gather(*(self._collection_info(name) for name in names))
+        try:
+            statistics = await self.models.client.model_statistics(timeout_s=min(5.0, max(0.1, call.remaining())))
+            models = [convert.model_stats(entry) for entry in statistics.get("model_stats", [])]
+        except ThinkServeError:
+            models = []  # Triton down: the rest of the stats still answer
+        triton = self.triton_state() if self.triton_state else pb.TritonState(url=self.models.client.url)
+        triton.ready = await self.models.client.server_ready()
+        return pb.StatsResponse(
+            version=__version__, profile=self.settings.profile, uptime_s=time.time() - self.gateway.started_at,
+            pools=pools, collections=[c for c in collections if c is not None], models=models, triton=triton,
+        )
+
+    # ------------------------------------------------------------------ documents
+
+    @unary
+    async def Ingest(self, request_iterator, context, call: Call):
         limit = self.settings.server.max_upload_bytes
         header, chunks, size = None, [], 0
         async for message in request_iterator:
@@ -106,43 +133,108 @@ class ThinkServeService(pb_grpc.ThinkServeServicer):
                 if header is not None:
                     raise InvalidRequestError("the header was sent twice; send it once, first")
                 header = message.header
+                self.gateway.authority.authorize(call.principal, header.collection, write=True)
             elif part == "chunk":
                 if header is None:
                     raise InvalidRequestError("the first message of an upload must carry the header")
+                if header.server_path:
+                    raise InvalidRequestError("an ingest naming server_path carries no content chunks")
                 size += len(message.chunk)
                 if size > limit:
                     raise InvalidRequestError(f"upload exceeds {limit} bytes (server.max_upload_bytes)")
                 chunks.append(message.chunk)
         if header is None:
             raise InvalidRequestError("empty upload: no header and no content")
-        result = await self.ingestor.ingest(
-            header.collection, header.filename or "document", b"".join(chunks), header.media_type,
-            timeout_s=self._deadline(context) - time.monotonic(),
-        )
-        document = result.document
-        log.info(
-            "ingest %s: %s into %s: %s, %d pages, %d chunks, %d units, %d entities in %.2f s",
-            request_id, document.name, header.collection,
-            "already present" if result.already_present else ("replaced" if result.replaced else "added"),
-            document.pages, document.chunks, document.units, document.entities, result.seconds,
-        )
+        name, data, media_type = header.filename, b"".join(chunks), header.media_type
+        if header.server_path:
+            source = await asyncio.to_thread(self.gateway.server_source, header.server_path, header.filename)
+            name, data, media_type = source.name, source.data, header.media_type or source.media_type
+        async with self.gateway.ingest_slot(call, header.collection):
+            result = await self.ingestor.ingest(
+                header.collection, name or "document", data, media_type, timeout_s=call.remaining(),
+            )
+        convert.log_ingest(call.request_id, header.collection, result)
         return convert.ingest_report(result)
 
     @unary
-    async def ListDocuments(self, request, context, request_id):
-        snapshot = self.ingestor.knowledge.collection(request.collection).snapshot
+    async def ListDocuments(self, request, context, call: Call):
+        snapshot = self._readable(call, request.collection).snapshot
         return pb.ListDocumentsResponse(documents=[convert.document_info(d) for d in snapshot.documents.values()])
 
     @unary
-    async def DeleteDocument(self, request, context, request_id):
-        collection = self.ingestor.knowledge.collection(request.collection)
+    async def GetDocument(self, request, context, call: Call):
+        snapshot = self._readable(call, request.collection).snapshot
+        document = snapshot.documents.get(request.name)
+        if document is None:
+            raise NotFoundError(f"collection {request.collection} has no document named {request.name!r}")
+        return convert.document_info(document)
+
+    @unary
+    async def DeleteDocument(self, request, context, call: Call):
+        self.gateway.authority.authorize(call.principal, request.collection, write=True)
+        collection = self.knowledge.collection(request.collection)
         async with collection.write_lock:
             removed = await asyncio.to_thread(collection.delete, request.name)
-        log.info("delete %s: %s from %s", request_id, removed.name, request.collection)
         return convert.document_info(removed)
 
+    # ------------------------------------------------------------------ collections
+
+    @unary
+    async def CreateCollection(self, request, context, call: Call):
+        self.gateway.authority.authorize(call.principal, request.name, write=True)
+        collection = await asyncio.to_thread(self.knowledge.create, request.name)
+        return _collection_info(collection.name, collection.snapshot)
+
+    @unary
+    async def ListCollections(self, request, context, call: Call):
+        names = call.principal.visible(self.knowledge.names())
+        collections = await asyncio.gather(*(self._collection_info(name) for name in names))
+        return pb.ListCollectionsResponse(collections=[c for c in collections if c is not None])
+
+    @unary
+    async def DeleteCollection(self, request, context, call: Call):
+        self.gateway.authority.authorize(call.principal, request.name, write=True)
+        collection = self.knowledge.collection(request.name)
+        async with collection.write_lock:
+            last = await asyncio.to_thread(self.knowledge.delete, request.name)
+        return _collection_info(request.name, last)
+
+    # ------------------------------------------------------------------ queries
+
     @streaming
-    async def Query(self, request, context, request_id):
-        query = convert.query_input(request)
-        async for event in self.pipeline.run(query, self._deadline(context), request_id):
-            yield convert.query_event(event, request_id)
+    async def Query(self, request, context, call: Call):
+        async for event in self.gateway.query(call, convert.query_input(request)):
+            yield convert.query_event(event, call.request_id)
+
+    @unary
+    async def Retrieve(self, request, context, call: Call):
+        events = [event async for event in self.gateway.query(call, convert.query_input(request), answer=False)]
+        return convert.retrieve_response(events, call.request_id)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _readable(self, call: Call, collection: str):
+        self.gateway.authority.authorize(call.principal, collection)
+        return self.knowledge.collection(collection)
+
+    async def _collection_info(self, name: str) -> Optional["pb.CollectionInfo"]:
+        try:
+            snapshot = self.knowledge.collection(name).snapshot
+        except NotFoundError:  # deleted meanwhile
+            return None
+        return await asyncio.to_thread(_collection_info, name, snapshot)
+
+
+def _collection_info(name: str, snapshot: Snapshot) -> "pb.CollectionInfo":
+    documents = snapshot.documents.values()
+    relations = sum(1 for kind in snapshot.graph.edges.kind if kind == RELATED) if snapshot.segments else 0
+    return pb.CollectionInfo(
+        name=name,
+        documents=len(documents),
+        pages=sum(d.pages for d in documents),
+        chunks=sum(d.chunks for d in documents),
+        units=sum(d.units for d in documents),
+        entities=len(snapshot.entity_key_set),
+        relations=relations,
+        bytes=sum(d.bytes for d in documents),
+    )

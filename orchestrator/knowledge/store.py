@@ -27,7 +27,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 from scipy import sparse
 
-from ..errors import InvalidRequestError, NotFoundError
+from ..errors import AlreadyExistsError, InvalidRequestError, NotFoundError
 from .graph import KnowledgeGraph, build_graph
 from .indexes import BM25Index, IndexSpec, VectorIndex
 from .segments import DocumentRecord, EvidenceRecord, PageRecord, Segment, fsync_path, write_durably
@@ -35,6 +35,7 @@ from .segments import DocumentRecord, EvidenceRecord, PageRecord, Segment, fsync
 COLLECTION_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 MANIFEST = "manifest.json"
 _STAGING_PREFIX = ".staging-"
+_DELETED_PREFIX = ".deleted-"  # a collection being removed: renamed away first, so it vanishes atomically
 
 
 @dataclass(frozen=True)
@@ -289,6 +290,9 @@ class KnowledgeBase:
         self.spec = spec
         self.read_only = read_only
         self._collections: dict[str, Collection] = {}
+        if not read_only and self.root.exists():
+            for leftover in self.root.glob(f"{_DELETED_PREFIX}*"):  # a deletion cut short by a crash
+                shutil.rmtree(leftover, ignore_errors=True)
 
     def collection(self, name: str, create: bool = False) -> Collection:
         if not COLLECTION_NAME.match(name or ""):
@@ -304,7 +308,29 @@ class KnowledgeBase:
     def names(self) -> list[str]:
         if not self.root.exists():
             return []
-        return sorted(p.name for p in self.root.iterdir() if (p / MANIFEST).exists())
+        return sorted(p.name for p in self.root.iterdir() if COLLECTION_NAME.match(p.name) and (p / MANIFEST).exists())
+
+    def create(self, name: str) -> Collection:
+        """An empty collection (an empty manifest); ALREADY_EXISTS when it has one."""
+        collection = self.collection(name, create=True)
+        if collection.exists():
+            raise AlreadyExistsError(f"collection {name!r} already exists")
+        collection.root.mkdir(parents=True, exist_ok=True)
+        write_manifest(collection.root, 0, [])
+        return collection
+
+    def delete(self, name: str) -> Snapshot:
+        """Remove a collection and all its files; returns its last snapshot (queries holding it finish on it).
+
+        The folder is renamed away first (atomic), so a crash leaves the collection whole or gone."""
+        collection = self.collection(name)
+        last = collection.snapshot
+        graveyard = self.root / f"{_DELETED_PREFIX}{name}-{secrets.token_hex(4)}"
+        os.replace(collection.root, graveyard)
+        fsync_path(self.root)
+        self._collections.pop(name, None)
+        shutil.rmtree(graveyard, ignore_errors=True)
+        return last
 
 
 def read_manifest(root: Path) -> tuple[int, list[ManifestEntry]]:

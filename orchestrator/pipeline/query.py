@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, replace
 from typing import AsyncIterator, Awaitable, Optional, Sequence, TypeVar
 
 import numpy as np
+from opentelemetry import trace
+from opentelemetry.context import Context
 
 from ..config import ROUTE_NAMES, Settings
 from ..errors import DeadlineExceededError, InvalidRequestError, ModelExecutionError, TritonUnavailableError
@@ -101,8 +103,12 @@ class _Query:
 
 
 class QueryPipeline:
-    def __init__(self, settings: Settings, models: TritonModels, knowledge: KnowledgeBase, tokenizer: PlainTokenizer):
+    def __init__(
+        self, settings: Settings, models: TritonModels, knowledge: KnowledgeBase, tokenizer: PlainTokenizer,
+        tracer: trace.Tracer = trace.NoOpTracer(),
+    ):
         self.settings = settings
+        self.tracer = tracer  # one span per stage, under the request's span (trace_context)
         self.models = models
         self.knowledge = knowledge
         self.tokenizer = tokenizer  # the embedder's: encoder inputs are counted in its tokens
@@ -124,11 +130,15 @@ class QueryPipeline:
         validate_options(query.options, self.settings)
         self.knowledge.collection(query.collection)  # NotFoundError for an unknown collection
 
-    async def run(self, query: QueryInput, deadline: float, request_id: str = "") -> AsyncIterator[QueryEvent]:
-        """Stream the events of one query; `deadline` is on the monotonic clock."""
+    async def run(
+        self, query: QueryInput, deadline: float, request_id: str = "", answer: bool = True,
+        trace_context: Optional[Context] = None,
+    ) -> AsyncIterator[QueryEvent]:
+        """Stream the events of one query; `deadline` is on the monotonic clock. Without `answer` the query
+        stops after the evidence (Retrieve) and its final event carries only timings and cost."""
         self.validate(query)
         snapshot = self.knowledge.collection(query.collection).snapshot
-        q = _Query(" ".join(query.question.split()), snapshot, deadline, request_id)
+        q = _Query(" ".join(query.question.split()), snapshot, deadline, request_id, StageTimer(self.tracer, trace_context))
         with q.timer.stage("route"):
             await self._route(q, query.options)
         yield RouteEvent(q.decision)
@@ -144,6 +154,10 @@ class QueryPipeline:
             await self._perceive(q, visual)
         yield EvidenceEvent(tuple(q.items))
 
+        if not answer:
+            q.source, q.finish_reason = "none", "retrieval"
+            yield self._final(q)
+            return
         if not answerable:
             q.text, q.source, q.finish_reason = REFUSAL, "refusal", "refusal"
             answer = self._refuse(q)

@@ -1,15 +1,24 @@
-"""Per-stage wall-clock timings of one request (monotonic clock), reported with its answer."""
+"""Per-stage wall-clock timings of one request (monotonic clock), reported with its answer and, when tracing is
+on, emitted as one OpenTelemetry span per stage under the request's span as each stage ends."""
 
 from __future__ import annotations
 
 import contextlib
 import time
+from typing import Optional
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+
+_NO_TRACING = trace.NoOpTracer()
 
 
 class StageTimer:
-    def __init__(self):
+    def __init__(self, tracer: trace.Tracer = _NO_TRACING, parent: Optional[Context] = None):
         self.started = time.monotonic()
         self.stages: dict[str, float] = {}
+        self.tracer = tracer
+        self.parent = parent  # the request's span
 
     @contextlib.contextmanager
     def stage(self, name: str):
@@ -21,10 +30,21 @@ class StageTimer:
 
     def record(self, name: str, seconds: float) -> None:
         self.stages[name] = self.stages.get(name, 0.0) + seconds * 1000.0
+        self._span(name, seconds)
 
     def merge(self, stages_ms: dict[str, float]) -> None:
         for name, ms in stages_ms.items():
             self.stages[name] = self.stages.get(name, 0.0) + ms
+            self._span(name, ms / 1000.0)
+
+    def _span(self, name: str, seconds: float) -> None:
+        if isinstance(self.tracer, trace.NoOpTracer):
+            return
+        end = time.time_ns()
+        span = self.tracer.start_span(f"stage.{name}", context=self.parent, start_time=end - int(seconds * 1e9))
+        span.set_attribute("thinkserve.stage", name)
+        span.set_attribute("thinkserve.milliseconds", seconds * 1000.0)
+        span.end(end_time=end)
 
     def since_start_ms(self) -> float:
         return (time.monotonic() - self.started) * 1000.0

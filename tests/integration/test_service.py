@@ -1,0 +1,423 @@
+"""The service a production team runs, over real gRPC and HTTP in front of the real Triton: tokens scoped to
+tenants, every limit, admission under overload, cancellation reaching the LLM, server-side paths confined to
+their roots, the rest of the API, metrics, spans, request ids and the OpenAI-compatible endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from orchestrator.api.security import new_token
+from orchestrator.client import AsyncThinkServeClient, ThinkServeClient
+from orchestrator.deployment import Deployment
+from tests.conftest import settings_with
+from tests.integration.conftest import BackgroundLoop, event_of
+
+pytestmark = pytest.mark.integration
+
+SAMPLE = Path("samples/northwind-2024-annual-report.md")
+QUESTION = "What was Northwind's total revenue in 2024?"
+TOKENS = {name: new_token() for name in ("alpha", "beta", "reader", "narrow")}
+
+
+def grant(name: str, collections: list[str], write: bool, max_concurrent: int = 8) -> dict:
+    return {"name": name, "sha256": TOKENS[name][1], "collections": collections, "write": write, "max_concurrent": max_concurrent}
+
+
+class Secured:
+    def __init__(self, deployment: Deployment, loop: BackgroundLoop, spans: InMemorySpanExporter, roots: Path, outside: Path):
+        self.deployment, self.loop, self.spans, self.roots, self.outside = deployment, loop, spans, roots, outside
+
+    @property
+    def address(self) -> str:
+        return self.deployment.address
+
+    @property
+    def http(self) -> str:
+        return self.deployment.http_address
+
+    def client(self, who: str, **kwargs) -> ThinkServeClient:
+        return ThinkServeClient(self.address, token=TOKENS[who][0] if who else "", **kwargs)
+
+
+@pytest.fixture(scope="module")
+def secured(triton, triton_settings, tmp_path_factory):
+    """A deployment with tokens for two tenants, a read-only one and a narrow one (one request at a time),
+    one query running and one waiting at most, and an ingest root."""
+    root = tmp_path_factory.mktemp("ingest-root")
+    outside = tmp_path_factory.mktemp("outside")
+    settings = settings_with(
+        triton_settings.model_copy(update={"url": triton.endpoints.grpc}),
+        tmp_path_factory.mktemp("secured-data"),
+        server={"max_concurrent_queries": 1, "max_queued_queries": 1, "max_question_chars": 200,
+                "max_upload_bytes": 200_000, "ingest_roots": [str(root)], "max_message_bytes": 1_000_000},
+        auth={"tokens": [
+            grant("alpha", ["alpha"], True), grant("beta", ["beta"], True), grant("reader", ["alpha"], False),
+            grant("narrow", ["alpha"], False, max_concurrent=1),
+        ]},
+        ingest={"chunk_tokens": 200, "chunk_overlap_tokens": 20},
+    )
+    spans = InMemorySpanExporter()
+    loop = BackgroundLoop()
+    deployment = Deployment(settings, span_exporter=spans)
+    loop.run(deployment.start(progress=lambda _: None))
+    service = Secured(deployment, loop, spans, root, outside)
+    with service.client("alpha") as alpha:
+        alpha.ingest_file("alpha", SAMPLE)
+    with service.client("beta") as beta:
+        beta.ingest("beta", b"# Contoso\n\nContoso grew its annual revenue to 9 million euros in 2024.", "contoso.md")
+    yield service
+    loop.run(deployment.stop())
+    loop.close()
+
+
+def status_of(call) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.RpcError) as raised:
+        result = call()
+        if hasattr(result, "__next__"):
+            list(result)
+    return raised.value.code(), raised.value.details()
+
+
+# ---------------------------------------------------------------------- auth and tenants
+
+
+def test_calls_without_a_valid_token_are_unauthenticated(secured):
+    with secured.client("") as anonymous:
+        code, details = status_of(lambda: anonymous.list_documents("alpha"))
+    assert code == grpc.StatusCode.UNAUTHENTICATED and "bearer token" in details
+    with ThinkServeClient(secured.address, token="ts_not-a-real-token") as forged:
+        code, _ = status_of(lambda: forged.query("alpha", QUESTION))
+    assert code == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_a_tenant_can_neither_read_nor_write_another_tenants_collection(secured):
+    with secured.client("beta") as beta:
+        for call in (
+            lambda: beta.query("alpha", QUESTION),
+            lambda: beta.retrieve("alpha", QUESTION),
+            lambda: beta.list_documents("alpha"),
+            lambda: beta.get_document("alpha", SAMPLE.name),
+            lambda: beta.ingest("alpha", b"# Planted\n\nBeta writes here.", "planted.md"),
+            lambda: beta.delete_document("alpha", SAMPLE.name),
+            lambda: beta.delete_collection("alpha"),
+        ):
+            code, details = status_of(call)
+            assert code == grpc.StatusCode.PERMISSION_DENIED and "'beta'" in details
+        assert [c.name for c in beta.list_collections()] == ["beta"]
+        assert [c.name for c in beta.stats().collections] == ["beta"]
+        # Its own collection answers from its own document only.
+        final = event_of(list(beta.query("beta", "How much revenue did the company have in 2024?")), "final")
+        assert {c.document_name for c in final.citations} == {"contoso.md"}
+    with secured.client("alpha") as alpha:
+        assert [d.name for d in alpha.list_documents("alpha")] == [SAMPLE.name]
+
+
+def test_a_read_only_token_reads_but_cannot_change(secured):
+    with secured.client("reader") as reader:
+        assert event_of(list(reader.query("alpha", QUESTION)), "final").citations
+        code, details = status_of(lambda: reader.ingest("alpha", b"# x\n\ny", "x.md"))
+        assert code == grpc.StatusCode.PERMISSION_DENIED and "may read but not change" in details
+        code, _ = status_of(lambda: reader.create_collection("alpha-2"))
+        assert code == grpc.StatusCode.PERMISSION_DENIED
+
+
+# ---------------------------------------------------------------------- the rest of the API
+
+
+def test_retrieve_get_document_collections_and_stats(secured):
+    with secured.client("alpha") as alpha:
+        retrieved = alpha.retrieve("alpha", QUESTION)
+        assert retrieved.route.label and retrieved.evidence.items
+        assert retrieved.evidence.items[0].document_name == SAMPLE.name
+        assert {t.stage for t in retrieved.timings} >= {"route", "embed", "retrieval", "total"}
+        assert not any(u.model == "llm" for u in retrieved.cost.models)  # no answer was generated
+
+        document = alpha.get_document("alpha", SAMPLE.name)
+        assert document.chunks > 1 and document.name == SAMPLE.name
+        code, _ = status_of(lambda: alpha.get_document("alpha", "missing.md"))
+        assert code == grpc.StatusCode.NOT_FOUND
+
+        code, details = status_of(lambda: alpha.create_collection("alpha"))
+        assert code == grpc.StatusCode.ALREADY_EXISTS
+
+        stats = alpha.stats()
+        pools = {p.pool: p for p in stats.pools}
+        assert pools["queries"].capacity == 1 and pools["queries"].queue_depth == 1
+        (collection,) = stats.collections
+        assert (collection.name, collection.documents, collection.chunks) == ("alpha", 1, document.chunks)
+        assert collection.entities > 0
+        embedder = next(m for m in stats.models if m.name == "text_embedder")
+        assert embedder.inference_count > 0 and embedder.compute_ms > 0 and embedder.batch_executions
+        assert stats.triton.ready and stats.triton.url.startswith("127.0.0.1:")
+
+
+def test_a_collection_is_created_empty_and_deleted_with_its_files(triton, triton_settings, tmp_path_factory):
+    """With write on every collection ('*'): create, ingest, delete; the folder is gone from disk."""
+    data = tmp_path_factory.mktemp("collections-data")
+    token, digest = new_token()
+    settings = settings_with(
+        triton_settings.model_copy(update={"url": triton.endpoints.grpc}), data,
+        auth={"tokens": [{"name": "admin", "sha256": digest, "collections": ["*"], "write": True}]},
+        http={"enabled": False},
+    )
+    loop = BackgroundLoop()
+    deployment = Deployment(settings)
+    address = loop.run(deployment.start(progress=lambda _: None))
+    try:
+        with ThinkServeClient(address, token=token) as admin:
+            created = admin.create_collection("scratch")
+            assert (created.name, created.documents) == ("scratch", 0)
+            assert [c.name for c in admin.list_collections()] == ["scratch"]
+            refused = event_of(list(admin.query("scratch", QUESTION)), "final")
+            assert refused.answer_source == "refusal"
+            admin.ingest_file("scratch", SAMPLE)
+            deleted = admin.delete_collection("scratch")
+            assert deleted.documents == 1 and deleted.chunks > 0
+            assert admin.list_collections() == []
+            code, _ = status_of(lambda: admin.list_documents("scratch"))
+            assert code == grpc.StatusCode.NOT_FOUND
+        assert not any((data / "collections").iterdir())
+    finally:
+        loop.run(deployment.stop())
+        loop.close()
+
+
+# ---------------------------------------------------------------------- limits
+
+
+def test_every_limit_is_named_when_it_is_hit(secured):
+    with secured.client("alpha") as alpha:
+        code, details = status_of(lambda: alpha.query("alpha", "why " * 100))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "server.max_question_chars" in details
+        code, details = status_of(lambda: alpha.ingest("alpha", b"# Big\n\n" + b"word " * 60_000, "big.md"))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "server.max_upload_bytes" in details
+        code, details = status_of(lambda: alpha.query("alpha", QUESTION, top_k=10_000))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "top_k" in details
+        # One message over server.max_message_bytes: refused by gRPC itself before it reaches us.
+        code, _ = status_of(lambda: alpha.ingest("alpha", b"x" * 1_200_000, "huge.txt"))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert [d.name for d in alpha.list_documents("alpha")] == [SAMPLE.name]  # nothing was stored
+
+
+async def _gather_queries(address: str, token: str, count: int, **options) -> list:
+    """`count` queries sent at once; each result is its final event or the RpcError it ended with."""
+
+    async def one(client):
+        try:
+            return event_of([e async for e in client.query("alpha", QUESTION, **options)], "final")
+        except grpc.RpcError as error:
+            return error
+
+    async with AsyncThinkServeClient(address, token=token, timeout_s=120) as client:
+        return await asyncio.gather(*(one(client) for _ in range(count)))
+
+
+def test_overload_is_refused_at_once_while_admitted_queries_finish(secured):
+    started = time.monotonic()
+    results = asyncio.run(_gather_queries(secured.address, TOKENS["alpha"][0], 8, answerer="llm", max_tokens=48))
+    answered = [r for r in results if not isinstance(r, grpc.RpcError)]
+    refused = [r for r in results if isinstance(r, grpc.RpcError)]
+    # one running and one queued at most: at least 6 of the 8 sent together are refused
+    assert 2 <= len(answered) and len(refused) >= 6 - (len(answered) - 2)
+    assert all(r.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "server.max_concurrent_queries" in r.details() for r in refused)
+    assert all(a.answer_source == "llm" for a in answered)
+    assert time.monotonic() - started < 60
+    with secured.client("alpha") as alpha:
+        queries = next(p for p in alpha.stats().pools if p.pool == "queries")
+    assert queries.rejected["queue_full"] >= len(refused) and queries.running == 0
+
+
+def test_a_token_over_its_own_concurrency_is_refused(secured):
+    results = asyncio.run(_gather_queries(secured.address, TOKENS["narrow"][0], 3, answerer="llm", max_tokens=48))
+    refused = [r for r in results if isinstance(r, grpc.RpcError)]
+    assert refused and all(
+        r.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "'narrow'" in r.details() and "max_concurrent = 1" in r.details()
+        for r in refused
+    )
+
+
+# ---------------------------------------------------------------------- deadlines and cancellation
+
+
+def test_a_cancelled_client_cancels_its_generation_in_the_llm(secured, triton):
+    request_id = f"cancel-{time.time_ns()}"
+    with secured.client("alpha", timeout_s=120) as alpha:
+        events = alpha.query("alpha", QUESTION, request_id=request_id, answerer="llm", max_tokens=400, route="simple", perception="off")
+        for event in events:
+            if event.WhichOneof("event") == "delta":
+                break  # leaving the loop cancels the call
+        events.close()
+    deadline = time.monotonic() + 20
+    line = ""
+    while time.monotonic() < deadline and not line:
+        line = next((l for l in triton.log_path.read_text().splitlines() if request_id in l and "cancelled" in l), "")
+        time.sleep(0.2)
+    assert line, "the LLM never saw the cancellation"
+    assert int(line.split("cancelled after ")[1].split()[0]) < 400
+
+
+def test_a_deadline_that_expires_in_the_queue_is_deadline_exceeded(secured):
+    async def scenario():
+        async with AsyncThinkServeClient(secured.address, token=TOKENS["alpha"][0], timeout_s=120) as client:
+            slow = asyncio.ensure_future(_drain(client.query("alpha", QUESTION, answerer="llm", max_tokens=200)))
+            await asyncio.sleep(0.3)  # the slow query holds the only slot
+            try:
+                await _drain(client.query("alpha", QUESTION, timeout_s=0.5))
+                return None
+            except grpc.RpcError as error:
+                return error
+            finally:
+                await slow
+
+    error = asyncio.run(scenario())
+    assert error is not None and error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+async def _drain(events) -> list:
+    return [event async for event in events]
+
+
+# ---------------------------------------------------------------------- server-side paths
+
+
+def test_server_side_paths_are_confined_to_the_ingest_roots(secured):
+    inside = secured.roots / "reports" / "memo.md"
+    inside.parent.mkdir(exist_ok=True)
+    inside.write_text("# Memo\n\nThe Leipzig plant switched to solar power in March 2024.")
+    secret = secured.outside / "secret.md"
+    secret.write_text("# Secret\n\nNot for ingest.")
+    (secured.roots / "link.md").symlink_to(secret)
+    with secured.client("alpha") as alpha:
+        report = alpha.ingest_server_path("alpha", str(inside))
+        assert report.document.name == "memo.md" and report.document.chunks == 1
+        for path in (str(secret), str(secured.roots / "link.md"), str(secured.roots / ".." / secured.outside.name / "secret.md")):
+            code, details = status_of(lambda: alpha.ingest_server_path("alpha", path))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "not under an allowed ingest root" in details
+            assert str(secured.outside) not in details.replace(path, "")  # nothing beyond what the client sent
+        code, details = status_of(lambda: alpha.ingest_server_path("alpha", str(secured.roots / "absent.md")))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "does not exist" in details
+        alpha.delete_document("alpha", "memo.md")
+        assert [d.name for d in alpha.list_documents("alpha")] == [SAMPLE.name]
+
+
+# ---------------------------------------------------------------------- observability
+
+
+def test_request_ids_metrics_and_spans(secured):
+    secured.spans.clear()
+    with secured.client("alpha") as alpha:
+        events = list(alpha.query("alpha", QUESTION, request_id="trace-me-1"))
+    assert {e.request_id for e in events} == {"trace-me-1"}
+
+    spans = secured.spans.get_finished_spans()
+    request = next(s for s in spans if s.name == "thinkserve.Query" and s.attributes["thinkserve.request_id"] == "trace-me-1")
+    stages = [s for s in spans if s.name.startswith("stage.") and s.parent and s.parent.span_id == request.context.span_id]
+    assert {s.name for s in stages} >= {"stage.route", "stage.embed", "stage.retrieval", "stage.answer"}
+    assert request.attributes["thinkserve.status"] == "OK" and request.attributes["thinkserve.principal"] == "alpha"
+
+    metrics = httpx.get(f"{secured.http}/metrics", timeout=10).text
+    assert _sample(metrics, "retrieval_time_ms_count") >= 1
+    assert _sample(metrics, "rag_ttft_ms_count") >= 1
+    assert _sample(metrics, 'thinkserve_requests_total{code="OK",method="Query"}') >= 1
+    assert _sample(metrics, 'thinkserve_requests_total{code="PERMISSION_DENIED",method="Query"}') >= 1
+    assert _sample(metrics, 'thinkserve_model_tokens_total{direction="in",model="text_embedder"}') > 0
+    assert 'thinkserve_in_flight_requests{pool="queries"}' in metrics
+
+
+def _sample(exposition: str, series: str) -> float:
+    for line in exposition.splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    family = series.split("{")[0]
+    raise AssertionError(f"{series} not in the metrics: {[l for l in exposition.splitlines() if l.startswith(family)]}")
+
+
+# ---------------------------------------------------------------------- OpenAI-compatible endpoint
+
+
+def _headers(who: str) -> dict:
+    return {"authorization": f"Bearer {TOKENS[who][0]}"} if who else {}
+
+
+def test_openai_models_and_chat_completion(secured):
+    with httpx.Client(base_url=secured.http, timeout=120) as http:
+        models = http.get("/v1/models", headers=_headers("beta")).json()
+        assert [m["id"] for m in models["data"]] == ["beta"]
+        assert http.get("/v1/models").status_code == 401
+
+        body = {"model": "alpha", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": QUESTION}]}
+        response = http.post("/v1/chat/completions", json=body, headers={**_headers("alpha"), "x-request-id": "openai-1"})
+        assert response.status_code == 200 and response.headers["x-request-id"] == "openai-1"
+        completion = response.json()
+        assert completion["object"] == "chat.completion" and completion["id"] == "chatcmpl-openai-1"
+        answer = completion["choices"][0]["message"]["content"]
+        with secured.client("alpha") as alpha:  # the same answer as over gRPC (the extractive answer is deterministic)
+            assert answer == event_of(list(alpha.query("alpha", QUESTION)), "final").text
+        assert completion["thinkserve"]["citations"][0]["document_name"] == SAMPLE.name
+
+        assert http.post("/v1/chat/completions", json=body, headers=_headers("beta")).status_code == 403
+        missing = http.post("/v1/chat/completions", json={**body, "model": "nowhere"}, headers=_headers("alpha"))
+        assert missing.status_code == 403 and missing.json()["error"]["code"] == "PERMISSION_DENIED"
+        bad = http.post("/v1/chat/completions", json={**body, "thinkserve": {"graph_hops": "two"}}, headers=_headers("alpha"))
+        assert bad.status_code == 400 and "graph_hops" in bad.json()["error"]["message"]
+
+
+def test_openai_streaming_sends_the_answer_as_server_sent_events(secured):
+    body = {"model": "alpha", "stream": True, "messages": [{"role": "user", "content": QUESTION}], "thinkserve": {"route": "simple"}}
+    chunks = []
+    with httpx.Client(base_url=secured.http, timeout=120) as http:
+        with http.stream("POST", "/v1/chat/completions", json=body, headers=_headers("alpha")) as response:
+            assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+            for line in response.iter_lines():
+                if line.startswith("data: "):
+                    chunks.append(line[len("data: "):])
+    assert chunks[-1] == "[DONE]"
+    parsed = [json.loads(c) for c in chunks[:-1]]
+    assert all(p["object"] == "chat.completion.chunk" for p in parsed)
+    text = "".join(p["choices"][0]["delta"].get("content", "") for p in parsed)
+    last = parsed[-1]
+    assert last["choices"][0]["finish_reason"] == "stop" and last["thinkserve"]["route"] == "simple"
+    assert text.strip() == last["thinkserve"]["text"].strip() and last["thinkserve"]["citations"]
+
+
+# ---------------------------------------------------------------------- shutdown
+
+
+def test_shutdown_drains_the_requests_in_flight(triton, triton_settings, tmp_path_factory):
+    settings = settings_with(
+        triton_settings.model_copy(update={"url": triton.endpoints.grpc}), tmp_path_factory.mktemp("drain-data"),
+        server={"shutdown_grace_s": 30}, ingest={"chunk_tokens": 200, "chunk_overlap_tokens": 20},
+    )
+    loop = BackgroundLoop()
+    deployment = Deployment(settings)
+    address = loop.run(deployment.start(progress=lambda _: None))
+    outcome: dict = {}
+    try:
+        with ThinkServeClient(address, timeout_s=120) as client:
+            client.ingest_file("drain", SAMPLE)
+
+            def ask():
+                try:
+                    outcome["final"] = event_of(list(client.query("drain", QUESTION, answerer="llm", max_tokens=200)), "final")
+                except grpc.RpcError as error:
+                    outcome["error"] = error
+
+            asker = threading.Thread(target=ask)
+            asker.start()
+            time.sleep(0.8)  # the query is running
+            loop.run(deployment.stop())
+            asker.join(60)
+        assert "error" not in outcome, outcome.get("error")
+        assert outcome["final"].answer_source == "llm"
+    finally:
+        loop.run(deployment.stop())
+        loop.close()
