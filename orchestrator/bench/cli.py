@@ -1,0 +1,175 @@
+"""`thinkserve bench MODE`: the argparse sub-command and the glue from arguments to a mode's run and report.
+
+    thinkserve bench latency|load|cost|ceiling|ablations [--address HOST:PORT --triton-url HOST:PORT]
+                     [--collection NAME] [--documents PATH ...] [--workload FILE.jsonl | --questions N --seed S]
+                     [--option KEY=VALUE ...] [--bench-config FILE] [--out DIR]
+    thinkserve bench workload --out-file mix.jsonl ...     write the generated question mix for replay
+    thinkserve bench ingest|micro [--args "ARGS"]          the checkout's ingest / micro benchmarks
+
+Without --address the command starts its own deployment (Triton + orchestrator, the global --profile/--config)
+in a child process, ingests the documents (default: the sample report and generated PDFs) and stops it after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from ..errors import ConfigurationError
+
+MODES = ("latency", "load", "cost", "ceiling", "ablations", "workload", "ingest", "micro")
+DEFAULT_OUT = Path("benchmarks/results/bench")
+
+
+def add_bench_command(commands) -> None:
+    """Register `bench` on the thinkserve CLI's sub-command parsers."""
+    bench = commands.add_parser("bench", help="latency, load, cost-per-query, ceiling and ablation benchmarks",
+                                description=__doc__.split("\n\n")[0])
+    bench.add_argument("mode", choices=MODES)
+    target = bench.add_argument_group("target")
+    target.add_argument("--address", default="", help="a running orchestrator (default: start one here)")
+    target.add_argument("--triton-url", dest="bench_triton_url", default="",
+                        help="its Triton's gRPC address, for server-side statistics (automatic when started here)")
+    target.add_argument("--token", dest="bench_token", default="", help="bearer token (default: $THINKSERVE_TOKEN)")
+    target.add_argument("--collection", default="bench")
+    target.add_argument("--documents", nargs="+", type=Path, help="ingest these first (default when started here: "
+                        "the sample report and generated PDFs)")
+    work = bench.add_argument_group("workload")
+    work.add_argument("--workload", type=Path, help="replay questions from a JSONL file (see orchestrator/bench/workload.py)")
+    work.add_argument("--questions", type=int, default=24, help="questions in the generated mix")
+    work.add_argument("--seed", type=int, default=7)
+    work.add_argument("--mix", help="question types and weights, e.g. lookup=3,comparison=1,unanswerable=1")
+    work.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                      help="a QueryOptions field sent with every query, e.g. answerer=llm (repeatable)")
+    work.add_argument("--rounds", type=int, default=1, help="passes over the questions (sequential modes)")
+    work.add_argument("--out-file", type=Path, help="workload mode: where to write the JSONL")
+    run = bench.add_argument_group("run")
+    run.add_argument("--bench-config", type=Path, help="bench settings TOML: prices, SLO, load levels (orchestrator/bench/prices.py)")
+    run.add_argument("--slo-ms", type=float)
+    run.add_argument("--concurrency", type=int, nargs="+", help="load/ceiling: these levels instead of the sweep")
+    run.add_argument("--concurrency-max", type=int)
+    run.add_argument("--qps", type=float, nargs="+", help="load: open-loop target rates (default: fractions of the best closed loop)")
+    run.add_argument("--level-seconds", type=float)
+    run.add_argument("--warmup-seconds", type=float)
+    run.add_argument("--no-open-loop", action="store_true")
+    run.add_argument("--no-ceiling", action="store_true", help="load: skip the model-bound ceiling run")
+    run.add_argument("--ablations", nargs="+", help="ablations: run only these (default: all)")
+    run.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results folder")
+    run.add_argument("--name", help="base name of the result files (default: bench-MODE)")
+    run.add_argument("--no-plots", action="store_true")
+    run.add_argument("--args", dest="passthrough", default="",
+                     help='ingest/micro: arguments for the wrapped benchmark, e.g. "--documents 4 --pages 8"; micro '
+                          'may name one of its benchmarks first: "triton_overhead --rounds 3"')
+    bench.set_defaults(run=cmd_bench)
+
+
+def parse_options(pairs: list[str]) -> dict[str, Any]:
+    """KEY=VALUE pairs as QueryOptions values: true/false, integers, floats, else strings."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep:
+            raise ConfigurationError(f"--option {pair!r}: expected KEY=VALUE")
+        value: Any = raw
+        if raw.lower() in ("true", "false"):
+            value = raw.lower() == "true"
+        else:
+            for kind in (int, float):
+                try:
+                    value = kind(raw)
+                    break
+                except ValueError:
+                    pass
+        out[key.strip().replace("-", "_")] = value
+    from .workload import WorkloadQuestion
+
+    WorkloadQuestion(question="check", options=out)  # unknown fields fail here, with their names
+    return out
+
+
+def parse_mix(text: Optional[str]) -> Optional[dict[str, float]]:
+    if not text:
+        return None
+    mix = {}
+    for part in text.split(","):
+        kind, _, weight = part.partition("=")
+        mix[kind.strip()] = float(weight or 1)
+    return mix
+
+
+def cmd_bench(args) -> int:
+    from ..cli import _settings
+
+    if args.mode in ("ingest", "micro"):
+        return run_wrapped(args.mode, args.passthrough)
+    return asyncio.run(run_mode(args, _settings(args)))
+
+
+def bench_settings(args):
+    from .prices import BenchSettings
+
+    bench = BenchSettings.load_file(args.bench_config)
+    load = {k: v for k, v in {"concurrency_max": args.concurrency_max, "level_seconds": args.level_seconds,
+                              "warmup_seconds": args.warmup_seconds}.items() if v is not None}
+    updates: dict[str, Any] = {"load": bench.load.model_copy(update=load)}
+    if args.slo_ms is not None:
+        updates["slo_ms"] = args.slo_ms
+    return bench.model_copy(update=updates)
+
+
+def command_line() -> str:
+    return "thinkserve " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+async def run_mode(args, settings) -> int:
+    from .runner import Run
+
+    options = parse_options(args.option)
+    run = Run(
+        mode=args.mode, settings=settings, bench=bench_settings(args), collection=args.collection,
+        address=args.address, triton_url=args.bench_triton_url,
+        token=args.bench_token or os.environ.get("THINKSERVE_TOKEN", ""), documents=args.documents, workload=args.workload,
+        questions=args.questions, seed=args.seed, mix=parse_mix(args.mix), options=options, rounds=args.rounds,
+        concurrency=args.concurrency, qps=args.qps, open_loop=not args.no_open_loop, ceiling=not args.no_ceiling,
+        ablations=args.ablations, out=args.out, name=args.name or f"bench-{args.mode}", plots=not args.no_plots,
+        out_file=args.out_file, command=command_line(),
+    )
+    paths = await run.execute()
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
+
+
+WRAPPED = {
+    # mode -> the checkout's benchmark modules it runs (each writes its own results under benchmarks/results/)
+    "ingest": ["benchmarks.ingest"],
+    "micro": ["benchmarks.query_latency", "benchmarks.triton_overhead", "benchmarks.gpu_graph"],
+}
+
+
+def run_wrapped(mode: str, passthrough: str) -> int:
+    """Ingest and micro benchmarks already exist in the checkout's benchmarks/: run them as they are."""
+    if not Path("benchmarks").is_dir():
+        raise ConfigurationError(f"bench {mode} runs the checkout's benchmarks/: run it from the ThinkServe checkout")
+    extra = shlex.split(passthrough)
+    modules = WRAPPED[mode]
+    if mode == "micro" and extra and not extra[0].startswith("-"):
+        modules, extra = [f"benchmarks.{extra[0]}"], extra[1:]
+    for module in modules:
+        command = [sys.executable, "-m", module, *extra]
+        print("running:", " ".join(command), flush=True)
+        code = subprocess.run(command).returncode
+        if code:
+            return code
+    return 0
+
+
+def dump(value) -> str:
+    return json.dumps(value, indent=1, default=str)

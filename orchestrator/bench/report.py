@@ -1,0 +1,290 @@
+"""Result files: JSON with every raw figure and the machine it ran on, and a Markdown summary per mode."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+from ..config import Settings
+from .prices import BenchSettings, config_hash
+
+PACKAGES = ("thinkserve", "grpcio", "protobuf", "tritonclient", "nvidia-pytriton", "numpy", "onnxruntime", "faiss-cpu",
+            "torch", "matplotlib")
+
+
+def machine_info(settings: Settings, bench: BenchSettings) -> dict:
+    """CPU, cores, memory, GPU, versions, profile and a hash of the deployment and bench settings."""
+    cpu = platform.processor() or ""
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    gpu = "none"
+    if shutil.which("nvidia-smi"):
+        gpu = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip() or "none"
+    versions = {}
+    for package in PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    return {
+        "cpu": cpu,
+        "logical_cores": os.cpu_count(),
+        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "gpu": gpu,
+        "load_average": os.getloadavg(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "packages": versions,
+        "git_commit": commit,
+        "profile": settings.profile,
+        "config_hash": config_hash(settings, bench),
+    }
+
+
+def write(directory: Path, name: str, payload: dict, markdown: str) -> tuple[Path, Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = directory / f"{name}.json", directory / f"{name}.md"
+    json_path.write_text(json.dumps(payload, indent=1, default=_jsonable) + "\n")
+    md_path.write_text(markdown)
+    return json_path, md_path
+
+
+def _jsonable(value):
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+# ---------------------------------------------------------------------------------------------- Markdown
+
+
+def _ms(value: Optional[float], digits: int = 0) -> str:
+    return "" if value is None else f"{value:,.{digits}f}"
+
+
+def _usd(value: Optional[float]) -> str:
+    if value is None:
+        return ""
+    return f"${value:.6f}" if value < 0.01 else f"${value:.4f}"
+
+
+def _pct(value: Optional[float]) -> str:
+    return "" if value is None else f"{100 * value:.1f}%"
+
+
+def header(title: str, payload: dict) -> list[str]:
+    m = payload["machine"]
+    lines = [
+        f"# {title}",
+        "",
+        f"Command: `{payload['command']}`  ",
+        f"Machine: {m['cpu']}, {m['logical_cores']} logical cores, {m['memory_gib']} GiB, GPU: {m['gpu']}; "
+        f"load average at start {', '.join(f'{v:.2f}' for v in m['load_average'])} (a shared machine: other work may "
+        "have been running)  ",
+        f"Profile: {m['profile']}, config hash {m['config_hash']}, commit {m['git_commit']}, Python {m['python']}  ",
+        f"Target: {payload['target']}; Triton statistics: {'yes' if payload['target_triton'] else 'no (no --triton-url)'}  ",
+        f"Workload: {payload['workload']['description']}",
+        "",
+    ]
+    return lines
+
+
+def latency_table(configs: dict) -> list[str]:
+    lines = [
+        "| configuration | queries | p50 ms | p90 ms | p95 ms | p99 ms | rag_ttft p50 | rag_ttft p95 | LLM TTFT p50 | inter-token p50 | routes taken | answers |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for label, data in configs.items():
+        s = data["summary"]
+        c = s["client"]
+        lines.append(
+            f"| {label} | {s['ok']}/{s['queries']} | {_ms(c['p50_ms'])} | {_ms(c['p90_ms'])} | {_ms(c['p95_ms'])} | {_ms(c['p99_ms'])} | "
+            f"{_ms(s['rag_ttft']['p50_ms'])} | {_ms(s['rag_ttft']['p95_ms'])} | {_ms(s['llm_ttft']['p50_ms'])} | "
+            f"{_ms(s['inter_token']['p50_ms'], 1)} | {_counts(s['routes'])} | {_counts(s['answer_sources'])} |"
+        )
+    return lines
+
+
+def _counts(counts: dict) -> str:
+    return ", ".join(f"{k or '-'} {v}" for k, v in sorted(counts.items()))
+
+
+def stage_table(configs: dict) -> list[str]:
+    stages = sorted({s for d in configs.values() for s in d["summary"]["stages"]}, key=_stage_order)
+    lines = ["| stage (p50 / p95 ms) | " + " | ".join(configs) + " |", "|---|" + "---:|" * len(configs)]
+    for stage in stages:
+        cells = []
+        for d in configs.values():
+            v = d["summary"]["stages"].get(stage)
+            cells.append(f"{_ms(v['p50_ms'], 1)} / {_ms(v['p95_ms'], 1)}" if v and v["count"] else "")
+        lines.append(f"| {stage} | " + " | ".join(cells) + " |")
+    return lines
+
+
+STAGE_ORDER = ("route", "embed", "dense", "sparse", "graph", "fusion", "retrieval", "rerank", "page_images", "vlm_filter",
+               "context", "perception", "uncertainty", "answer", "llm_ttft", "llm_generation", "rag_ttft", "total")
+
+
+def _stage_order(stage: str) -> int:
+    return STAGE_ORDER.index(stage) if stage in STAGE_ORDER else len(STAGE_ORDER)
+
+
+def server_table(server: Optional[dict], queries: int) -> list[str]:
+    if not server:
+        return ["Triton's statistics were not available."]
+    lines = [
+        "| Triton model | requests | executions | mean batch | queue ms / request | compute ms / request | queue share | compute ms / query |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, row in sorted(server.items(), key=lambda item: -item[1]["compute_ms"]):
+        lines.append(
+            f"| {name} | {row['requests']} | {row['executions']} | {_ms(row['mean_batch'], 2)} | {_ms(row.get('queue_ms_per_request'), 2)} | "
+            f"{_ms(row.get('compute_ms_per_request'), 2)} | {_pct(row.get('queue_share'))} | {_ms(row['compute_ms'] / max(1, queries), 1)} |"
+        )
+    return lines
+
+
+def cost_table(summaries: dict) -> list[str]:
+    lines = [
+        "| series | queries | model-seconds / query | $ / query (hardware) | $ / 1,000 queries | hosted-API $ / 1,000 | tokens / query |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label, c in summaries.items():
+        if not c.get("queries"):
+            continue
+        lines.append(
+            f"| {label} | {c['queries']} | {c['model_seconds_per_query']:.3f} | {_usd(c['hardware_usd_per_query'])} | "
+            f"{_usd(c['hardware_usd_per_1000_queries'])} | {_usd(c['hosted_usd_per_1000_queries'])} | {c['tokens_per_query']:,.0f} |"
+        )
+    return lines
+
+
+def latency_markdown(payload: dict) -> str:
+    r = payload["result"]
+    lines = header("Latency (sequential queries)", payload)
+    lines += [
+        f"{r['questions']} questions x {r['rounds']} round(s) per configuration, one query at a time, after "
+        f"{payload['bench']['warmup_queries']} warm-up queries per configuration (discarded). End-to-end latency is "
+        "client-observed (request sent -> final event, monotonic clock); rag_ttft is the pipeline's time to the first "
+        "answer text; LLM TTFT and inter-token latency exist only where an LLM or VLM generated the answer.",
+        "",
+        *latency_table(r["configs"]),
+        "",
+        "Per-stage time from the pipeline's own timing events:",
+        "",
+        *stage_table(r["configs"]),
+        "",
+    ]
+    for label, data in r["configs"].items():
+        s = data["summary"]
+        lines += [f"Triton server-side, configuration `{label}` (the same queries; each query alone on the server):", ""]
+        lines += server_table(s["server"], s["ok"]) + [""]
+    if "plots" in payload:
+        lines += [f"![{name}]({path})" for name, path in payload["plots"].items()] + [""]
+    return "\n".join(lines)
+
+
+def cost_markdown(payload: dict) -> str:
+    r = payload["result"]
+    prices = r["prices"]
+    hw = prices["deployments"][prices["deployment"]]
+    lines = header("Cost per query: routed vs always-Complex", payload)
+    routed, complex_ = r["configs"]["routed"]["summary"], r["configs"]["complex"]["summary"]
+    saving = r["saving_routed_vs_complex"] or {}
+    lines += [
+        f"{r['questions']} questions x {r['rounds']} round(s), each asked routed and with route=complex in the same run "
+        "(interleaved, each query alone on the server). Model-seconds: Triton's compute time per query for every "
+        "model it measures, the orchestrator's measured stream time for streaming (decoupled) models. Priced as "
+        f"deployment `{prices['deployment']}`: ${hw['usd_per_unit_hour']}/{hw['unit']}-hour x {hw['units_per_model']} "
+        "unit(s) per model-second; hosted-API column: the price table's $/1M tokens per model role.",
+        "",
+        f"What ran: routes taken by the router {_counts(r['routes_taken'])} (decided by {_counts(routed['route_sources'])}); "
+        f"answers routed {_counts(routed['answer_sources'])}, complex {_counts(complex_['answer_sources'])}.",
+        "",
+        *cost_table({"routed": routed["cost"], "always complex": complex_["cost"],
+                     **{f"routed, route {k}": v["cost"] for k, v in routed["by_route"].items()}}),
+        "",
+        f"**Routed saves {_pct(saving.get('hardware_usd_per_query'))} of the hardware cost, "
+        f"{_pct(saving.get('tokens_per_query'))} of the tokens and {_pct(saving.get('hosted_usd_per_query'))} of the "
+        f"hosted-API cost** against always taking the Complex path on the same questions (AutoThinkRAG reports 18.2% "
+        "cost / 18.9% tokens; the goal here is at least 40%).",
+        "",
+        "| question type | routed $ / 1,000 | complex $ / 1,000 | hardware saving | token saving |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for kind, row in r["by_question_type"].items():
+        lines.append(
+            f"| {kind} | {_usd(row['routed']['hardware_usd_per_1000_queries'])} | {_usd(row['complex']['hardware_usd_per_1000_queries'])} | "
+            f"{_pct(row['saving'].get('hardware_usd_per_query'))} | {_pct(row['saving'].get('tokens_per_query'))} |"
+        )
+    lines += ["", "Model-seconds per query by model (routed / complex):", "", "| model | routed s | complex s |", "|---|---:|---:|"]
+    a, b = routed["cost"].get("model_seconds_per_query_by_model", {}), complex_["cost"].get("model_seconds_per_query_by_model", {})
+    for model in sorted(set(a) | set(b)):
+        lines.append(f"| {model} | {a.get(model, 0):.3f} | {b.get(model, 0):.3f} |")
+    lines += ["", f"Sources: {', '.join(routed['cost'].get('sources', []))}", ""]
+    if "plots" in payload:
+        lines += [f"![{name}]({path})" for name, path in payload["plots"].items()] + [""]
+    return "\n".join(lines)
+
+
+def load_markdown(payload: dict) -> str:
+    r = payload["result"]
+    s = r["settings"]
+    lines = header("Load: closed-loop sweep and open-loop arrivals", payload)
+    lines += [
+        f"Each level: {s['warmup_seconds']:g} s warm-up, then a {s['level_seconds']:g} s measured window; throughput counts "
+        f"queries that ended inside it, latency percentiles come from those queries' raw samples. SLO for goodput: "
+        f"{payload['bench']['slo_ms']:g} ms end to end. Options on every query: {r['options'] or 'server defaults'}. "
+        f"Sweep stopped: {r['saturation']}.",
+        "",
+        "| level | throughput q/s | goodput q/s | p50 ms | p90 ms | p95 ms | p99 ms | rag_ttft p50 | ok | rejected | errors | generator CPU (cores) | loop lag p99 ms | $ / query (capacity) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for level in r["closed_loop"] + r["open_loop"]:
+        c = level["latency"]["client"]
+        name = level["label"] + (f" (offered {level['offered_qps']:.2f})" if "offered_qps" in level else "")
+        lines.append(
+            f"| {name} | {level['throughput_qps']:.2f} | {level['goodput_qps']:.2f} | {_ms(c['p50_ms'])} | {_ms(c['p90_ms'])} | "
+            f"{_ms(c['p95_ms'])} | {_ms(c['p99_ms'])} | {_ms(level['latency']['rag_ttft']['p50_ms'])} | {level['completed']} | "
+            f"{level['rejected']} | {level['errors']} | {level['generator']['cpu_cores']:.2f} | "
+            f"{_ms(level['generator']['loop_lag']['p99_ms'], 1)} | {_usd((level.get('cost') or {}).get('capacity_usd_per_query'))} |"
+        )
+    best = r["best_closed_loop"]
+    lines += ["", f"Best closed-loop throughput: **{best['throughput_qps']:.2f} q/s** at concurrency {best['concurrency']} "
+              f"(goodput {best['goodput_qps']:.2f} q/s)."]
+    if payload["result"].get("ceiling"):
+        ceiling = payload["result"]["ceiling"]
+        lines += [f"Model-bound ceiling (the same model calls sent to Triton directly): **{ceiling['best_qps']:.2f} q/s**; "
+                  f"end to end reaches **{_pct(ceiling['fraction'])}** of it."]
+    lines += ["", "Batch sizes Triton executed (executions per batch size) at each closed-loop level:", "",
+              "| level | " + " | ".join(_batched_models(r)) + " |", "|---|" + "---|" * len(_batched_models(r))]
+    for level in r["closed_loop"]:
+        server = level.get("server") or {}
+        lines.append(f"| {level['label']} | " + " | ".join(
+            " ".join(f"{size}x{count}" for size, count in server.get(m, {}).get("batches", {}).items()) for m in _batched_models(r)) + " |")
+    lines += ["", "Generator overhead: CPU seconds of the load generator's process per wall second, and how late its event "
+              "loop's 10 ms ticker woke (p99). The generator uses asyncio with the grpc.aio client.", ""]
+    if "plots" in payload:
+        lines += [f"![{name}]({path})" for name, path in payload["plots"].items()] + [""]
+    return "\n".join(lines)
+
+
+def _batched_models(result: dict) -> list[str]:
+    names = set()
+    for level in result["closed_loop"]:
+        for name, row in (level.get("server") or {}).items():
+            if any(int(size) > 1 for size in row["batches"]):
+                names.add(name)
+    return sorted(names)

@@ -1,0 +1,141 @@
+"""One benchmark run: open the target, build the workload, run the mode, write JSON + Markdown (+ PNG plots)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from ..config import Settings
+from .prices import BenchSettings
+from .report import cost_markdown, latency_markdown, load_markdown, machine_info, write
+from .session import BenchSession
+from .target import Target, open_target
+from .workload import Mix, WorkloadQuestion, generate_mix, harvest, load_jsonl, write_jsonl
+
+
+@dataclass
+class Run:
+    mode: str
+    settings: Settings
+    bench: BenchSettings
+    collection: str = "bench"
+    address: str = ""
+    triton_url: str = ""
+    token: str = ""
+    documents: Optional[Sequence[Path]] = None
+    workload: Optional[Path] = None
+    questions: int = 24
+    seed: int = 7
+    mix: Optional[dict[str, float]] = None
+    options: dict[str, Any] = field(default_factory=dict)
+    rounds: int = 1
+    concurrency: Optional[Sequence[int]] = None
+    qps: Optional[Sequence[float]] = None
+    open_loop: bool = True
+    ceiling: bool = True
+    ablations: Optional[Sequence[str]] = None
+    out: Path = Path("benchmarks/results/bench")
+    name: str = ""
+    plots: bool = True
+    out_file: Optional[Path] = None
+    command: str = ""
+    progress: Callable[[str], None] = print
+
+    async def execute(self) -> list[Path]:
+        async with open_target(self.address, self.triton_url, self.settings, self.collection, self.documents, self.progress,
+                               self.token) as (target, corpus):
+            return await self.against(target, corpus)
+
+    async def against(self, target: Target, corpus: dict) -> list[Path]:
+        """Run the mode against a target that is already up and loaded (the tests call this directly)."""
+        machine = machine_info(self.settings, self.bench)
+        async with BenchSession(target, self.bench, self.collection, self.progress) as session:
+            questions, workload = await self.build_workload(session)
+            if self.mode == "workload":
+                path = write_jsonl(self.out_file or self.out / f"{self.name}.jsonl", questions)
+                return [path]
+            started = time.monotonic()
+            result = await self.dispatch(session, questions)
+            result["seconds"] = time.monotonic() - started
+        payload = {
+            "command": self.command,
+            "machine": machine,
+            "target": ("started by the command (child process)" if target.own else target.address),
+            "target_triton": bool(target.triton_url),
+            "corpus": corpus,
+            "workload": workload,
+            "bench": self.bench.model_dump(mode="json"),
+            "options": self.options,
+            "result": result,
+        }
+        paths: list[Path] = []
+        if self.plots:
+            from .plots import plot
+
+            payload["plots"] = plot(self.mode, payload, self.out, self.name)
+            paths += [self.out / p for p in payload["plots"].values()]
+        markdown = MARKDOWN[self.mode](payload)
+        return [*write(self.out, self.name, payload, markdown), *paths]
+
+    async def build_workload(self, session: BenchSession) -> tuple[list[WorkloadQuestion], dict]:
+        if self.workload is not None:
+            questions = load_jsonl(self.workload, self.collection)
+            return questions, {"source": str(self.workload), "questions": len(questions),
+                               "description": f"{len(questions)} questions replayed from {self.workload.name}"}
+        passages = await harvest(session.client, self.collection)
+        mix: Mix = generate_mix(passages, self.questions, self.seed, self.collection, self.mix)
+        described = ", ".join(f"{k} {v}" for k, v in mix.produced.items() if v)
+        substituted = f"; made as lookups for lack of material: {mix.substituted}" if mix.substituted else ""
+        return mix.questions, {
+            "source": "generated", **mix.describe(),
+            "description": f"{len(mix.questions)} generated questions (seed {self.seed}, from {mix.passages} passages of "
+                           f"collection `{self.collection}`): {described}{substituted}",
+            "questions_text": [q.model_dump(mode="json") for q in mix.questions],
+        }
+
+    async def dispatch(self, session: BenchSession, questions: list[WorkloadQuestion]) -> dict:
+        if self.mode == "latency":
+            from .modes.latency import CONFIGS, run_latency
+
+            return await run_latency(session, questions, CONFIGS, self.rounds, self.options)
+        if self.mode == "cost":
+            from .modes.cost import run_cost
+
+            return await run_cost(session, questions, self.rounds, self.options)
+        if self.mode == "load":
+            from .modes.load import run_load
+
+            result = await run_load(session, questions, self.options, self.concurrency, self.qps, self.seed, self.open_loop)
+            if self.ceiling and session.triton is not None:
+                from .modes.ceiling import compare, run_ceiling
+
+                ceiling = await run_ceiling(session, questions, self.options, [lv["concurrency"] for lv in result["closed_loop"]])
+                result["ceiling"] = compare(result, ceiling)
+            return result
+        if self.mode == "ceiling":
+            from .modes.ceiling import run_ceiling
+
+            return await run_ceiling(session, questions, self.options, self.concurrency)
+        if self.mode == "ablations":
+            from .modes.ablations import run_ablations
+
+            return await run_ablations(session, questions, self.rounds, self.options, self.ablations)
+        raise ValueError(f"unknown mode {self.mode}")
+
+
+def _ceiling_markdown(payload: dict) -> str:
+    from .modes.ceiling import markdown
+
+    return markdown(payload)
+
+
+def _ablations_markdown(payload: dict) -> str:
+    from .modes.ablations import markdown
+
+    return markdown(payload)
+
+
+MARKDOWN = {"latency": latency_markdown, "cost": cost_markdown, "load": load_markdown, "ceiling": _ceiling_markdown,
+            "ablations": _ablations_markdown}
