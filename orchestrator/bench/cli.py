@@ -61,6 +61,8 @@ def add_bench_command(commands) -> None:
     run.add_argument("--no-open-loop", action="store_true")
     run.add_argument("--no-ceiling", action="store_true", help="load: skip the model-bound ceiling run")
     run.add_argument("--ablations", nargs="+", help="ablations: run only these (default: all)")
+    run.add_argument("--configs", nargs="+", choices=("routed", "simple", "moderate", "complex"),
+                     help="latency: these configurations only (default: routed and each forced route)")
     run.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results folder")
     run.add_argument("--name", help="base name of the result files (default: bench-MODE)")
     run.add_argument("--no-plots", action="store_true")
@@ -138,7 +140,7 @@ async def run_mode(args, settings) -> int:
         token=args.bench_token or os.environ.get("THINKSERVE_TOKEN", ""), documents=args.documents, workload=args.workload,
         questions=args.questions, seed=args.seed, mix=parse_mix(args.mix), options=options, rounds=args.rounds,
         concurrency=args.concurrency, qps=args.qps, open_loop=not args.no_open_loop, ceiling=not args.no_ceiling,
-        ablations=args.ablations, out=args.out, name=args.name or f"bench-{args.mode}", plots=not args.no_plots,
+        ablations=args.ablations, configs=args.configs, out=args.out, name=args.name or f"bench-{args.mode}", plots=not args.no_plots,
         out_file=args.out_file, command=command_line(),
     )
     paths = await run.execute()

@@ -36,6 +36,7 @@ class Run:
     open_loop: bool = True
     ceiling: bool = True
     ablations: Optional[Sequence[str]] = None
+    configs: Optional[Sequence[str]] = None  # latency: which of its configurations (default: all)
     out: Path = Path("benchmarks/results/bench")
     name: str = ""
     plots: bool = True
@@ -99,7 +100,8 @@ class Run:
         if self.mode == "latency":
             from .modes.latency import CONFIGS, run_latency
 
-            return await run_latency(session, questions, CONFIGS, self.rounds, self.options)
+            chosen = {name: CONFIGS[name] for name in (self.configs or CONFIGS)}
+            return await run_latency(session, questions, chosen, self.rounds, self.options)
         if self.mode == "cost":
             from .modes.cost import run_cost
 

@@ -1,0 +1,101 @@
+"""Every `thinkserve bench` mode for a few seconds against the real deployment (session Triton + orchestrator over
+gRPC): the reports exist and their figures hang together (pipeline time within client time, Triton's counters
+attributed, forced routes honoured, rates positive, the ceiling measured)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from orchestrator.bench.prices import BenchSettings, LoadSettings
+from orchestrator.bench.runner import Run
+from orchestrator.bench.target import Target, ingest
+from orchestrator.config import Settings
+from tests.conftest import SAMPLE_DOCUMENT
+
+pytestmark = pytest.mark.integration
+COLLECTION = "bench-smoke"
+# Cheap queries: no page images, no perception (the VLM dominates a query's time on CPU).
+FAST = {"page_images": False, "perception": "off"}
+BENCH = BenchSettings(warmup_queries=1, load=LoadSettings(level_seconds=2.0, warmup_seconds=0.5))
+
+
+@pytest.fixture(scope="module")
+def target(running_orchestrator, triton):
+    asyncio.run(ingest(running_orchestrator.address, COLLECTION, [SAMPLE_DOCUMENT], progress=lambda _: None))
+    return Target(running_orchestrator.address, triton.endpoints.grpc, in_process=True)
+
+
+@pytest.fixture(scope="module")
+def workload(target, tmp_path_factory):
+    """The generated mix, written as JSONL by the workload mode; every other mode replays it."""
+    out = tmp_path_factory.mktemp("bench")
+    run = Run("workload", Settings(), BENCH, COLLECTION, questions=2, seed=3, out=out, name="mix",
+              mix={"lookup": 1.0, "unanswerable": 1.0}, progress=lambda _: None)
+    [path] = asyncio.run(run.against(target, {}))
+    lines = path.read_text().splitlines()
+    assert len(lines) == 2 and {json.loads(line)["type"] for line in lines} == {"lookup", "unanswerable"}
+    return path
+
+
+def _run(target, workload, tmp_path, mode: str, **fields) -> dict:
+    run = Run(mode, Settings(), BENCH, COLLECTION, workload=workload, options=dict(FAST), out=tmp_path, name=mode,
+              progress=lambda _: None, **fields)
+    paths = asyncio.run(run.against(target, {"documents": [SAMPLE_DOCUMENT.name]}))
+    assert (tmp_path / f"{mode}.md").read_text().startswith("# ")
+    assert all(path.stat().st_size > 0 for path in paths)
+    return json.loads((tmp_path / f"{mode}.json").read_text())
+
+
+def test_latency(target, workload, tmp_path):
+    payload = _run(target, workload, tmp_path, "latency", configs=["routed"], plots=True)
+    assert payload["machine"]["logical_cores"] >= 1 and payload["machine"]["config_hash"]
+    assert set(payload["plots"]) == {"per-stage waterfall", "latency distribution"}
+    routed = payload["result"]["configs"]["routed"]
+    assert len(routed["records"]) == 2 and all(r["status"] == "ok" for r in routed["records"])
+    for record in routed["records"]:
+        assert 0 < record["timings"]["total"] <= record["client_ms"]  # the pipeline's time is within the client's
+        assert record["cost"]["hardware_usd"] > 0
+        assert record["server"]["text_embedder_encode"]["requests"] >= 1  # Triton saw this query's embedding
+    summary = routed["summary"]
+    assert summary["client"]["p50_ms"] <= summary["client"]["p99_ms"]
+    assert "triton_compute" in {source.split(":")[1] for source in summary["cost"]["sources"]}
+
+
+def test_cost_routed_against_complex(target, workload, tmp_path):
+    payload = _run(target, workload, tmp_path, "cost", plots=False)
+    result = payload["result"]
+    assert {r["route"] for r in result["configs"]["complex"]["records"]} == {"complex"}
+    assert {r["route_source"] for r in result["configs"]["complex"]["records"]} == {"fixed"}
+    assert set(result["saving_routed_vs_complex"]) >= {"hardware_usd_per_query", "tokens_per_query"}
+    assert result["configs"]["complex"]["summary"]["cost"]["hardware_usd_per_1000_queries"] > 0
+
+
+def test_load_with_ceiling(target, workload, tmp_path):
+    payload = _run(target, workload, tmp_path, "load", concurrency=[1, 2], qps=[1.0], plots=True)
+    result = payload["result"]
+    assert [level["concurrency"] for level in result["closed_loop"]] == [1, 2]
+    for level in result["closed_loop"] + result["open_loop"]:
+        assert level["completed"] > 0 and level["throughput_qps"] > 0 and level["errors"] == 0
+        assert level["goodput_qps"] <= level["throughput_qps"]
+        assert level["generator"]["cpu_cores"] > 0 and level["generator"]["shares_process_with_server"]
+        assert level["server"]["text_embedder_encode"]["executions"] > 0
+    assert result["open_loop"][0]["generator"]["send_lateness"]["count"] > 0
+    ceiling = result["ceiling"]
+    assert ceiling["best_qps"] > 0 and 0 < ceiling["fraction"]
+    assert ceiling["calls_per_query"]["text_embedder"]["calls"] >= 1
+    assert (tmp_path / "load-latency-throughput.png").stat().st_size > 0
+
+
+def test_ablations(target, workload, tmp_path):
+    payload = _run(target, workload, tmp_path, "ablations", ablations=["no graph"], plots=False)
+    configs = payload["result"]["configs"]
+    assert list(configs) == ["complex (all stages)", "no graph"]
+    assert configs["complex (all stages)"]["versus_baseline"]["latency_p50"] == pytest.approx(1.0)
+    assert "graph" in configs["complex (all stages)"]["summary"]["stages"]
+    assert "graph" not in configs["no graph"]["summary"]["stages"]
+    for data in configs.values():
+        recall = data["recall"]
+        assert recall["questions"] == 1 and 0.0 <= recall["recall"] <= 1.0  # the unanswerable one has no pages
