@@ -6,6 +6,8 @@ benchmarks can turn any stage off per request (the ablations) without restarting
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Optional
 
@@ -92,9 +94,9 @@ def validate_options(options: QueryOptions, settings: Settings) -> None:
         raise InvalidRequestError(
             f"max_tokens must be in 0..{generation.max_tokens_limit} (generation.max_tokens_limit), got {options.max_tokens}"
         )
-    if options.temperature is not None and options.temperature < 0:
-        raise InvalidRequestError(f"temperature must be >= 0, got {options.temperature}")
-    if options.top_p is not None and not 0 < options.top_p <= 1:
+    if options.temperature is not None and not (math.isfinite(options.temperature) and options.temperature >= 0):
+        raise InvalidRequestError(f"temperature must be a finite number >= 0, got {options.temperature}")
+    if options.top_p is not None and not 0 < options.top_p <= 1:  # NaN fails this too
         raise InvalidRequestError(f"top_p must be in (0, 1], got {options.top_p}")
 
 

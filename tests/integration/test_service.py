@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import threading
 import time
 from pathlib import Path
@@ -418,6 +419,42 @@ def test_shutdown_drains_the_requests_in_flight(triton, triton_settings, tmp_pat
             asker.join(60)
         assert "error" not in outcome, outcome.get("error")
         assert outcome["final"].answer_source == "llm"
+    finally:
+        loop.run(deployment.stop())
+        loop.close()
+
+
+# ---------------------------------------------------------------------- TLS
+
+
+def test_mutual_tls_admits_only_clients_with_a_certificate(triton, triton_settings, tmp_path_factory):
+    from orchestrator.client import Connection
+    from tests.tls_factory import write_tls_files
+
+    tls = write_tls_files(tmp_path_factory.mktemp("tls"))
+    settings = settings_with(
+        triton_settings.model_copy(update={"url": triton.endpoints.grpc}), tmp_path_factory.mktemp("tls-data"),
+        server={"tls_cert_file": str(tls.server_cert), "tls_key_file": str(tls.server_key), "tls_client_ca_file": str(tls.ca)},
+    )
+    loop = BackgroundLoop()
+    deployment = Deployment(settings)
+    address = loop.run(deployment.start(progress=lambda _: None))
+    try:
+        ca = tls.ca.read_bytes()
+        with_certificate = Connection(tls=True, root_certificates=ca, client_certificate=tls.client_cert.read_bytes(),
+                                      client_key=tls.client_key.read_bytes())
+        with ThinkServeClient(address, connection=with_certificate) as client:
+            assert client.health().version
+        for connection in (Connection(tls=True, root_certificates=ca), Connection()):  # no client cert; plaintext
+            with ThinkServeClient(address, connection=connection) as refused:
+                code, _ = status_of(lambda: refused.health(timeout_s=5))
+                assert code == grpc.StatusCode.UNAVAILABLE
+        assert deployment.http_address.startswith("https://")
+        trusted = ssl.create_default_context(cafile=str(tls.ca))
+        with pytest.raises(httpx.HTTPError):  # no client certificate
+            httpx.get(f"{deployment.http_address}/healthz", verify=trusted)
+        trusted.load_cert_chain(str(tls.client_cert), str(tls.client_key))
+        assert httpx.get(f"{deployment.http_address}/healthz", verify=trusted).status_code == 200
     finally:
         loop.run(deployment.stop())
         loop.close()
