@@ -13,7 +13,7 @@ import collections
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 from ..errors import DeadlineExceededError, ResourceExhaustedError
 from .security import Principal
@@ -39,6 +39,7 @@ class AdmissionPool:
         self._waiters: collections.deque[asyncio.Future] = collections.deque()
         self._per_principal: collections.Counter[str] = collections.Counter()
         self.rejected: collections.Counter[str] = collections.Counter()  # reason -> count
+        self.on_reject: Callable[[str], None] = lambda reason: None  # e.g. a metrics counter
 
     def state(self) -> PoolState:
         return PoolState(self.running, len(self._waiters), self.capacity, self.queue_depth)
@@ -48,7 +49,7 @@ class AdmissionPool:
         """Hold a slot for the block; yields the seconds spent waiting for it."""
         limit = principal.max_concurrent
         if limit is not None and self._per_principal[principal.name] >= limit:
-            self.rejected["token_limit"] += 1
+            self._reject("token_limit")
             raise ResourceExhaustedError(
                 f"token '{principal.name}' already has {limit} requests in flight (auth.tokens max_concurrent = {limit})"
             )
@@ -69,7 +70,7 @@ class AdmissionPool:
             self.running += 1
             return 0.0
         if len(self._waiters) >= self.queue_depth:
-            self.rejected["queue_full"] += 1
+            self._reject("queue_full")
             raise ResourceExhaustedError(
                 f"server busy: {self.running} {self.kind} running and {len(self._waiters)} waiting "
                 f"({self.setting}); retry later"
@@ -82,7 +83,7 @@ class AdmissionPool:
         except asyncio.TimeoutError:
             if not self._forfeit(waiter):  # the slot arrived just as the time ran out: hand it on
                 self._release()
-            self.rejected["deadline_in_queue"] += 1
+            self._reject("deadline_in_queue")
             raise DeadlineExceededError(
                 f"the deadline passed after {time.monotonic() - started:.2f} s waiting for one of "
                 f"{self.capacity} {self.kind} slots"
@@ -92,6 +93,10 @@ class AdmissionPool:
                 self._release()
             raise
         return time.monotonic() - started
+
+    def _reject(self, reason: str) -> None:
+        self.rejected[reason] += 1
+        self.on_reject(reason)
 
     def _forfeit(self, waiter: asyncio.Future) -> bool:
         """Leave the queue; False when the slot had already been handed to this waiter."""

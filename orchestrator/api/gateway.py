@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 import uuid
@@ -67,7 +68,10 @@ class Gateway:
         self.admission = Admission.from_settings(settings.server)
         self.started_at = time.time()
         self.draining = False  # set when shutdown begins: new calls get UNAVAILABLE, running ones finish
-        metrics.track_pools({pool.kind: _pool_reader(pool) for pool in (self.admission.queries, self.admission.ingests)})
+        pools = (self.admission.queries, self.admission.ingests)
+        metrics.track_pools({pool.kind: _pool_reader(pool) for pool in pools})
+        for pool in pools:
+            pool.on_reject = functools.partial(_count_rejection, metrics, pool.kind)
 
     def deadline(self, client_timeout_s: Optional[float]) -> float:
         budget = self.settings.server.default_deadline_s if client_timeout_s is None else client_timeout_s
@@ -115,7 +119,7 @@ class Gateway:
         self.authority.authorize(call.principal, query.collection)
         self.pipeline.validate(query)
         pool = self.admission.queries
-        async with self._admitted(pool, call) as _:
+        async with self._admitted(pool, call):
             route = ""
             async for event in self.pipeline.run(
                 query, call.deadline, call.request_id, answer=answer, trace_context=call.trace_context
@@ -128,15 +132,9 @@ class Gateway:
 
     @contextlib.asynccontextmanager
     async def _admitted(self, pool: AdmissionPool, call: Call):
-        before = dict(pool.rejected)
-        try:
-            async with pool.slot(call.principal, call.deadline) as waited:
-                self.metrics.queue_wait.labels(pool.kind).observe(waited * 1000.0)
-                yield
-        finally:
-            for reason, count in pool.rejected.items():
-                if count > before.get(reason, 0):
-                    self.metrics.rejected.labels(pool.kind, reason).inc(count - before.get(reason, 0))
+        async with pool.slot(call.principal, call.deadline) as waited:
+            self.metrics.queue_wait.labels(pool.kind).observe(waited * 1000.0)
+            yield
 
     @contextlib.asynccontextmanager
     async def ingest_slot(self, call: Call, collection: str):
@@ -168,6 +166,10 @@ class Gateway:
             return read_source(resolved, name or resolved.name)
         except (OSError, ValueError) as error:
             raise InvalidRequestError(f"server_path {server_path!r} cannot be ingested: {_without_paths(error, resolved)}") from None
+
+
+def _count_rejection(metrics: ServiceMetrics, pool: str, reason: str) -> None:
+    metrics.rejected.labels(pool, reason).inc()
 
 
 def _pool_reader(pool: AdmissionPool) -> Callable[[], tuple[int, int]]:

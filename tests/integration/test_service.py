@@ -332,6 +332,10 @@ def test_request_ids_metrics_and_spans(secured):
     assert _sample(metrics, 'thinkserve_requests_total{code="PERMISSION_DENIED",method="Query"}') >= 1
     assert _sample(metrics, 'thinkserve_model_tokens_total{direction="in",model="text_embedder"}') > 0
     assert 'thinkserve_in_flight_requests{pool="queries"}' in metrics
+    with secured.client("alpha") as alpha:
+        queries = next(p for p in alpha.stats().pools if p.pool == "queries")
+    rejected = _sample(metrics, 'thinkserve_rejected_total{pool="queries",reason="queue_full"}')
+    assert rejected == queries.rejected["queue_full"]  # each refusal counted once (the overload test makes some)
 
 
 def _sample(exposition: str, series: str) -> float:
