@@ -36,6 +36,23 @@ class TritonSettings(_Section):
     log_dir: Path = Path(".thinkserve/logs")
     log_verbose: int = Field(0, ge=0)
     call_timeout_s: float = Field(60.0, gt=0)  # deadline of one Triton call when the request sets none
+    # Survival of Triton failures (orchestrator/triton/supervisor.py, breaker.py, client.py).
+    # supervise: restart our own Triton when it dies and reload a model whose python stub died (a dead stub
+    # leaves the model READY while every request fails); with `url` set, Triton's readiness is only watched.
+    supervise: bool = True
+    supervise_interval_s: float = Field(1.0, gt=0)  # a dead server or stub is noticed within this
+    restart_backoff_s: float = Field(1.0, ge=0)  # pause after a failed restart, doubled each time ...
+    restart_backoff_max_s: float = Field(30.0, ge=0)  # ... up to this (a broken install must not spin the CPU)
+    # Circuit breaker per model: after this many consecutive unavailability failures, calls fail fast ...
+    breaker_threshold: int = Field(5, ge=1)
+    breaker_cooldown_s: float = Field(2.0, gt=0)  # ... until one trial call is let through after this
+    # Idempotent unary calls (infer, config, statistics; never a stream, which may have produced output) are
+    # retried on UNAVAILABLE: attempts in all, pauses from retry_backoff_s doubling, never past their deadline.
+    retry_attempts: int = Field(3, ge=1)
+    retry_backoff_s: float = Field(0.05, ge=0)
+    # gRPC's own reconnect backoff grows to 120 s by default: a restarted Triton would then wait tens of
+    # seconds for the orchestrator's channel to come back. Capped here.
+    reconnect_backoff_max_s: float = Field(1.0, ge=0.1)
 
 
 class ServerSettings(_Section):

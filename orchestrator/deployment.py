@@ -20,6 +20,7 @@ from .pipeline.query import QueryPipeline
 from .triton.client import TritonClient
 from .triton.contracts import ModelContract, all_contracts
 from .triton.launcher import TritonServer
+from .triton.supervisor import TritonSupervisor
 from .triton.models import TritonModels
 
 log = logging.getLogger("thinkserve.deployment")
@@ -31,6 +32,8 @@ class Deployment:
         self.required_models = required_models
         self.triton: Optional[TritonServer] = None
         self.triton_client: Optional[TritonClient] = None
+        # restarts our Triton / reloads a model whose stub died (with triton.url: watches readiness only)
+        self.supervisor: Optional[TritonSupervisor] = None
         self.server: Optional[grpc.aio.Server] = None
         self.address: str = ""
 
@@ -46,9 +49,12 @@ class Deployment:
                 self.triton = TritonServer(self.settings.triton, self.required_models)
                 endpoints = await asyncio.to_thread(self.triton.start)
                 progress(f"Triton ready on {endpoints.grpc} (log: {self.triton.log_path})")
-            self.triton_client = TritonClient(self.triton_url, self.settings.triton.call_timeout_s)
+            self.triton_client = TritonClient.from_settings(self.settings.triton, self.triton_url)
             if not await self.triton_client.server_ready():
                 raise TritonUnavailableError(f"Triton at {self.triton_url} is not ready")
+            if self.settings.triton.supervise:
+                self.supervisor = TritonSupervisor(self.settings.triton, self.triton_client, self.triton)
+                self.supervisor.start()
             models = TritonModels(self.triton_client)
             knowledge = KnowledgeBase(self.settings.storage.data_dir, index_spec(self.settings.index))
             ingestor = Ingestor(knowledge, models, self.settings.ingest, self.settings.tokenizer_file)
@@ -86,7 +92,11 @@ class Deployment:
         return f"{limits.host}:{port}"
 
     async def stop(self) -> None:
-        """Drain in-flight requests (server.shutdown_grace_s), close Triton client streams, then stop Triton."""
+        """Stop supervising (no restart of a Triton being stopped), drain in-flight requests
+        (server.shutdown_grace_s), close Triton client streams, then stop Triton."""
+        if self.supervisor is not None:
+            await self.supervisor.stop()
+            self.supervisor = None
         if self.server is not None:
             await self.server.stop(self.settings.server.shutdown_grace_s)
             self.server = None

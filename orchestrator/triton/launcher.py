@@ -7,7 +7,11 @@ What this guards against (each seen with Triton 2.51 on CPU machines):
 - a killed server leaves its stubs running, /dev/shm regions and /tmp/python_env_* folders behind: the
   process group is always killed at the end and both are removed;
 - stubs orphaned by a killed server would become zombies of PID 1, which in a container may never reap them:
-  the launching process makes itself their subreaper and reaps them.
+  the launching process makes itself their subreaper and reaps them;
+- a server that died is restarted on the SAME ports (`restart()`), so clients' channels reconnect to the same
+  address without being rebuilt; the dead server's stubs, regions and folders are removed first.
+The python-backend stubs are listed with the model each serves (`stub_processes()`), so a supervisor can tell
+a model whose stub died: Triton keeps such a model READY while every request to it fails.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -39,6 +44,8 @@ from .installation import ModelEnvironment, TritonInstallation, check_repository
 
 LOOPBACK = "127.0.0.1"
 PYTHON_ENV_GLOB = "/tmp/python_env_*"  # the python backend ignores TMPDIR for these
+# Error lines every CPU-only server logs at start-up: never the cause of a failure.
+HARMLESS_ERRORS = ("CudaDriverHelper has not been initialized", "CUDA driver version is insufficient", "CUDA memory pool disabled")
 
 
 @dataclass(frozen=True)
@@ -48,19 +55,33 @@ class TritonEndpoints:
     metrics: str  # http://host:port/metrics
 
 
+@dataclass(frozen=True)
+class StubProcess:
+    """A live python-backend stub: one model instance in its own process."""
+
+    pid: int
+    model: str  # the model whose model.py it runs (for an ensemble: the composing model)
+    instance: str  # Triton's instance name, as in "Stub process '<instance>' is not healthy"
+
+
+STUB_BINARY = "triton_python_backend_stub"
+
+
 class TritonServer:
     """One tritonserver process with the project's model repository. Use as a context manager."""
 
     def __init__(self, settings: TritonSettings, required: tuple[ModelContract, ...] = all_contracts()):
         self.settings = settings
         self.required = required
-        self.server_id = f"thinkserve-{os.getpid()}-{secrets.token_hex(3)}"
+        self.server_id = _new_server_id()
         self.log_path: Optional[Path] = None
         self.endpoints: Optional[TritonEndpoints] = None
+        self.launches = 0  # start() and every restart()
         self._process: Optional[subprocess.Popen] = None
         self._runtime_dir: Optional[Path] = None
         self._env_dirs_before: set[str] = set()
         self._env_dirs_ours: set[str] = set()
+        self._abort = threading.Event()
 
     @property
     def shm_prefix(self) -> str:
@@ -73,6 +94,43 @@ class TritonServer:
     def is_running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    def exit_description(self) -> str:
+        """How the server process ended ("killed by SIGKILL", "exited with status 1"), or "running"."""
+        if self._process is None:
+            return "not started"
+        code = self._process.poll()
+        if code is None:
+            return "running"
+        if code < 0:
+            with contextlib.suppress(ValueError):
+                return f"killed by {signal.Signals(-code).name}"
+            return f"killed by signal {-code}"
+        return f"exited with status {code}"
+
+    def stub_processes(self) -> list[StubProcess]:
+        """The live python-backend stubs of this server, each with its model (read from /proc: the stubs are in
+        the server's process group; argv[1] is <repository>/<model>/<version>/model.py, argv[8] the instance).
+        A stub that died is absent (a zombie has no command line left)."""
+        if self._process is None:
+            return []
+        stubs = []
+        for pid in _group_members(self._process.pid) - {self._process.pid}:
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                    argv = handle.read().decode(errors="replace").split("\0")
+            except OSError:
+                continue
+            if len(argv) < 2 or not argv[0].endswith(STUB_BINARY):
+                continue
+            model = Path(argv[1]).parent.parent.name
+            stubs.append(StubProcess(pid, model, argv[8] if len(argv) > 8 and argv[8] else model))
+        return sorted(stubs, key=lambda stub: stub.instance)
+
+    def abort_start(self) -> None:
+        """Make a start() or restart() waiting for readiness in another thread give up (the deployment stops);
+        restarts stay refused until the next start()."""
+        self._abort.set()
+
     def __enter__(self) -> "TritonServer":
         self.start()
         return self
@@ -81,6 +139,7 @@ class TritonServer:
         self.stop()
 
     def start(self) -> TritonEndpoints:
+        self._abort.clear()
         settings = self.settings
         installation = TritonInstallation.locate(settings.install_root)
         environment = ModelEnvironment.inspect(settings.model_environment)
@@ -104,6 +163,35 @@ class TritonServer:
             self.stop()
             raise
         raise AssertionError("unreachable")
+
+    def restart(self) -> TritonEndpoints:
+        """Start the server again after it died (or to replace a hung one), on the same ports, so that clients
+        reconnect to the address they already have. The old process group is killed and reaped and its
+        /dev/shm regions and /tmp/python_env_* folders are removed before the new server starts."""
+        if self.endpoints is None or self._runtime_dir is None:
+            raise TritonSetupError("Triton cannot be restarted: it was never started")
+        ports = {
+            "grpc_port": int(self.endpoints.grpc.rsplit(":", 1)[1]),
+            "http_port": int(self.endpoints.http.rsplit(":", 1)[1]),
+            "metrics_port": int(self.endpoints.metrics.rsplit(":", 1)[1].split("/")[0]),
+        }
+        self.stop(_keep_runtime_dir=True)
+        if self._abort.is_set():
+            raise TritonSetupError("Triton's restart was abandoned: the deployment is stopping")
+        installation = TritonInstallation.locate(self.settings.install_root)
+        environment = ModelEnvironment.inspect(self.settings.model_environment)
+        self.server_id = _new_server_id()  # a new --id: readiness must come from the new server
+        try:
+            # No free-port check: the dead server's connections in TIME_WAIT make a plain bind() fail, while
+            # Triton binds with SO_REUSEADDR; a port really taken shows as _PortRace or as a start-up error.
+            self._launch(installation, environment, self._runtime_dir / "backends", ports)
+        except _PortRace:
+            self.stop(_keep_runtime_dir=True)
+            raise TritonSetupError(f"another server answers on Triton's ports {ports}: cannot restart on them") from None
+        except BaseException:
+            self.stop(_keep_runtime_dir=True)
+            raise
+        return self.endpoints
 
     def _ports(self) -> dict[str, int]:
         ports = {}
@@ -144,6 +232,7 @@ class TritonServer:
         env["PATH"] = f"{environment.bin_dir}{os.pathsep}{env.get('PATH', '')}"
         env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [environment.libdir, env.get("LD_LIBRARY_PATH")]))
         env.pop("VIRTUAL_ENV", None)
+        self.launches += 1
         self._env_dirs_before = set(glob.glob(PYTHON_ENV_GLOB))
         _become_subreaper()
         with open(self.log_path, "wb") as log:
@@ -163,6 +252,8 @@ class TritonServer:
             self._env_dirs_ours |= set(glob.glob(PYTHON_ENV_GLOB)) - self._env_dirs_before
             if self._process.poll() is not None:
                 raise TritonSetupError(f"Triton exited during start-up: {self.failure_reason()}")
+            if self._abort.is_set():
+                raise TritonSetupError("Triton's start-up was abandoned: the deployment is stopping")
             name = _server_name(self.endpoints.http)
             if name is not None and name != self.server_id:
                 raise _PortRace()
@@ -179,11 +270,11 @@ class TritonServer:
         if not self.log_path or not self.log_path.exists():
             return "no log"
         lines = self.log_path.read_text(errors="replace").splitlines()
-        errors = [line for line in lines if line.startswith("E")]
+        errors = [line for line in lines if line.startswith("E") and not any(h in line for h in HARMLESS_ERRORS)]
         chosen = next((l for l in errors if "failed to load" in l), None) or (errors[-1] if errors else None)
         if chosen is None:
             chosen = next((l for l in reversed(lines) if l.strip()), "empty log")
-        message = re.sub(r"^E\d{4} [\d:.]+ \d+ \S+\] ", "", chosen).strip().strip('"')
+        message = re.sub(r"^[EWI]\d{4} [\d:.]+ \d+ \S+\] ", "", chosen).strip().strip('"')
         message = message.split("\\n")[0].split(" At:")[0]
         return message[:400] + f" (log: {self.log_path})"
 
@@ -221,6 +312,10 @@ class TritonServer:
 
 class _PortRace(Exception):
     """Another server answers on a port we chose."""
+
+
+def _new_server_id() -> str:
+    return f"thinkserve-{os.getpid()}-{secrets.token_hex(3)}"
 
 
 def _become_subreaper() -> None:
