@@ -72,7 +72,7 @@ class TritonClient:
         retry_backoff_s: float = 0.05,
         breaker_threshold: int = 5,
         breaker_cooldown_s: float = 2.0,
-        reconnect_backoff_max_s: float = 1.0,
+        reconnect_backoff_max_s: float = 0.5,
     ):
         self.url = url
         self.default_timeout_s = default_timeout_s

@@ -251,26 +251,50 @@ def test_unavailable_calls_are_retried_within_the_budget_and_never_past_the_dead
     assert short_retries == 1 and short_s < 0.3  # the 0.2 s pause would pass the 0.15 s deadline: no third attempt
 
 
-def test_an_external_triton_is_watched_not_restarted(triton_settings, model_repository, tmp_path):
+def test_an_external_triton_is_watched_not_restarted_and_the_channel_reconnects_quickly(
+    triton_settings, model_repository, tmp_path
+):
+    """With triton.url the supervisor only watches readiness. When whoever owns that Triton restarts it after
+    a long outage, the client's channel is back within its capped reconnect backoff (gRPC's default backoff
+    would by then have grown to several seconds: 7.6 s measured after 15 s)."""
     repository = repository_subset(model_repository, tmp_path / "repo", ["reranker", "reranker_tokenize", "reranker_score"])
     server = TritonServer(triton_settings.model_copy(update={"model_repository": repository}), (contracts.RERANKER,))
+    inputs = {"query": np.array([[b"revenue"]], dtype=np.object_), "passage": np.array([[b"revenue grew"]], dtype=np.object_)}
     server.start()
     try:
         async def scenario():
-            async with TritonClient(server.endpoints.grpc) as client:
+            async with TritonClient(server.endpoints.grpc, retry_attempts=1, reconnect_backoff_max_s=0.5) as client:
                 supervisor = TritonSupervisor(triton_settings.model_copy(update={"supervise_interval_s": 0.2}), client)
                 supervisor.start()
-                await asyncio.sleep(0.5)
+                await client.infer("reranker", inputs)
                 ready_before = supervisor.status().triton_ready
                 os.kill(server.pid, signal.SIGKILL)
-                await asyncio.sleep(1.5)
-                status = supervisor.status()
+                outage_ends = time.monotonic() + 12.0
+                while time.monotonic() < outage_ends:  # calls keep failing: gRPC's backoff would keep growing
+                    with pytest.raises(TritonUnavailableError, match="is unreachable|circuit breaker open"):
+                        await client.infer("reranker", inputs, timeout_s=1)
+                    await asyncio.sleep(0.2)
+                down = supervisor.status()
+                await asyncio.to_thread(server.restart)  # the owner brings it back, same ports
+                restarted = time.monotonic()
+                while True:
+                    try:
+                        await client.infer("reranker", inputs, timeout_s=1)
+                        break
+                    except TritonUnavailableError:
+                        assert time.monotonic() - restarted < 10, "the channel never came back"
+                        await asyncio.sleep(0.05)
+                back_s = time.monotonic() - restarted
+                await asyncio.sleep(0.5)
+                up = supervisor.status()
                 await supervisor.stop()
-                return ready_before, status
+                return ready_before, down, back_s, up
 
-        ready_before, status = asyncio.run(scenario())
-        assert ready_before and status.mode == "external"
-        assert not status.triton_ready and status.restarts == 0 and "not restarted here" in status.last_failure
-        assert not server.is_running()
+        ready_before, down, back_s, up = asyncio.run(scenario())
     finally:
         server.stop()
+    print(f"\nexternal Triton restarted after a 12 s outage: first call succeeded {back_s:.2f} s later")
+    assert ready_before and down.mode == "external"
+    assert not down.triton_ready and down.restarts == 0 and "not restarted here" in down.last_failure
+    assert back_s < 1.5
+    assert up.triton_ready and up.restarts == 0
