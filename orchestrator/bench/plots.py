@@ -27,7 +27,7 @@ def _save(figure, out: Path, name: str) -> str:
 def waterfall(configs: dict, out: Path, name: str) -> str:
     """Per configuration, the p50 of each stage laid end to end in pipeline order, and the p50 total as a mark
     (stages that run concurrently, such as the page-image path, make the sum exceed the total)."""
-    figure, axis = plt.subplots(figsize=(10, 0.8 + 0.7 * len(configs)))
+    figure, axis = plt.subplots(figsize=(10, 1.8 + 0.7 * len(configs)))
     colours = plt.get_cmap("tab20").colors
     labels = list(configs)
     for row, label in enumerate(labels):
@@ -49,7 +49,7 @@ def waterfall(configs: dict, out: Path, name: str) -> str:
     axis.set_title("Per-stage waterfall")
     handles, names = axis.get_legend_handles_labels()
     unique = dict(zip(names, handles))
-    axis.legend(unique.values(), unique.keys(), fontsize=7, ncol=4, loc="lower right")
+    axis.legend(unique.values(), unique.keys(), fontsize=7, ncol=7, loc="upper center", bbox_to_anchor=(0.5, -0.3))
     return _save(figure, out, name)
 
 
@@ -70,7 +70,8 @@ def latency_cdf(configs: dict, out: Path, name: str) -> str:
 def latency_vs_throughput(result: dict, out: Path, name: str) -> str:
     figure, axis = plt.subplots(figsize=(7, 4.5))
     for series, marker in (("closed_loop", "o-"), ("open_loop", "s--")):
-        levels = [lv for lv in result.get(series, []) if lv["latency"]["client"]["count"]]
+        levels = sorted((lv for lv in result.get(series, []) if lv["latency"]["client"]["count"]),
+                        key=lambda lv: lv["throughput_qps"])
         if not levels:
             continue
         x = [lv["throughput_qps"] for lv in levels]

@@ -268,6 +268,14 @@ def load_markdown(payload: dict) -> str:
         ceiling = payload["result"]["ceiling"]
         lines += [f"Model-bound ceiling (the same model calls sent to Triton directly): **{ceiling['best_qps']:.2f} q/s**; "
                   f"end to end reaches **{_pct(ceiling['fraction'])}** of it."]
+        fidelity = ceiling.get("compute_s_per_query")
+        if fidelity:
+            lines += ["", f"Replay fidelity: Triton compute per query of the replay is {_pct(fidelity['replay_over_end_to_end'])} "
+                      "of the end-to-end queries' (below 100%: the replayed inputs are lighter, so the ceiling is "
+                      "optimistic and the fraction a lower bound).", "",
+                      "| Triton model | end-to-end compute s / query | replay compute s / query |", "|---|---:|---:|"]
+            for model in sorted(set(fidelity["end_to_end"]) | set(fidelity["replay"])):
+                lines.append(f"| {model} | {fidelity['end_to_end'].get(model, 0):.3f} | {fidelity['replay'].get(model, 0):.3f} |")
     lines += ["", "Batch sizes Triton executed (executions per batch size) at each closed-loop level:", "",
               "| level | " + " | ".join(_batched_models(r)) + " |", "|---|" + "---|" * len(_batched_models(r))]
     for level in r["closed_loop"]:

@@ -86,6 +86,7 @@ def test_load_with_ceiling(target, workload, tmp_path):
     ceiling = result["ceiling"]
     assert ceiling["best_qps"] > 0 and 0 < ceiling["fraction"]
     assert ceiling["calls_per_query"]["text_embedder"]["calls"] >= 1
+    assert ceiling["compute_s_per_query"]["replay"]["text_embedder_encode"] > 0  # the replay's fidelity is measured
     assert (tmp_path / "load-latency-throughput.png").stat().st_size > 0
 
 

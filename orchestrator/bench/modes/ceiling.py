@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import io
 import itertools
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
@@ -121,7 +122,11 @@ async def replay(models: TritonModels, plan: Plan, images: list[bytes]) -> None:
         per_call = max(1, call.items // call.calls)
         tokens_each = max(1, call.tokens_in // max(1, call.items))
         for _ in range(call.calls):
-            if call.model == contracts.TEXT_EMBEDDER.name:
+            if call.model == contracts.TEXT_EMBEDDER.name and call.stage == "answer" and plan.texts:
+                # the extractive answer embeds the evidence's own sentences: their uneven lengths set the padding
+                sentences = [s for t in plan.texts for s in re.split(r"(?<=[.!?])\s+", t) if s.strip()]
+                await models.embed([sentences[i % len(sentences)] for i in range(per_call)])
+            elif call.model == contracts.TEXT_EMBEDDER.name:
                 await models.embed([_text(words, int(tokens_each * WORDS_PER_TOKEN), i * 13) for i in range(per_call)])
             elif call.model == contracts.RERANKER.name:
                 await models.rerank(plan.question, [plan.texts[i % len(plan.texts)] if plan.texts else plan.question
@@ -209,10 +214,24 @@ async def run_ceiling(session: BenchSession, questions: Sequence[WorkloadQuestio
     }
 
 
+def compute_per_query(levels: list[dict]) -> dict[str, float]:
+    """Triton compute seconds per completed query, per leaf model, over a series of levels (its fidelity check)."""
+    totals: dict[str, float] = {}
+    completed = sum(level["completed"] for level in levels)
+    for level in levels:
+        for model, row in (level.get("server") or {}).items():
+            totals[model] = totals.get(model, 0.0) + row["compute_ms"] / 1000.0
+    return {model: seconds / completed for model, seconds in sorted(totals.items())} if completed else {}
+
+
 def compare(load: dict, ceiling: dict) -> dict:
-    """End-to-end capacity as a share of the model-bound ceiling, both measured in this run."""
+    """End-to-end capacity as a share of the model-bound ceiling, both measured in this run, and how close the
+    replay's Triton compute per query came to the end-to-end queries' (the replay's fidelity)."""
+    end_to_end, replayed = compute_per_query(load["closed_loop"]), compute_per_query(ceiling["levels"])
     return {**ceiling, "end_to_end_best_qps": load["best_closed_loop"]["throughput_qps"],
-            "fraction": ratio(load["best_closed_loop"]["throughput_qps"], ceiling["best_qps"])}
+            "fraction": ratio(load["best_closed_loop"]["throughput_qps"], ceiling["best_qps"]),
+            "compute_s_per_query": {"end_to_end": end_to_end, "replay": replayed,
+                                    "replay_over_end_to_end": ratio(sum(replayed.values()), sum(end_to_end.values()))}}
 
 
 def markdown(payload: dict) -> str:
