@@ -74,9 +74,18 @@ def cmd_serve(args) -> int:
 
 
 def cmd_ingest(args) -> int:
+    from .errors import ConfigurationError
     from .ingest_batch import ingest_paths
 
-    failures = asyncio.run(ingest_paths(_address(args), args.collection, args.paths, args.concurrency, _token(args)))
+    ray = None
+    if args.ray:
+        from .knowledge.ingest import mineru_options
+        from .ray_ingest import ray_options_or_exit
+
+        ray = ray_options_or_exit(args.ray_address, args.ray_cpus, mineru_options(_settings(args).ingest))
+    elif args.ray_address or args.ray_cpus:
+        raise ConfigurationError("--ray-address and --ray-cpus go with --ray")
+    failures = asyncio.run(ingest_paths(_address(args), args.collection, args.paths, args.concurrency, _token(args), ray=ray))
     return 1 if failures else 0
 
 
@@ -167,6 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
             command.add_argument(
                 "--concurrency", type=int, default=2, help="documents in flight: parsing one overlaps model work on another"
             )
+            command.add_argument(
+                "--ray", action="store_true",
+                help='parse PDFs and images with MinerU on a Ray cluster, then upload the results (pip install "thinkserve[ray]")',
+            )
+            command.add_argument("--ray-address", help="an existing Ray cluster (default: start a local one for this run)")
+            command.add_argument("--ray-cpus", type=int, help="CPUs of the local Ray cluster (default: every core)")
         if name == "documents":
             command.add_argument("--collection", required=True)
             command.add_argument("--delete", nargs="+", metavar="NAME", help="document names to delete")

@@ -1,7 +1,8 @@
 """Ingest many documents from the command line: a few in flight at once, a progress bar, a report per document.
 
 A bad document fails alone with the server's message; the rest of the batch goes on. Progress counts pages
-(PDF page counts are read up front, other documents count as one page), so the ETA reflects the work.
+(PDF page counts are read up front, other documents count as one page), so the ETA reflects the work. With
+--ray, PDFs and images are parsed on a Ray cluster first (ray_ingest.py) and go up as MinerU output.
 """
 
 from __future__ import annotations
@@ -10,13 +11,14 @@ import asyncio
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, TextIO
+from typing import Callable, Optional, TextIO
 
 import grpc
 from tqdm import tqdm
 
 from .client import AsyncThinkServeClient
-from .local_documents import find_documents, read_source
+from .local_documents import LocalSource, find_documents, read_source
+from .ray_ingest import ParseFailure, RayOptions, RaySession, parsed_on_ray
 
 
 @dataclass
@@ -46,31 +48,75 @@ def estimated_pages(path: Path) -> int:
 
 
 async def ingest_paths(
-    address: str, collection: str, paths: list[Path], concurrency: int = 2, token: str = "", out: Optional[TextIO] = None,
+    address: str,
+    collection: str,
+    paths: list[Path],
+    concurrency: int = 2,
+    token: str = "",
+    out: Optional[TextIO] = None,
+    ray: Optional[RayOptions] = None,
 ) -> int:
-    """Ingest every document found under `paths`; returns the number that failed."""
+    """Ingest every document found under `paths`; returns the number that failed.
+
+    With `ray`, PDFs and images are parsed by MinerU on a Ray cluster first and uploaded as MinerU output
+    (ray_ingest.py); the report, progress bar and failure counting are the same either way.
+    """
     out = out or sys.stdout
     documents = find_documents(paths)
     if not documents:
         print("no documents found (PDF, PNG, JPEG, Markdown, text, or folders with a *_content_list.json)", file=out)
         return 0
+    on_ray = [i for i, (path, _) in enumerate(documents) if ray is not None and parsed_on_ray(path)]
+    session = RaySession(ray).start(log=lambda line: print(line, file=sys.stderr)) if on_ray else None
     weights = {path: estimated_pages(path) for path, _ in documents}
     totals = BatchTotals()
-    limit = asyncio.Semaphore(max(1, concurrency))
+    limit = asyncio.Semaphore(max(1, concurrency))  # uploads in flight, from either source
     bar = tqdm(total=sum(weights.values()), unit="page", file=sys.stderr, dynamic_ncols=True)
 
-    async def one(client: AsyncThinkServeClient, path: Path, name: str) -> None:
-        async with limit:
-            line = await _ingest_one(client, collection, path, name, totals)
+    def done(path: Path, line: str) -> None:
         bar.update(weights[path])
         bar.set_postfix(docs=totals.documents, blocks=totals.blocks, entities=totals.entities, failed=totals.failed)
         bar.write(line, file=out)
 
+    async def upload(client: AsyncThinkServeClient, path: Path, name: str, load: Callable[[], LocalSource]) -> None:
+        """Runs holding one `limit` slot, which the caller acquired."""
+        try:
+            line = await _ingest_one(client, collection, name, load, totals)
+        finally:
+            limit.release()
+        done(path, line)
+
+    async def direct(client: AsyncThinkServeClient, path: Path, name: str) -> None:
+        await limit.acquire()
+        await upload(client, path, name, lambda: read_source(path, name))
+
+    async def parsed(client: AsyncThinkServeClient) -> None:
+        """Uploads the zips as the Ray workers finish them; a slot is taken before the next result is pulled."""
+        pending, uploads = set(on_ray), []
+        try:
+            async for index, outcome in session.parse([(i, documents[i][0]) for i in on_ray]):
+                pending.discard(index)
+                path, name = documents[index]
+                await limit.acquire()
+                uploads.append(asyncio.create_task(upload(client, path, name, _parsed_source(name, outcome))))
+        except Exception as error:  # the cluster failed (not one document): what it had not parsed fails with it
+            last = (str(error).strip().splitlines() or [""])[-1]  # Ray's errors end with the cause after a traceback
+            cause = f"UNAVAILABLE: the Ray job failed: {type(error).__name__}: {last}"
+            for index in sorted(pending):
+                totals.failed += 1
+                done(documents[index][0], f"FAILED {documents[index][1]}: {cause}")
+        finally:
+            await asyncio.gather(*uploads)
+
     try:
         async with AsyncThinkServeClient(address, timeout_s=None, token=token) as client:
-            await asyncio.gather(*(one(client, path, name) for path, name in documents))
+            ray_indices = set(on_ray)
+            jobs = [direct(client, path, name) for i, (path, name) in enumerate(documents) if i not in ray_indices]
+            await asyncio.gather(*jobs, *([parsed(client)] if on_ray else []))
     finally:
         bar.close()
+        if session is not None:
+            session.close()
     print(
         f"{totals.documents} documents ingested into {collection}: {totals.pages} pages, {totals.blocks} blocks, "
         f"{totals.chunks} chunks, {totals.entities} entities; {totals.failed} failed",
@@ -79,13 +125,29 @@ async def ingest_paths(
     return totals.failed
 
 
-async def _ingest_one(client: AsyncThinkServeClient, collection: str, path: Path, name: str, totals: BatchTotals) -> str:
+def _parsed_source(name: str, outcome: bytes | ParseFailure) -> Callable[[], LocalSource]:
+    """What a Ray worker made of a document: its MinerU output as a zip, or its failure (raised on upload)."""
+
+    def load() -> LocalSource:
+        if isinstance(outcome, ParseFailure):
+            raise outcome
+        return LocalSource(name, outcome, "application/zip")
+
+    return load
+
+
+async def _ingest_one(
+    client: AsyncThinkServeClient, collection: str, name: str, load: Callable[[], LocalSource], totals: BatchTotals
+) -> str:
     try:
-        source = read_source(path, name)
+        source = load()
         report = await client.ingest(collection, source.data, source.name, source.media_type)
     except grpc.aio.AioRpcError as error:
         totals.failed += 1
         return f"FAILED {name}: {error.code().name}: {error.details()}"
+    except ParseFailure as failure:
+        totals.failed += 1
+        return f"FAILED {name}: {failure} (MinerU on Ray node {failure.node})"
     except (OSError, ValueError) as error:
         totals.failed += 1
         return f"FAILED {name}: {error}"

@@ -46,6 +46,19 @@ def zip_folder(folder: Path) -> bytes:
     return buffer.getvalue()
 
 
+def zip_files(members: dict[str, Path]) -> bytes:
+    """A zip whose bytes depend only on the members' names and contents (sorted, fixed timestamps, stored):
+    the server identifies a document by the hash of its upload, so packing the same output twice must give the
+    same document (`already present` on re-ingest)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for name in sorted(members):
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, Path(members[name]).read_bytes())
+    return buffer.getvalue()
+
+
 def find_documents(paths: list[Path]) -> list[tuple[Path, str]]:
     """(path, document name) for every document under the given files and folders, in a stable order."""
     found: list[tuple[Path, str]] = []

@@ -115,8 +115,13 @@ class Ingestor:
                 archive.write_bytes(data)
                 with stages.timed("parse"):
                     content_list = await asyncio.to_thread(sources.unpack_content_list, archive, work / "unpacked", name)
-                    parsed = await asyncio.to_thread(read_content_list, content_list)
-                return _adopt_assets(parsed, staging)
+                    origin = await asyncio.to_thread(sources.find_origin, content_list)
+                    origin_pages = await asyncio.to_thread(self._origin_pages, origin, name) if origin else None
+                    parsed = await asyncio.to_thread(read_content_list, content_list, page_count=origin_pages)
+                parsed = _adopt_assets(parsed, staging)
+                if origin is not None and self.settings.page_images:
+                    parsed.page_images = await self._origin_page_images(origin, origin_pages or 1, parsed, staging, stages)
+                return parsed
             suffix = ".pdf" if source.kind == sources.PDF else (".png" if source.media_type == "image/png" else ".jpg")
             original = work / _local_name(name, suffix)  # parsers name the file in their messages
             original.write_bytes(data)
@@ -147,6 +152,33 @@ class Ingestor:
             return parsed
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
+    def _origin_pages(self, origin: Path, name: str) -> int:
+        """Pages of the original shipped with a content list; the same checks and page limit as a PDF upload."""
+        if origin.suffix.lower() != ".pdf":
+            return 1
+        pages = inspect_pdf(origin)
+        if pages > self.settings.max_pages:
+            raise InvalidRequestError(f"{name!r} has {pages} pages; the limit is ingest.max_pages = {self.settings.max_pages}")
+        return pages
+
+    async def _origin_page_images(
+        self, origin: Path, pages: int, parsed: ParsedDocument, staging: Path, stages: _Stages
+    ) -> list[Path]:
+        """Page images from the original, as for a PDF or image upload; none if the content list needs more pages."""
+        if parsed.page_count > pages:
+            parsed.warnings.append(
+                f"the content list has items on page {parsed.page_count} but {origin.name} has {pages}: no page images"
+            )
+            return []
+        if origin.suffix.lower() == ".pdf":
+            return await self._render(origin, staging / "pages", stages)
+        (staging / "pages").mkdir(exist_ok=True)
+        with origin.open("rb") as file:
+            png = sources.detect(origin.name, file.read(8)).media_type == "image/png"
+        page = staging / "pages" / f"page-0000{'.png' if png else '.jpg'}"
+        shutil.copyfile(origin, page)
+        return [page]
 
     async def _render(self, pdf: Path, folder: Path, stages: _Stages) -> list[Path]:
         with stages.timed("render_pages"):

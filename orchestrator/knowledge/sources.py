@@ -1,7 +1,9 @@
 """What kind of document a client sent, decided from its bytes first and its name second.
 
 A content list produced elsewhere travels as a zip of MinerU's output folder (the *_content_list.json with its
-images/); it is unpacked with every member path checked, so an archive cannot write outside its folder.
+images/); it is unpacked with every member path checked, so an archive cannot write outside its folder. When the
+folder also holds the document it was made from, as MinerU 1.x-3.x wrote it (`<name>_origin.pdf`) and as
+`thinkserve ingest --ray` packs it (PDF, PNG or JPEG), that file gives the page count and the page images.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import stat
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Optional
 
 from ..errors import InvalidRequestError
 
@@ -26,6 +29,7 @@ _SUFFIXES = {".md": MARKDOWN, ".markdown": MARKDOWN, ".txt": TEXT, ".text": TEXT
 _IMAGE_MAGIC = {b"\x89PNG\r\n\x1a\n": "image/png", b"\xff\xd8\xff": "image/jpeg"}
 CONTENT_LIST_PATTERNS = ("*_content_list.json", "*content_list_v2.json", "content_list.json")
 MAX_ARCHIVE_MEMBERS = 100_000
+ORIGIN_SUFFIXES = (".pdf", ".png", ".jpg", ".jpeg")  # `<name>_origin<suffix>` beside a content list
 
 
 @dataclass(frozen=True)
@@ -75,3 +79,28 @@ def unpack_content_list(archive: Path, into: Path, filename: str) -> Path:
     if not found:
         raise InvalidRequestError(f"{filename!r}: the archive holds no *_content_list.json (MinerU output folder expected)")
     return found[0]
+
+
+def find_origin(content_list: Path) -> Optional[Path]:
+    """The original document beside a content list (`*_origin.pdf|png|jpg|jpeg`), None when there is none.
+
+    Only the content list's own folder counts (MinerU's `_layout.pdf` / `_span.pdf` debug renders never match).
+    Two candidates are refused rather than guessed between; an origin image must really be a PNG or JPEG.
+    """
+    found = sorted(
+        path for path in content_list.parent.iterdir()
+        if path.is_file() and not path.is_symlink() and path.name.lower().endswith(tuple(f"_origin{s}" for s in ORIGIN_SUFFIXES))
+    )
+    if len(found) > 1:
+        raise InvalidRequestError(
+            f"{content_list.name}: its folder holds {len(found)} original documents ({', '.join(p.name for p in found)}); keep one"
+        )
+    if not found:
+        return None
+    origin = found[0]
+    if origin.suffix.lower() != ".pdf":
+        with origin.open("rb") as file:
+            head = file.read(8)
+        if not any(head.startswith(magic) for magic in _IMAGE_MAGIC):
+            raise InvalidRequestError(f"{origin.name}: not a PNG or JPEG image (refused as the original document)")
+    return origin

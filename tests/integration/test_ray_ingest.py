@@ -1,0 +1,79 @@
+"""`thinkserve ingest --ray` against the real orchestrator and Triton, with MinerU on a real local Ray cluster:
+the documents it stores must be the ones a plain ingest stores, and a corrupt PDF must fail alone with its cause."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+
+import pytest
+
+pytest.importorskip("ray", reason='Ray is an optional extra: pip install "thinkserve[ray]" (make setup installs it)')
+
+from orchestrator.ingest_batch import ingest_paths  # noqa: E402
+from orchestrator.knowledge.store import KnowledgeBase  # noqa: E402
+from orchestrator.ray_ingest import RayOptions  # noqa: E402
+from tests import pdf_factory  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    """Two generated PDFs (one in a subfolder), a Markdown file and a corrupt PDF."""
+    made = tmp_path_factory.mktemp("made")
+    report = pdf_factory.write_sample_report(made / "northwind.pdf")  # also writes its chart PNG beside it
+    folder = tmp_path_factory.mktemp("batch")
+    (folder / "reports").mkdir()
+    shutil.copyfile(report.path, folder / "reports" / "northwind.pdf")
+    pdf_factory.write_long_pdf(folder / "long.pdf", 6)
+    (folder / "notes.md").write_text("# Notes\n\nThe warehouse in Leeds ships to Porto on Mondays.\n")
+    pdf_factory.write_corrupt_pdf(folder / "corrupt.pdf")
+    return folder
+
+
+def ingest(address, collection, folder, capsys, ray=None):
+    failures = asyncio.run(ingest_paths(address, collection, [folder], concurrency=2, ray=ray))
+    return failures, capsys.readouterr().out
+
+
+def records(snapshot):
+    """What must not depend on where the parse ran, per document name."""
+    out = {}
+    for name, d in snapshot.documents.items():
+        evidence = sorted((e.kind, e.block_type, e.pages, e.text) for e in snapshot.evidence if e.document_name == name)
+        pages = [p.page for p in snapshot.pages if p.document_id == d.document_id]
+        out[name] = (d.pages, d.blocks, d.chunks, d.units, d.entities, d.relations, evidence, pages)
+    return out
+
+
+def test_ray_ingest_stores_what_a_plain_ingest_stores(running_orchestrator, batch, capsys):
+    address = running_orchestrator.address
+    plain_failures, plain_out = ingest(address, "plain", batch, capsys)
+    ray = RayOptions(num_cpus=2)
+    ray_failures, ray_out = ingest(address, "fanout", batch, capsys, ray=ray)
+
+    assert plain_failures == ray_failures == 1, (plain_out, ray_out)
+    failed = next(line for line in ray_out.splitlines() if line.startswith("FAILED "))
+    assert failed.startswith("FAILED corrupt.pdf: INVALID_ARGUMENT: corrupt.pdf: PDF is corrupt or not a PDF"), failed
+    assert "(MinerU on Ray node " in failed
+    assert "3 documents ingested into fanout" in ray_out and "; 1 failed" in ray_out
+
+    knowledge = KnowledgeBase(running_orchestrator.data_dir, read_only=True)
+    plain, fanout = knowledge.collection("plain").snapshot, knowledge.collection("fanout").snapshot
+    assert sorted(fanout.documents) == sorted(plain.documents) == ["long.pdf", "notes.md", "reports/northwind.pdf"]
+    expected, got = records(plain), records(fanout)
+    for name in expected:
+        assert got[name] == expected[name], name
+    assert fanout.documents["long.pdf"].pages == 6 and fanout.documents["reports/northwind.pdf"].units == 2
+    assert {f: i.size for f, i in fanout.page_indexes.items()} == {f: i.size for f, i in plain.page_indexes.items()}
+    # parsed on Ray, the PDFs reached the server as MinerU output folders; Markdown went up as itself
+    assert fanout.documents["long.pdf"].media_type == "application/zip"
+    assert fanout.documents["notes.md"].document_id == plain.documents["notes.md"].document_id
+
+    # the packed output is deterministic, so a second --ray run changes nothing
+    again_failures, again_out = ingest(address, "fanout", batch, capsys, ray=ray)
+    assert again_failures == 1
+    for name in ("long.pdf", "notes.md", "reports/northwind.pdf"):
+        assert f"{name}: already present as {name} (nothing changed)" in again_out, again_out
+
