@@ -24,7 +24,7 @@ import signal
 import tempfile
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -320,7 +320,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--server-kills", type=int, default=5)
     parser.add_argument("--stub-kills", type=int, default=3, help="per model")
-    parser.add_argument("--rate", type=float, default=2.0, help="queries per second (open loop)")
+    parser.add_argument("--rate", type=float, default=0.5, help="queries per second (open loop), well below capacity")
     parser.add_argument("--deadline", type=float, default=10.0, help="each query's deadline, seconds")
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds of load before the first kill")
     parser.add_argument("--settle", type=float, default=3.0, help="seconds of load after each recovery")

@@ -43,6 +43,9 @@ class TritonSettings(_Section):
     supervise_interval_s: float = Field(1.0, gt=0)  # a dead server or stub is noticed within this
     restart_backoff_s: float = Field(1.0, ge=0)  # pause after a failed restart, doubled each time ...
     restart_backoff_max_s: float = Field(30.0, ge=0)  # ... up to this (a broken install must not spin the CPU)
+    # A model's reload (unload + load) not done by then: Triton's model repository is taken as stuck and the
+    # server is restarted (2.51 never answers a load whose python stub fails to start when an ensemble uses it).
+    reload_timeout_s: float = Field(120.0, gt=0)
     # Circuit breaker per model: after this many consecutive unavailability failures, calls fail fast ...
     breaker_threshold: int = Field(5, ge=1)
     breaker_cooldown_s: float = Field(2.0, gt=0)  # ... until one trial call is let through after this

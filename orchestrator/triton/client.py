@@ -24,7 +24,7 @@ import logging
 import struct
 import time
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable, Literal, Optional, Sequence
+from typing import AsyncIterator, Callable, Collection, Literal, Optional, Sequence
 
 import grpc
 import numpy as np
@@ -165,13 +165,13 @@ class TritonClient:
         response = await self._call("RepositoryIndex", request, "", timeout_s)
         return {model.name for model in response.models if model.state == "READY"}
 
-    async def reload_model(self, model: str, timeout_s: float = 120.0) -> None:
+    async def reload_model(self, model: str, timeout_s: float = 120.0, expected: Collection[str] = ()) -> None:
         """Unload and load a model, then load again whatever went down with it (an ensemble is unloaded with
-        its composing model). A plain load of a loaded, unchanged model does nothing in Triton 2.51, which is
-        why a model whose stub died needs the unload first."""
+        its composing model) and any `expected` model that is not READY. A plain load of a loaded, unchanged
+        model does nothing in Triton 2.51, which is why a model whose stub died needs the unload first."""
         deadline = time.monotonic() + timeout_s
         left = lambda: max(MIN_ATTEMPT_S, deadline - time.monotonic())  # noqa: E731
-        before = await self.ready_models(left())
+        before = await self.ready_models(left()) | set(expected)
         unload, load = service_pb2.RepositoryModelUnloadRequest, service_pb2.RepositoryModelLoadRequest
         await self._call("RepositoryModelUnload", unload(model_name=model), model, left(), guarded=False)
         await self._call("RepositoryModelLoad", load(model_name=model), model, left(), guarded=False)

@@ -165,9 +165,10 @@ class TritonServer:
         raise AssertionError("unreachable")
 
     def restart(self) -> TritonEndpoints:
-        """Start the server again after it died (or to replace a hung one), on the same ports, so that clients
-        reconnect to the address they already have. The old process group is killed and reaped and its
-        /dev/shm regions and /tmp/python_env_* folders are removed before the new server starts."""
+        """Start the server again after it died (or to replace a stuck one), on the same ports, so that clients
+        reconnect to the address they already have. The old process group is killed (SIGKILL: a server being
+        replaced is dead or stuck) and reaped, and its /dev/shm regions and /tmp/python_env_* folders are
+        removed before the new server starts."""
         if self.endpoints is None or self._runtime_dir is None:
             raise TritonSetupError("Triton cannot be restarted: it was never started")
         ports = {
@@ -175,7 +176,7 @@ class TritonServer:
             "http_port": int(self.endpoints.http.rsplit(":", 1)[1]),
             "metrics_port": int(self.endpoints.metrics.rsplit(":", 1)[1].split("/")[0]),
         }
-        self.stop(_keep_runtime_dir=True)
+        self.stop(_keep_runtime_dir=True, _graceful=False)
         if self._abort.is_set():
             raise TritonSetupError("Triton's restart was abandoned: the deployment is stopping")
         installation = TritonInstallation.locate(self.settings.install_root)
@@ -265,25 +266,28 @@ class TritonServer:
             f"{self.failure_reason()}"
         )
 
-    def failure_reason(self) -> str:
-        """The most telling line of the server log, for a one-line error."""
+    def failure_reason(self, errors_only: bool = False) -> str:
+        """The most telling line of the server log, for a one-line error. errors_only: an error line or none
+        ("no error logged"), for a server killed by a signal, whose last log line tells nothing."""
         if not self.log_path or not self.log_path.exists():
             return "no log"
         lines = self.log_path.read_text(errors="replace").splitlines()
         errors = [line for line in lines if line.startswith("E") and not any(h in line for h in HARMLESS_ERRORS)]
         chosen = next((l for l in errors if "failed to load" in l), None) or (errors[-1] if errors else None)
+        if chosen is None and errors_only:
+            return f"no error logged (log: {self.log_path})"
         if chosen is None:
             chosen = next((l for l in reversed(lines) if l.strip()), "empty log")
         message = re.sub(r"^[EWI]\d{4} [\d:.]+ \d+ \S+\] ", "", chosen).strip().strip('"')
         message = message.split("\\n")[0].split(" At:")[0]
         return message[:400] + f" (log: {self.log_path})"
 
-    def stop(self, _keep_runtime_dir: bool = False) -> None:
+    def stop(self, _keep_runtime_dir: bool = False, _graceful: bool = True) -> None:
         """Graceful stop, bounded: SIGTERM, wait the exit timeout, then SIGKILL the whole process group."""
         process, self._process = self._process, None
         if process is not None:
             stubs = _group_members(process.pid) - {process.pid}
-            if process.poll() is None:
+            if process.poll() is None and _graceful:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(process.pid, signal.SIGTERM)
                 try:

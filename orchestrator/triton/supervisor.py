@@ -14,6 +14,10 @@ Every `triton.supervise_interval_s` the supervisor
 - is also told of calls that failed with "Stub process ... is not healthy" (a listener on the client), which
   catches a stub that hangs rather than dies, and wakes up at once to check (a failed call that started before
   the model's last reload or the server's last restart is old news and ignored).
+A reload that fails is tried again after a doubling pause (the models that were serving, an ensemble that went
+down with its composing model included, are all brought back); a reload Triton does not finish within
+`triton.reload_timeout_s` means its model repository is stuck (2.51 never answers the load of a python model
+whose stub fails to start, when an ensemble uses it), and the server is restarted.
 After a restart or a reload it closes the client's circuit breakers, so requests flow again without waiting
 for the breakers' cooldown.
 
@@ -28,10 +32,10 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Literal, Optional
+from typing import Callable, Literal, Optional
 
 from ..config import TritonSettings
-from ..errors import ThinkServeError
+from ..errors import DeadlineExceededError, ThinkServeError
 from .client import TritonClient
 from .launcher import TritonServer
 
@@ -70,10 +74,13 @@ class TritonSupervisor:
         self._wake = asyncio.Event()
         self._stopping = False
         self._known: dict[str, str] = {}  # instance -> model, every stub seen alive since the last (re)start
+        self._serving: set[str] = set()  # models READY after the last (re)start: a reload brings them all back
         self._reported: dict[str, tuple[str, float]] = {}  # model -> (failure that named its stub, call start)
         self._reloaded_at: dict[str, float] = {}  # model -> end of its last reload (monotonic)
         self._restarted_at = float("-inf")
-        self._retry_reload: dict[str, str] = {}  # model -> reason, for a reload that failed: tried again
+        self._retry_reload: dict[str, str] = {}  # model -> reason, for a reload that failed: tried again ...
+        self._reload_failures: dict[str, int] = {}  # ... after a doubling pause (restart_backoff_s, _max_s)
+        self._next_reload_at: dict[str, float] = {}
         self._died_at = 0.0
         self._restart_failures = 0  # consecutive, for the backoff
         self._next_restart_at = 0.0
@@ -164,9 +171,14 @@ class TritonSupervisor:
             await self._watch_readiness()
             return
         if not self.server.is_running():
-            await self._restart()
+            await self._restart(lambda s: f"Triton died ({s.exit_description()}): {s.failure_reason(errors_only=True)}")
             return
         self._ready = True
+        if not self._serving:
+            try:
+                self._serving = await self.client.ready_models()
+            except ThinkServeError:
+                pass  # learnt at a later check
         dead = self._dead_stubs()
         for model, reason in dead.items():
             if self._stopping or not self.server.is_running():
@@ -185,15 +197,16 @@ class TritonSupervisor:
 
     # ------------------------------------------------------------------ server restarts
 
-    async def _restart(self) -> None:
+    async def _restart(self, cause: Callable[[TritonServer], str]) -> None:
+        """Restart the server (on the same ports), or wait for the pause after a failed attempt to end."""
         now = time.monotonic()
         if now < self._next_restart_at:
             return
         server = self.server
-        if self._ready:  # first notice of this death
+        if self._ready:  # first notice of this outage
             self._ready = False
             self._died_at = now
-            self._failure(f"Triton died ({server.exit_description()}); its log's last telling line: {server.failure_reason()}")
+            self._failure(cause(server))
         log.warning("restarting Triton on %s (attempt %d)", server.endpoints.grpc, self._restart_failures + 1)
         try:
             await asyncio.to_thread(server.restart)
@@ -215,7 +228,8 @@ class TritonSupervisor:
         self._ready = True
         self._restarted_at = time.monotonic()
         self._last_restart_s = self._restarted_at - self._died_at
-        self._known, self._reported, self._retry_reload = {}, {}, {}
+        self._known, self._reported, self._retry_reload, self._reload_failures = {}, {}, {}, {}
+        self._serving = set()
         self._learn_stubs()
         self.client.breakers.reset()
         log.warning(
@@ -238,9 +252,11 @@ class TritonSupervisor:
         for instance, model in sorted(self._known.items()):
             if instance not in alive and model not in dead:
                 dead[model] = f"the python stub of {instance} died"
+        now = time.monotonic()
         for model, reason in list(self._retry_reload.items()):
-            del self._retry_reload[model]
-            dead.setdefault(model, reason)
+            if now >= self._next_reload_at.get(model, 0.0):
+                del self._retry_reload[model]
+                dead.setdefault(model, reason)
         for model, (reason, started) in list(self._reported.items()):
             del self._reported[model]
             if not self._stale(model, started):  # checked again: a reload may have finished since the report
@@ -253,16 +269,30 @@ class TritonSupervisor:
         started = time.monotonic()
         for instance in [i for i, m in self._known.items() if m == model]:
             del self._known[instance]  # its new stubs are learnt once the reload is done
+        timeout = self.settings.reload_timeout_s
         try:
-            await self.client.reload_model(model, timeout_s=self.settings.startup_timeout_s)
+            # `expected`: after a failed attempt the ensemble went down with the model; bring it back too
+            await self.client.reload_model(model, timeout_s=timeout, expected=self._serving)
+        except DeadlineExceededError:
+            self._reloaded_at[model] = time.monotonic()
+            if not self._stopping and self.server.is_running():
+                await self._restart(lambda _: (
+                    f"reloading model {model} did not finish within {timeout:.0f} s (triton.reload_timeout_s): "
+                    "Triton's model repository is stuck; restarting Triton"
+                ))
+            return
         except ThinkServeError as error:
             if not self._stopping and self.server.is_running():
-                self._failure(f"reloading model {model} failed: {error}")
-                self._retry_reload[model] = reason  # tried again at the next check
+                failures = self._reload_failures[model] = self._reload_failures.get(model, 0) + 1
+                pause = min(self.settings.restart_backoff_max_s, self.settings.restart_backoff_s * 2 ** (failures - 1))
+                self._next_reload_at[model] = time.monotonic() + pause
+                self._retry_reload[model] = reason
+                self._failure(f"reloading model {model} failed (attempt {failures}, next in {pause:.1f} s): {error}")
             return
         finally:
             self._reloaded_at[model] = time.monotonic()
         self._learn_stubs()
+        self._reload_failures.pop(model, None)
         self._reloads[model] = self._reloads.get(model, 0) + 1
         self._last_reload_s = time.monotonic() - started
         self.client.breakers.reset()  # the breaker is keyed by the model called (an ensemble), not the reloaded one

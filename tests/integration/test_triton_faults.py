@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import glob
+import logging
 import os
 import signal
 import threading
@@ -53,7 +54,7 @@ def faulty(triton_settings, tmp_path_factory):
     source = triton_settings.model_repository
     repository = repository_subset(source, tmp_path_factory.mktemp("faults-repo"), QUERY_PATH_MODELS)
     settings = settings_with(
-        triton_settings.model_copy(update={"model_repository": repository, "supervise_interval_s": 0.5}),
+        triton_settings.model_copy(update={"model_repository": repository, "supervise_interval_s": 0.5, "reload_timeout_s": 10}),
         tmp_path_factory.mktemp("faults-data"),
         # the LLM's and VLM's files are not in this repository: the orchestrator still counts in their tokens
         ingest={"tokenizer": source / "text_embedder_tokenize" / "1" / "tokenizer.json"},
@@ -183,46 +184,115 @@ def test_kill_9_of_a_model_stub_is_detected_and_the_model_reloaded(faulty):
     print(f"\nstub killed: model reloaded {reloaded_s:.1f} s later")
 
 
-def test_the_breaker_opens_for_a_dead_model_and_fails_fast_until_it_is_back(triton_settings, model_repository, tmp_path):
+def kill_stub(deployment: Deployment, model: str) -> None:
+    (stub,) = [s for s in deployment.triton.stub_processes() if s.model == model]
+    os.kill(stub.pid, signal.SIGKILL)
+
+
+def answered_with(address: str, model: str) -> Outcome:
+    with ThinkServeClient(address, timeout_s=DEADLINE_S) as client:
+        outcome = wait_for(lambda: (lambda o: o if o.status == "OK" else None)(ask(client)), 30, "an answer")
+    assert not outcome.degraded and model in outcome.models, outcome
+    return outcome
+
+
+def test_a_failed_reload_is_tried_again_after_a_pause_and_brings_the_ensemble_back(faulty):
+    """The reload itself can fail (here the model's ONNX file is corrupt when the stub dies): the supervisor
+    logs Triton's cause, pauses (triton.restart_backoff_s, doubling) and tries again; when the model loads,
+    the ensemble that went down with it is loaded again too."""
+    deployment, supervisor = faulty.deployment, faulty.deployment.supervisor
+    before = supervisor.status().reloads_by_model.get("reranker_score", 0)
+    onnx = deployment.settings.triton.model_repository / "reranker_score" / "1" / "classifier.onnx"
+    whole = onnx.with_name("classifier.onnx.whole")
+    onnx.rename(whole)  # a hard link into the build: never write through it
+    try:
+        onnx.write_bytes(b"not an onnx model")
+        kill_stub(deployment, "reranker_score")
+        wait_for(lambda: "reloading model reranker_score failed (attempt 2, next in 2.0 s)" in supervisor.status().last_failure,
+                 60, "a second failed reload")
+        failure = supervisor.status().last_failure
+    finally:
+        whole.replace(onnx)
+    assert "INVALID_PROTOBUF" in failure and "classifier.onnx" in failure  # Triton's own cause
+    wait_for(lambda: supervisor.status().reloads_by_model.get("reranker_score", 0) > before, 60, "the reload")
+    answered_with(faulty.address, "reranker")  # the ensemble is back
+
+
+def test_a_stuck_reload_restarts_triton(faulty, caplog):
+    """Triton 2.51 never answers the load of a python model whose stub fails to start (here: its model.py is
+    gone) when an ensemble uses it, even once the file is back: after triton.reload_timeout_s the supervisor
+    restarts the whole server."""
+    caplog.set_level(logging.WARNING, logger="thinkserve.triton.supervisor")
+    deployment, supervisor = faulty.deployment, faulty.deployment.supervisor
+    restarts = supervisor.status().restarts
+    log_path = deployment.triton.log_path
+    code = deployment.settings.triton.model_repository / "reranker_score" / "1" / "model.py"
+    hidden = code.with_name("model.py.hidden")
+    code.rename(hidden)
+    try:
+        kill_stub(deployment, "reranker_score")
+        wait_for(lambda: "Failed to preinitialize Python stub" in log_path.read_text(errors="replace"), 60, "the failed load")
+    finally:
+        hidden.rename(code)  # Triton's repository stays stuck all the same
+    wait_for(lambda: supervisor.status().restarts > restarts, 90, "the restart")
+    assert "reloading model reranker_score did not finish within 10 s (triton.reload_timeout_s)" in caplog.text
+    assert "Triton's model repository is stuck; restarting Triton" in supervisor.status().last_failure
+    answered_with(faulty.address, "reranker")
+
+
+RERANKER_INPUTS = {"query": np.array([[b"revenue"]], dtype=np.object_), "passage": np.array([[b"revenue grew"]], dtype=np.object_)}
+
+
+@pytest.fixture(scope="module")
+def reranker_triton(triton_settings, model_repository, tmp_path_factory):
+    """A small Triton of its own, with no supervisor: for the client's breaker, then as an 'external' server."""
+    repository = repository_subset(
+        model_repository, tmp_path_factory.mktemp("reranker-repo"), ["reranker", "reranker_tokenize", "reranker_score"]
+    )
+    server = TritonServer(triton_settings.model_copy(update={"model_repository": repository}), (contracts.RERANKER,))
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_the_breaker_opens_for_a_dead_model_and_fails_fast_until_it_is_back(reranker_triton):
     """No supervisor here: the stub stays dead, each call pays the backend's stub health check (~1 s), until
     the breaker opens; then calls fail in milliseconds naming the model, until a trial after the cooldown."""
-    repository = repository_subset(model_repository, tmp_path / "repo", ["reranker", "reranker_tokenize", "reranker_score"])
-    server = TritonServer(triton_settings.model_copy(update={"model_repository": repository}), (contracts.RERANKER,))
-    inputs = {"query": np.array([[b"revenue"]], dtype=np.object_), "passage": np.array([[b"revenue grew"]], dtype=np.object_)}
-    with server:
-        async def scenario():
-            async with TritonClient(server.endpoints.grpc, 10, breaker_threshold=3, breaker_cooldown_s=1.5) as client:
-                await client.infer("reranker", inputs)
-                (stub,) = [s for s in server.stub_processes() if s.model == "reranker_score"]
-                os.kill(stub.pid, signal.SIGKILL)
-                slow = []
-                for _ in range(3):
-                    started = time.monotonic()
-                    with pytest.raises(TritonUnavailableError, match="Stub process 'reranker_score_0_0' is not healthy"):
-                        await client.infer("reranker", inputs)
-                    slow.append(time.monotonic() - started)
-                started = time.monotonic()
-                with pytest.raises(TritonUnavailableError) as raised:
-                    await client.infer("reranker", inputs)
-                fast = time.monotonic() - started
-                message = str(raised.value)
-                open_state = client.health_snapshot().breakers["reranker"]
-                await asyncio.sleep(1.6)  # the cooldown: one trial goes through, fails, and the breaker opens again
-                with pytest.raises(TritonUnavailableError, match="not healthy"):
-                    await client.infer("reranker", inputs)
-                reopened = client.health_snapshot().breakers["reranker"]
-                await client.reload_model("reranker_score")
-                await asyncio.sleep(1.6)
-                await client.infer("reranker", inputs)  # the trial succeeds: closed
-                # a model Triton does not serve counts as unavailable too (ModelNotFoundError)
-                for _ in range(3):
-                    with pytest.raises(ModelNotFoundError, match="Triton does not serve model 'llm'"):
-                        await client.infer("llm", inputs)
-                with pytest.raises(TritonUnavailableError, match="Triton model 'llm' is unavailable: circuit breaker open"):
-                    await client.infer("llm", inputs)
-                return slow, fast, message, open_state, reopened, client.health_snapshot().breakers["reranker"]
+    server, inputs = reranker_triton, RERANKER_INPUTS
 
-        slow, fast, message, open_state, reopened, closed = asyncio.run(scenario())
+    async def scenario():
+        async with TritonClient(server.endpoints.grpc, 10, breaker_threshold=3, breaker_cooldown_s=1.5) as client:
+            await client.infer("reranker", inputs)
+            (stub,) = [s for s in server.stub_processes() if s.model == "reranker_score"]
+            os.kill(stub.pid, signal.SIGKILL)
+            slow = []
+            for _ in range(3):
+                started = time.monotonic()
+                with pytest.raises(TritonUnavailableError, match="Stub process 'reranker_score_0_0' is not healthy"):
+                    await client.infer("reranker", inputs)
+                slow.append(time.monotonic() - started)
+            started = time.monotonic()
+            with pytest.raises(TritonUnavailableError) as raised:
+                await client.infer("reranker", inputs)
+            fast = time.monotonic() - started
+            message = str(raised.value)
+            open_state = client.health_snapshot().breakers["reranker"]
+            await asyncio.sleep(1.6)  # the cooldown: one trial goes through, fails, and the breaker opens again
+            with pytest.raises(TritonUnavailableError, match="not healthy"):
+                await client.infer("reranker", inputs)
+            reopened = client.health_snapshot().breakers["reranker"]
+            await client.reload_model("reranker_score")
+            await asyncio.sleep(1.6)
+            await client.infer("reranker", inputs)  # the trial succeeds: closed
+            # a model Triton does not serve counts as unavailable too (ModelNotFoundError)
+            for _ in range(3):
+                with pytest.raises(ModelNotFoundError, match="Triton does not serve model 'llm'"):
+                    await client.infer("llm", inputs)
+            with pytest.raises(TritonUnavailableError, match="Triton model 'llm' is unavailable: circuit breaker open"):
+                await client.infer("llm", inputs)
+            return slow, fast, message, open_state, reopened, client.health_snapshot().breakers["reranker"]
+
+    slow, fast, message, open_state, reopened, closed = asyncio.run(scenario())
     print(f"\ndead stub: calls took {', '.join(f'{s:.2f}' for s in slow)} s; with the breaker open {fast * 1000:.1f} ms")
     assert min(slow) > 0.2 and fast < 0.05
     assert "Triton model 'reranker' is unavailable: circuit breaker open after 3 consecutive failures" in message
@@ -251,48 +321,41 @@ def test_unavailable_calls_are_retried_within_the_budget_and_never_past_the_dead
     assert short_retries == 1 and short_s < 0.3  # the 0.2 s pause would pass the 0.15 s deadline: no third attempt
 
 
-def test_an_external_triton_is_watched_not_restarted_and_the_channel_reconnects_quickly(
-    triton_settings, model_repository, tmp_path
-):
+def test_an_external_triton_is_watched_not_restarted_and_the_channel_reconnects_quickly(triton_settings, reranker_triton):
     """With triton.url the supervisor only watches readiness. When whoever owns that Triton restarts it after
     a long outage, the client's channel is back within its capped reconnect backoff (gRPC's default backoff
     would by then have grown to several seconds: 7.6 s measured after 15 s)."""
-    repository = repository_subset(model_repository, tmp_path / "repo", ["reranker", "reranker_tokenize", "reranker_score"])
-    server = TritonServer(triton_settings.model_copy(update={"model_repository": repository}), (contracts.RERANKER,))
-    inputs = {"query": np.array([[b"revenue"]], dtype=np.object_), "passage": np.array([[b"revenue grew"]], dtype=np.object_)}
-    server.start()
-    try:
-        async def scenario():
-            async with TritonClient(server.endpoints.grpc, retry_attempts=1, reconnect_backoff_max_s=0.5) as client:
-                supervisor = TritonSupervisor(triton_settings.model_copy(update={"supervise_interval_s": 0.2}), client)
-                supervisor.start()
-                await client.infer("reranker", inputs)
-                ready_before = supervisor.status().triton_ready
-                os.kill(server.pid, signal.SIGKILL)
-                outage_ends = time.monotonic() + 12.0
-                while time.monotonic() < outage_ends:  # calls keep failing: gRPC's backoff would keep growing
-                    with pytest.raises(TritonUnavailableError, match="is unreachable|circuit breaker open"):
-                        await client.infer("reranker", inputs, timeout_s=1)
-                    await asyncio.sleep(0.2)
-                down = supervisor.status()
-                await asyncio.to_thread(server.restart)  # the owner brings it back, same ports
-                restarted = time.monotonic()
-                while True:
-                    try:
-                        await client.infer("reranker", inputs, timeout_s=1)
-                        break
-                    except TritonUnavailableError:
-                        assert time.monotonic() - restarted < 10, "the channel never came back"
-                        await asyncio.sleep(0.05)
-                back_s = time.monotonic() - restarted
-                await asyncio.sleep(0.5)
-                up = supervisor.status()
-                await supervisor.stop()
-                return ready_before, down, back_s, up
+    server, inputs = reranker_triton, RERANKER_INPUTS
 
-        ready_before, down, back_s, up = asyncio.run(scenario())
-    finally:
-        server.stop()
+    async def scenario():
+        async with TritonClient(server.endpoints.grpc, retry_attempts=1, reconnect_backoff_max_s=0.5) as client:
+            supervisor = TritonSupervisor(triton_settings.model_copy(update={"supervise_interval_s": 0.2}), client)
+            supervisor.start()
+            await client.infer("reranker", inputs)
+            ready_before = supervisor.status().triton_ready
+            os.kill(server.pid, signal.SIGKILL)
+            outage_ends = time.monotonic() + 12.0
+            while time.monotonic() < outage_ends:  # calls keep failing: gRPC's backoff would keep growing
+                with pytest.raises(TritonUnavailableError, match="is unreachable|circuit breaker open"):
+                    await client.infer("reranker", inputs, timeout_s=1)
+                await asyncio.sleep(0.2)
+            down = supervisor.status()
+            await asyncio.to_thread(server.restart)  # the owner brings it back, same ports
+            restarted = time.monotonic()
+            while True:
+                try:
+                    await client.infer("reranker", inputs, timeout_s=1)
+                    break
+                except TritonUnavailableError:
+                    assert time.monotonic() - restarted < 10, "the channel never came back"
+                    await asyncio.sleep(0.05)
+            back_s = time.monotonic() - restarted
+            await asyncio.sleep(0.5)
+            up = supervisor.status()
+            await supervisor.stop()
+            return ready_before, down, back_s, up
+
+    ready_before, down, back_s, up = asyncio.run(scenario())
     print(f"\nexternal Triton restarted after a 12 s outage: first call succeeded {back_s:.2f} s later")
     assert ready_before and down.mode == "external"
     assert not down.triton_ready and down.restarts == 0 and "not restarted here" in down.last_failure
