@@ -55,6 +55,7 @@ def add_bench_command(commands) -> None:
     run.add_argument("--slo-ms", type=float)
     run.add_argument("--concurrency", type=int, nargs="+", help="load/ceiling: these levels instead of the sweep")
     run.add_argument("--concurrency-max", type=int)
+    run.add_argument("--ceiling-concurrency-max", type=int, help="load/ceiling: cap of the ceiling's own sweep (default 64)")
     run.add_argument("--qps", type=float, nargs="+", help="load: open-loop target rates (default: fractions of the best closed loop)")
     run.add_argument("--level-seconds", type=float)
     run.add_argument("--warmup-seconds", type=float)
@@ -119,7 +120,8 @@ def bench_settings(args):
 
     bench = BenchSettings.load_file(args.bench_config)
     load = {k: v for k, v in {"concurrency_max": args.concurrency_max, "level_seconds": args.level_seconds,
-                              "warmup_seconds": args.warmup_seconds}.items() if v is not None}
+                              "warmup_seconds": args.warmup_seconds,
+                              "ceiling_concurrency_max": args.ceiling_concurrency_max}.items() if v is not None}
     updates: dict[str, Any] = {"load": bench.load.model_copy(update=load)}
     if args.slo_ms is not None:
         updates["slo_ms"] = args.slo_ms

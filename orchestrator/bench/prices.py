@@ -100,6 +100,7 @@ class PriceTable(_Section):
 
 class LoadSettings(_Section):
     concurrency_max: int = Field(32, ge=1)  # the closed-loop sweep doubles 1, 2, 4, ... up to this
+    ceiling_concurrency_max: int = Field(64, ge=1)  # the ceiling's sweep (Triton alone) doubles up to this
     level_seconds: float = Field(20.0, gt=0)  # measured window per level (after its warm-up)
     warmup_seconds: float = Field(3.0, ge=0)  # run at each level before measuring
     # Saturation: the sweep stops once a doubling of concurrency gains less than this share of throughput.

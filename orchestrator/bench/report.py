@@ -265,17 +265,7 @@ def load_markdown(payload: dict) -> str:
     lines += ["", f"Best closed-loop throughput: **{best['throughput_qps']:.2f} q/s** at concurrency {best['concurrency']} "
               f"(goodput {best['goodput_qps']:.2f} q/s)."]
     if payload["result"].get("ceiling"):
-        ceiling = payload["result"]["ceiling"]
-        lines += [f"Model-bound ceiling (the same model calls sent to Triton directly): **{ceiling['best_qps']:.2f} q/s**; "
-                  f"end to end reaches **{_pct(ceiling['fraction'])}** of it."]
-        fidelity = ceiling.get("compute_s_per_query")
-        if fidelity:
-            lines += ["", f"Replay fidelity: Triton compute per query of the replay is {_pct(fidelity['replay_over_end_to_end'])} "
-                      "of the end-to-end queries' (below 100%: the replayed inputs are lighter, so the ceiling is "
-                      "optimistic and the fraction a lower bound).", "",
-                      "| Triton model | end-to-end compute s / query | replay compute s / query |", "|---|---:|---:|"]
-            for model in sorted(set(fidelity["end_to_end"]) | set(fidelity["replay"])):
-                lines.append(f"| {model} | {fidelity['end_to_end'].get(model, 0):.3f} | {fidelity['replay'].get(model, 0):.3f} |")
+        lines += ceiling_section(payload["result"]["ceiling"])
     lines += ["", "Batch sizes Triton executed (executions per batch size) at each closed-loop level:", "",
               "| level | " + " | ".join(_batched_models(r)) + " |", "|---|" + "---|" * len(_batched_models(r))]
     for level in r["closed_loop"]:
@@ -287,6 +277,40 @@ def load_markdown(payload: dict) -> str:
     if "plots" in payload:
         lines += [f"![{name}]({path})" for name, path in payload["plots"].items()] + [""]
     return "\n".join(lines)
+
+
+def ceiling_section(ceiling: dict) -> list[str]:
+    """The model-bound ceiling of a load run: its sweep, end to end as a share of it, and the replay's fidelity."""
+    lines = ["", "## Model-bound ceiling", "",
+             "The same model calls, learned from one pass of the questions through the orchestrator, sent to Triton "
+             "directly with the pipeline's concurrency per question (`->` in sequence, `||` side by side, `&` at once), "
+             f"closed loop, same window lengths, in this run after the end-to-end levels. Sweep stopped: {ceiling.get('saturation', '')}.", "",
+             "| ceiling concurrency | throughput q/s | p50 ms | p95 ms | completed | errors |", "|---:|---:|---:|---:|---:|---:|"]
+    for lv in ceiling["levels"]:
+        lines.append(f"| {lv['concurrency']} | {lv['throughput_qps']:.2f} | {_ms(lv['latency']['p50_ms'])} | "
+                     f"{_ms(lv['latency']['p95_ms'])} | {lv['completed']} | {lv['errors']} |")
+    lines += ["", f"Ceiling: **{ceiling['best_qps']:.2f} q/s** at concurrency {ceiling['best_concurrency']}; end to end "
+              f"{ceiling['end_to_end_best_qps']:.2f} q/s at concurrency {ceiling.get('end_to_end_best_concurrency', '')} reaches "
+              f"**{_pct(ceiling['fraction'])}** of it."]
+    if ceiling.get("ceiling_below_end_to_end"):
+        lines += ["", "**The ceiling came out below end to end: not a valid ceiling.** See the fidelity tables below."]
+    if ceiling.get("schedules"):
+        lines += ["", "Replay schedules of these questions:", ""] + [f"- `{s}`" for s in ceiling["schedules"]]
+    fidelity = ceiling.get("compute_s_per_query")
+    if fidelity:
+        lines += ["", f"Replay fidelity: Triton compute per query of the replay is {_pct(fidelity['replay_over_end_to_end'])} "
+                  "of the end-to-end queries' (below 100%: the replayed inputs are lighter, so the ceiling is "
+                  "optimistic and the fraction a lower bound).", "",
+                  "| Triton model | end-to-end compute s / query | replay compute s / query |", "|---|---:|---:|"]
+        for model in sorted(set(fidelity["end_to_end"]) | set(fidelity["replay"])):
+            lines.append(f"| {model} | {fidelity['end_to_end'].get(model, 0):.3f} | {fidelity['replay'].get(model, 0):.3f} |")
+    tokens = ceiling.get("completion_tokens_per_query")
+    if tokens and (tokens["end_to_end"] or tokens["replay"]):
+        lines += ["", "Streaming models (Triton's compute statistics miss their generation): tokens generated per query.", "",
+                  "| model | end to end | replay |", "|---|---:|---:|"]
+        for model in sorted(set(tokens["end_to_end"]) | set(tokens["replay"])):
+            lines.append(f"| {model} | {tokens['end_to_end'].get(model, 0):.1f} | {tokens['replay'].get(model, 0):.1f} |")
+    return lines
 
 
 def _batched_models(result: dict) -> list[str]:

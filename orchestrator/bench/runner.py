@@ -113,7 +113,8 @@ class Run:
             if self.ceiling and session.triton is not None:
                 from .modes.ceiling import compare, run_ceiling
 
-                ceiling = await run_ceiling(session, questions, self.options, [lv["concurrency"] for lv in result["closed_loop"]])
+                # swept on its own until it saturates, at least up to the end-to-end best level
+                ceiling = await run_ceiling(session, questions, self.options, reach=result["best_closed_loop"]["concurrency"])
                 result["ceiling"] = compare(result, ceiling)
             return result
         if self.mode == "ceiling":

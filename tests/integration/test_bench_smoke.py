@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 COLLECTION = "bench-smoke"
 # Cheap queries: no page images, no perception (the VLM dominates a query's time on CPU).
 FAST = {"page_images": False, "perception": "off"}
-BENCH = BenchSettings(warmup_queries=1, load=LoadSettings(level_seconds=2.0, warmup_seconds=0.5))
+BENCH = BenchSettings(warmup_queries=1, load=LoadSettings(level_seconds=2.0, warmup_seconds=0.5, ceiling_concurrency_max=4))
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +85,9 @@ def test_load_with_ceiling(target, workload, tmp_path):
     assert result["open_loop"][0]["generator"]["send_lateness"]["count"] > 0
     ceiling = result["ceiling"]
     assert ceiling["best_qps"] > 0 and 0 < ceiling["fraction"]
+    # swept at least to the end-to-end best level, with the pipeline's order of calls
+    assert max(lv["concurrency"] for lv in ceiling["levels"]) >= result["best_closed_loop"]["concurrency"]
+    assert ceiling["schedules"] and all(s.startswith("embed:text_embedder") for s in ceiling["schedules"])
     assert ceiling["calls_per_query"]["text_embedder"]["calls"] >= 1
     assert ceiling["compute_s_per_query"]["replay"]["text_embedder_encode"] > 0  # the replay's fidelity is measured
     assert (tmp_path / "load-latency-throughput.png").stat().st_size > 0

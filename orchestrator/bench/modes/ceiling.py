@@ -2,12 +2,19 @@
 
 Each question is first asked once through the orchestrator (not timed) to learn its model calls: per model and
 stage the calls, items and tokens of the final event's cost report, and the evidence texts it retrieved. The
-replay then sends, per question and in the same order, calls of the same shape through the same client
-library the orchestrator uses (TritonModels): the embedder on texts cut from the evidence to the same token
-count, the cross-encoder on as many (question, passage) pairs, the router on the question, the VLM filter on
-as many page-sized images, the LLM and VLM on prompts calibrated to the same prompt tokens with the same
-number of generated tokens. Closed-loop levels as in the load sweep give the models' own capacity for this
-request mix; end-to-end capacity divided by it is the share the orchestrator leaves on the table.
+replay then sends calls of the same shape through the same client library the orchestrator uses
+(TritonModels): the embedder on texts cut from the evidence to the same token count, the cross-encoder on as
+many (question, passage) pairs, the router on the question, the VLM filter on as many page-sized images, the
+LLM and VLM on prompts calibrated to the same prompt tokens with the same number of generated tokens.
+
+The replay keeps the pipeline's concurrency structure per question (orchestrator/pipeline/query.py): route
+first; then the text branch (embed -> rerank) and the page-image branch (page-text encoders of every family
+at once -> VLM filter) side by side, as `_retrieve` runs `_pages` as a task; then the perception calls all at
+once (perception.py gathers them); then the answer (uncertainty probes one after another, then the LLM or
+VLM, or the extractive answer's embedding). A replay that sent them one by one would understate what the
+models can do at low concurrency. Closed-loop levels double until throughput stops growing (never stopping
+below the end-to-end sweep's best level) and give the models' own capacity for this request mix; end-to-end
+capacity divided by it is the share the orchestrator leaves on the table.
 """
 
 from __future__ import annotations
@@ -41,6 +48,23 @@ class Call:
     calls: int
 
 
+# stage -> (phase, branch, step, the stage's calls run concurrently): the pipeline's order of model work.
+# Phases run one after another; the branches of a phase side by side; a branch's steps one after another.
+STAGES: dict[str, tuple[int, int, int, bool]] = {
+    "route": (0, 0, 0, False),
+    "embed": (1, 0, 0, False),  # _retrieve: question embedding, (CPU retrieval), rerank ...
+    "rerank": (1, 0, 1, False),
+    "page_images": (1, 1, 0, True),  # ... while _pages runs: every family's text tower at once (search_pages)
+    "vlm_filter": (1, 1, 1, False),
+    "perception": (2, 0, 0, True),  # perceive: one VLM call per visual item, gathered
+    "uncertainty": (3, 0, 0, False),  # probe, decouple, probe: each waits for the last
+    "llm": (3, 0, 1, False),
+    "vlm_answer": (3, 0, 1, False),
+    "answer": (3, 0, 2, False),  # the extractive answer (or the fallback after a failed LLM)
+}
+UNKNOWN_STAGE = (9, 0, 0, False)  # a stage this table does not know: after everything, one call at a time
+
+
 @dataclass
 class Plan:
     question: str
@@ -48,6 +72,27 @@ class Plan:
     texts: list[str]  # evidence texts to cut inputs from
     prompts: dict[int, str] = field(default_factory=dict)  # call index -> calibrated generator prompt
     achieved_tokens: dict[int, int] = field(default_factory=dict)
+
+    def schedule(self) -> list[list[list[tuple[bool, list[int]]]]]:
+        """Phases -> branches -> steps; a step is (concurrent, indexes of `calls`)."""
+        grouped: dict[int, dict[int, dict[int, tuple[bool, list[int]]]]] = {}
+        for n, call in enumerate(self.calls):
+            phase, branch, step, concurrent = STAGES.get(call.stage, UNKNOWN_STAGE)
+            grouped.setdefault(phase, {}).setdefault(branch, {}).setdefault(step, (concurrent, []))[1].append(n)
+        return [[[grouped[p][b][s] for s in sorted(grouped[p][b])] for b in sorted(grouped[p])] for p in sorted(grouped)]
+
+    def describe(self) -> str:
+        """The schedule in words: `->` in sequence, `||` side by side, `&` at once."""
+        def step(concurrent: bool, calls: list[int]) -> str:
+            names = [f"{self.calls[n].stage}:{self.calls[n].model}" + (f"x{self.calls[n].calls}" if self.calls[n].calls > 1 else "")
+                     for n in calls]
+            return (" & " if concurrent else " , ").join(names)
+
+        phases = []
+        for branches in self.schedule():
+            parts = [" -> ".join(step(*s) for s in steps) for steps in branches]
+            phases.append(" || ".join(f"[{p}]" for p in parts) if len(parts) > 1 else parts[0])
+        return " -> ".join(phases)
 
 
 def _image(seed: int) -> bytes:
@@ -115,35 +160,70 @@ async def _prompt_tokens(models: TritonModels, prompt: str, images: list[bytes])
     return tokens
 
 
-async def replay(models: TritonModels, plan: Plan, images: list[bytes]) -> None:
-    """One question's model calls, in order, through Triton directly."""
+@dataclass
+class ReplayTally:
+    """What the replay actually generated (decoupled models' time is not in Triton's compute statistics)."""
+
+    completion_tokens: dict[str, int] = field(default_factory=dict)
+
+    def add(self, model: str, tokens: int) -> None:
+        self.completion_tokens[model] = self.completion_tokens.get(model, 0) + tokens
+
+
+async def replay(models: TritonModels, plan: Plan, images: list[bytes], tally: Optional[ReplayTally] = None) -> None:
+    """One question's model calls through Triton directly, with the pipeline's concurrency (Plan.schedule)."""
     words = _words(plan.texts + [plan.question])
-    for n, call in enumerate(plan.calls):
-        per_call = max(1, call.items // call.calls)
-        tokens_each = max(1, call.tokens_in // max(1, call.items))
-        for _ in range(call.calls):
-            if call.model == contracts.TEXT_EMBEDDER.name and call.stage == "answer" and plan.texts:
-                # the extractive answer embeds the evidence's own sentences: their uneven lengths set the padding
-                sentences = [s for t in plan.texts for s in re.split(r"(?<=[.!?])\s+", t) if s.strip()]
-                await models.embed([sentences[i % len(sentences)] for i in range(per_call)])
-            elif call.model == contracts.TEXT_EMBEDDER.name:
-                await models.embed([_text(words, int(tokens_each * WORDS_PER_TOKEN), i * 13) for i in range(per_call)])
-            elif call.model == contracts.RERANKER.name:
-                await models.rerank(plan.question, [plan.texts[i % len(plan.texts)] if plan.texts else plan.question
-                                                    for i in range(per_call)])
-            elif call.model == contracts.ROUTER.name:
-                await models.route([plan.question] * per_call)
-            elif call.model.startswith("page_text_"):
-                await models.embed_page_text(call.model.removeprefix("page_text_"), [plan.question] * per_call)
-            elif call.model == contracts.VLM_RELEVANCE.name:
-                await models.page_relevance(plan.question, [images[i % len(images)] for i in range(per_call)])
-            elif call.model in (contracts.LLM.name, contracts.VLM.name):
-                pictures = [images[i % len(images)] for i in range(per_call - 1)] if call.model == contracts.VLM.name else []
-                prompt = plan.prompts.get(n) or _text(words, max(1, call.tokens_in // call.calls), n)
-                options = GenerationOptions(max_tokens=max(1, call.tokens_out // call.calls))
-                async with models.generate(prompt, options, pictures) as chunks:
-                    async for _ in chunks:
-                        pass
+
+    async def step(concurrent: bool, indexes: list[int]) -> None:
+        work = [(n, k) for n in indexes for k in range(plan.calls[n].calls)]
+        if concurrent:
+            await asyncio.gather(*(_one_call(models, plan, n, words, images, tally) for n, _ in work))
+        else:
+            for n, _ in work:
+                await _one_call(models, plan, n, words, images, tally)
+
+    async def branch(steps: list[tuple[bool, list[int]]]) -> None:
+        for concurrent, indexes in steps:
+            await step(concurrent, indexes)
+
+    for branches in plan.schedule():
+        if len(branches) == 1:
+            await branch(branches[0])
+        else:
+            await asyncio.gather(*(branch(b) for b in branches))
+
+
+async def _one_call(models: TritonModels, plan: Plan, n: int, words: list[str], images: list[bytes],
+                    tally: Optional[ReplayTally]) -> None:
+    """One call of row `n`'s shape (items per call, tokens per item)."""
+    call = plan.calls[n]
+    per_call = max(1, call.items // call.calls)
+    tokens_each = max(1, call.tokens_in // max(1, call.items))
+    if call.model == contracts.TEXT_EMBEDDER.name and call.stage == "answer" and plan.texts:
+        # the extractive answer embeds the evidence's own sentences: their uneven lengths set the padding
+        sentences = [s for t in plan.texts for s in re.split(r"(?<=[.!?])\s+", t) if s.strip()]
+        await models.embed([sentences[i % len(sentences)] for i in range(per_call)])
+    elif call.model == contracts.TEXT_EMBEDDER.name:
+        await models.embed([_text(words, int(tokens_each * WORDS_PER_TOKEN), i * 13) for i in range(per_call)])
+    elif call.model == contracts.RERANKER.name:
+        await models.rerank(plan.question, [plan.texts[i % len(plan.texts)] if plan.texts else plan.question
+                                            for i in range(per_call)])
+    elif call.model == contracts.ROUTER.name:
+        await models.route([plan.question] * per_call)
+    elif call.model.startswith("page_text_"):
+        await models.embed_page_text(call.model.removeprefix("page_text_"), [plan.question] * per_call)
+    elif call.model == contracts.VLM_RELEVANCE.name:
+        await models.page_relevance(plan.question, [images[i % len(images)] for i in range(per_call)])
+    elif call.model in (contracts.LLM.name, contracts.VLM.name):
+        pictures = [images[i % len(images)] for i in range(per_call - 1)] if call.model == contracts.VLM.name else []
+        prompt = plan.prompts.get(n) or _text(words, max(1, call.tokens_in // call.calls), n)
+        options = GenerationOptions(max_tokens=max(1, call.tokens_out // call.calls))
+        generated = 0
+        async with models.generate(prompt, options, pictures) as chunks:
+            async for chunk in chunks:
+                generated = chunk.completion_tokens or generated
+        if tally is not None:
+            tally.add(call.model, generated)
 
 
 async def ceiling_level(session: BenchSession, models: TritonModels, plans: list[Plan], concurrency: int, images: list[bytes]) -> dict:
@@ -151,13 +231,14 @@ async def ceiling_level(session: BenchSession, models: TritonModels, plans: list
     cycle = itertools.cycle(range(len(plans)))
     ended: list[tuple[float, float]] = []  # (end, latency)
     errors: list[str] = []
+    tally = ReplayTally()
     stop_at = time.monotonic() + settings.warmup_seconds + settings.level_seconds
 
     async def worker() -> None:
         while time.monotonic() < stop_at:
             began = time.monotonic()
             try:
-                await replay(models, plans[next(cycle)], images)
+                await replay(models, plans[next(cycle)], images, tally)
                 ended.append((time.monotonic(), (time.monotonic() - began) * 1000.0))
             except Exception as error:  # noqa: BLE001 - counted and reported, the level goes on
                 errors.append(f"{type(error).__name__}: {error}")
@@ -172,14 +253,19 @@ async def ceiling_level(session: BenchSession, models: TritonModels, plans: list
     server = session.topology.leaves(after.since(before)) if before is not None and after is not None else None
     return {"concurrency": concurrency, "wall_s": t1 - t0, "completed": len(inside), "errors": len(errors),
             "error_messages": sorted(set(errors))[:5], "throughput_qps": rate(len(inside), t1 - t0),
-            "latency": distribution(inside), "server": counters_dict(server) if server is not None else None}
+            "latency": distribution(inside), "server": counters_dict(server) if server is not None else None,
+            # every replay started in the level ran to its end (the workers are awaited): tokens per replayed question
+            "completion_tokens_per_question": {m: t / len(ended) for m, t in tally.completion_tokens.items()} if ended else {}}
 
 
 async def run_ceiling(session: BenchSession, questions: Sequence[WorkloadQuestion], options: Optional[dict[str, Any]] = None,
-                      concurrency: Optional[Sequence[int]] = None) -> dict:
+                      concurrency: Optional[Sequence[int]] = None, reach: int = 1) -> dict:
+    """`concurrency`: exactly these levels; else 1, 2, 4, ... up to the ceiling's cap, stopping once a doubling
+    gains less than saturation_gain, but never before `reach` (the end-to-end sweep's best level)."""
     if session.triton is None:
         raise ValueError("the ceiling run drives Triton directly: give --triton-url (automatic when the command starts the deployment)")
     options = dict(options or {})
+    load = session.settings.load
     session.progress(f"ceiling: learning the model calls of {len(questions)} questions")
     plans = await capture(session, questions, options)
     models = TritonModels(session.triton)
@@ -190,13 +276,16 @@ async def run_ceiling(session: BenchSession, questions: Sequence[WorkloadQuestio
         for n, tokens in plan.achieved_tokens.items():
             call = plan.calls[n]
             fidelity.setdefault(call.model, []).append(tokens / max(1, call.tokens_in // call.calls))
-    levels = list(concurrency) if concurrency else [2**i for i in range(16) if 2**i <= session.settings.load.concurrency_max]
-    results, previous = [], None
+    levels = list(concurrency) if concurrency else [2**i for i in range(16) if 2**i <= load.ceiling_concurrency_max]
+    results, previous, stop = [], None, "the sweep reached its last level"
     for c in levels:
-        session.progress(f"ceiling: concurrency {c}")
+        session.progress(f"ceiling: concurrency {c} ({load.warmup_seconds:g} s warm-up + {load.level_seconds:g} s)")
         level = await ceiling_level(session, models, plans, c, images)
         results.append(level)
-        if not concurrency and previous and level["throughput_qps"] < previous["throughput_qps"] * (1 + session.settings.load.saturation_gain):
+        session.progress(f"  {level['throughput_qps']:.2f} q/s, p50 {level['latency']['p50_ms'] or 0:.0f} ms")
+        reason = None if concurrency else sweep_stops(previous, level, reach, load.saturation_gain)
+        if reason:
+            stop = reason
             break
         previous = level
     best = max(results, key=lambda lv: lv["throughput_qps"])
@@ -207,11 +296,22 @@ async def run_ceiling(session: BenchSession, questions: Sequence[WorkloadQuestio
             for key in row:
                 row[key] += getattr(call, key) / len(plans)
     return {
-        "mode": "ceiling", "questions": len(questions), "options": options, "levels": results,
+        "mode": "ceiling", "questions": len(questions), "options": options, "levels": results, "saturation": stop,
         "best_qps": best["throughput_qps"], "best_concurrency": best["concurrency"],
         "calls_per_query": calls_per_query,
+        "schedules": sorted({plan.describe() for plan in plans}),
         "prompt_token_fidelity": {m: {"mean_ratio": sum(v) / len(v), "calls": len(v)} for m, v in fidelity.items()},
     }
+
+
+def sweep_stops(previous: Optional[dict], level: dict, reach: int, gain: float) -> Optional[str]:
+    """Why the ceiling's sweep stops after `level`, or None: a doubling gained less than `gain`, once past the
+    end-to-end best level `reach` (a ceiling must be measured at least where end to end peaked)."""
+    if previous is None or level["concurrency"] <= reach:
+        return None
+    if level["throughput_qps"] < previous["throughput_qps"] * (1 + gain):
+        return f"throughput grew less than {gain:.0%} from concurrency {previous['concurrency']} to {level['concurrency']}"
+    return None
 
 
 def compute_per_query(levels: list[dict]) -> dict[str, float]:
@@ -224,14 +324,34 @@ def compute_per_query(levels: list[dict]) -> dict[str, float]:
     return {model: seconds / completed for model, seconds in sorted(totals.items())} if completed else {}
 
 
+def completion_tokens_per_query(load: dict) -> dict[str, float]:
+    """Generated tokens per end-to-end query, per generating model, from the closed-loop records' usage."""
+    totals: dict[str, float] = {}
+    queries = 0
+    for level in load["closed_loop"]:
+        for usage in level.get("usage_per_query", {}).get("completion_tokens", {}).items():
+            totals[usage[0]] = totals.get(usage[0], 0.0) + usage[1] * level["completed"]
+        queries += level["completed"]
+    return {m: t / queries for m, t in totals.items()} if queries else {}
+
+
 def compare(load: dict, ceiling: dict) -> dict:
     """End-to-end capacity as a share of the model-bound ceiling, both measured in this run, and how close the
-    replay's Triton compute per query came to the end-to-end queries' (the replay's fidelity)."""
+    replay came to the end-to-end queries: Triton compute per query per model, and generated tokens per query
+    for the streaming models (whose generation Triton's compute statistics do not see)."""
     end_to_end, replayed = compute_per_query(load["closed_loop"]), compute_per_query(ceiling["levels"])
-    return {**ceiling, "end_to_end_best_qps": load["best_closed_loop"]["throughput_qps"],
-            "fraction": ratio(load["best_closed_loop"]["throughput_qps"], ceiling["best_qps"]),
+    tokens_replay: dict[str, float] = {}
+    replays = sum(lv["completed"] for lv in ceiling["levels"])
+    for level in ceiling["levels"]:
+        for model, tokens in level.get("completion_tokens_per_question", {}).items():
+            tokens_replay[model] = tokens_replay.get(model, 0.0) + tokens * level["completed"] / max(1, replays)
+    end_to_end_qps = load["best_closed_loop"]["throughput_qps"]
+    fraction = ratio(end_to_end_qps, ceiling["best_qps"])
+    return {**ceiling, "end_to_end_best_qps": end_to_end_qps, "end_to_end_best_concurrency": load["best_closed_loop"]["concurrency"],
+            "fraction": fraction, "ceiling_below_end_to_end": fraction is not None and fraction > 1.0,
             "compute_s_per_query": {"end_to_end": end_to_end, "replay": replayed,
-                                    "replay_over_end_to_end": ratio(sum(replayed.values()), sum(end_to_end.values()))}}
+                                    "replay_over_end_to_end": ratio(sum(replayed.values()), sum(end_to_end.values()))},
+            "completion_tokens_per_query": {"end_to_end": completion_tokens_per_query(load), "replay": tokens_replay}}
 
 
 def markdown(payload: dict) -> str:
@@ -247,7 +367,9 @@ def markdown(payload: dict) -> str:
     for lv in r["levels"]:
         lines.append(f"| {lv['concurrency']} | {lv['throughput_qps']:.2f} | {lv['latency']['p50_ms'] or 0:.0f} | "
                      f"{lv['latency']['p95_ms'] or 0:.0f} | {lv['completed']} | {lv['errors']} |")
-    lines += ["", f"Best: **{r['best_qps']:.2f} q/s** at concurrency {r['best_concurrency']}.", "",
+    lines += ["", f"Best: **{r['best_qps']:.2f} q/s** at concurrency {r['best_concurrency']}. Sweep stopped: {r['saturation']}.", "",
+              "Replay schedules (`->` in sequence, `||` side by side, `&` at once), as the pipeline runs them:", "",
+              *[f"- `{s}`" for s in r["schedules"]], "",
               "Model calls per question (mean): " + "; ".join(
                   f"{m} {v['calls']:.1f} calls, {v['items']:.1f} items, {v['tokens_in']:.0f} tokens in, {v['tokens_out']:.0f} out"
                   for m, v in r["calls_per_query"].items()),

@@ -124,6 +124,11 @@ def level_report(session: BenchSession, records: list[QueryRecord], window: Wind
             "sources": total.sources,
             "capacity_usd_per_query": capacity_usd_per_query(session.settings.prices, out["throughput_qps"]),
         }
+        generated: dict[str, int] = {}
+        for u in usage:
+            if u.tokens_out:
+                generated[u.model] = generated.get(u.model, 0) + u.tokens_out
+        out["usage_per_query"] = {"completion_tokens": {m: t / n for m, t in sorted(generated.items())}}
     return out
 
 

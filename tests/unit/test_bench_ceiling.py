@@ -1,0 +1,64 @@
+"""The ceiling's replay keeps the pipeline's concurrency per question, and its sweep runs until saturation but
+never stops below the end-to-end best level (a ceiling measured where end to end had not peaked is no ceiling)."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.bench.modes.ceiling import Call, Plan, compare, sweep_stops
+
+
+def _complex_plan() -> Plan:
+    # as the final event reports a Complex query: grouped per (model, stage), in order of first call
+    calls = [
+        Call("router", "route", 1, 0, 1, 1),
+        Call("text_embedder", "embed", 2, 12, 0, 1),
+        Call("page_text_clip", "page_images", 1, 8, 0, 1),
+        Call("page_text_siglip", "page_images", 1, 8, 0, 1),
+        Call("reranker", "rerank", 12, 1600, 0, 1),
+        Call("vlm_relevance", "vlm_filter", 11, 90, 0, 1),
+        Call("vlm", "perception", 6, 400, 150, 3),
+        Call("text_embedder", "answer", 16, 380, 0, 1),
+    ]
+    return Plan("q", calls, ["text."])
+
+
+def test_the_schedule_follows_the_pipeline():
+    plan = _complex_plan()
+    assert plan.schedule() == [
+        [[(False, [0])]],  # route first
+        [[(False, [1]), (False, [4])],  # embed -> rerank ...
+         [(True, [2, 3]), (False, [5])]],  # ... beside both page-text towers at once -> the VLM filter
+        [[(True, [6])]],  # the perception calls at once
+        [[(False, [7])]],  # the extractive answer
+    ]
+    assert plan.describe() == (
+        "route:router -> [embed:text_embedder -> rerank:reranker] || "
+        "[page_images:page_text_clip & page_images:page_text_siglip -> vlm_filter:vlm_relevance] -> "
+        "perception:vlmx3 -> answer:text_embedder"
+    )
+    # an LLM answer: the uncertainty probes, then the answer stream, one after another
+    llm = Plan("q", [Call("llm", "llm", 1, 900, 60, 1), Call("llm", "uncertainty", 2, 1800, 40, 2)], [])
+    assert llm.schedule() == [[[(False, [1]), (False, [0])]]]
+
+
+def test_the_sweep_goes_past_the_end_to_end_best_level_then_stops_at_saturation():
+    level = lambda c, qps: {"concurrency": c, "throughput_qps": qps}
+    assert sweep_stops(None, level(1, 1.0), reach=4, gain=0.1) is None
+    # flat from 2 to 4, but end to end peaked at 4: the ceiling must be measured there and beyond
+    assert sweep_stops(level(2, 1.0), level(4, 1.0), reach=4, gain=0.1) is None
+    assert "from concurrency 4 to 8" in sweep_stops(level(4, 1.0), level(8, 1.05), reach=4, gain=0.1)
+    assert sweep_stops(level(4, 1.0), level(8, 1.2), reach=4, gain=0.1) is None
+
+
+def test_compare_reports_the_fraction_and_flags_a_ceiling_below_end_to_end():
+    load = {"best_closed_loop": {"throughput_qps": 0.8, "concurrency": 8},
+            "closed_loop": [{"completed": 10, "server": {"m": {"compute_ms": 2000.0}},
+                             "usage_per_query": {"completion_tokens": {"vlm": 150.0}}}]}
+    ceiling = {"best_qps": 1.0, "levels": [{"completed": 20, "server": {"m": {"compute_ms": 3000.0}},
+                                            "completion_tokens_per_question": {"vlm": 140.0}}]}
+    out = compare(load, ceiling)
+    assert out["fraction"] == pytest.approx(0.8) and not out["ceiling_below_end_to_end"]
+    assert out["compute_s_per_query"]["replay_over_end_to_end"] == pytest.approx(0.15 / 0.2)
+    assert out["completion_tokens_per_query"] == {"end_to_end": {"vlm": 150.0}, "replay": {"vlm": 140.0}}
+    assert compare(load, {**ceiling, "best_qps": 0.5})["ceiling_below_end_to_end"]
