@@ -76,7 +76,6 @@ class TritonServer:
         self.server_id = _new_server_id()
         self.log_path: Optional[Path] = None
         self.endpoints: Optional[TritonEndpoints] = None
-        self.launches = 0  # start() and every restart()
         self._process: Optional[subprocess.Popen] = None
         self._runtime_dir: Optional[Path] = None
         self._env_dirs_before: set[str] = set()
@@ -187,10 +186,10 @@ class TritonServer:
             # Triton binds with SO_REUSEADDR; a port really taken shows as _PortRace or as a start-up error.
             self._launch(installation, environment, self._runtime_dir / "backends", ports)
         except _PortRace:
-            self.stop(_keep_runtime_dir=True)
+            self.stop(_keep_runtime_dir=True, _graceful=False)
             raise TritonSetupError(f"another server answers on Triton's ports {ports}: cannot restart on them") from None
         except BaseException:
-            self.stop(_keep_runtime_dir=True)
+            self.stop(_keep_runtime_dir=True, _graceful=False)  # a half-started replacement: nothing to drain
             raise
         return self.endpoints
 
@@ -233,7 +232,6 @@ class TritonServer:
         env["PATH"] = f"{environment.bin_dir}{os.pathsep}{env.get('PATH', '')}"
         env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [environment.libdir, env.get("LD_LIBRARY_PATH")]))
         env.pop("VIRTUAL_ENV", None)
-        self.launches += 1
         self._env_dirs_before = set(glob.glob(PYTHON_ENV_GLOB))
         _become_subreaper()
         with open(self.log_path, "wb") as log:
