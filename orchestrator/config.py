@@ -59,6 +59,7 @@ class TritonSettings(_Section):
 
 
 class ServerSettings(_Section):
+    # Any address but loopback requires auth.tokens: the server refuses to start open to the network.
     host: str = "127.0.0.1"
     port: int = Field(50051, ge=0, le=65535)  # 0 picks a free port
     max_message_bytes: int = Field(64 * 1024 * 1024, gt=0)
@@ -66,6 +67,77 @@ class ServerSettings(_Section):
     max_upload_bytes: int = Field(50 * 1024 * 1024, gt=0)
     default_deadline_s: float = Field(120.0, gt=0)  # when the client sends no deadline
     shutdown_grace_s: float = Field(10.0, ge=0)
+    # Admission (backpressure): this many queries (and retrievals) run at once, this many more wait; past
+    # that a request is refused at once with RESOURCE_EXHAUSTED instead of growing everyone's latency.
+    max_concurrent_queries: int = Field(4, ge=1)
+    max_queued_queries: int = Field(16, ge=0)
+    max_concurrent_ingests: int = Field(2, ge=1)
+    max_queued_ingests: int = Field(8, ge=0)
+    # Folders whose files Ingest may name by server-side path (resolved, symlinks included); empty: none.
+    ingest_roots: tuple[Path, ...] = ()
+    # TLS: a certificate and its key switch it on; a client CA as well requires client certificates (mTLS).
+    tls_cert_file: Optional[Path] = None
+    tls_key_file: Optional[Path] = None
+    tls_client_ca_file: Optional[Path] = None
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> "ServerSettings":
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("server.tls_cert_file and server.tls_key_file go together")
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise ValueError("server.tls_client_ca_file (mTLS) needs server.tls_cert_file and tls_key_file")
+        return self
+
+    @property
+    def loopback(self) -> bool:
+        return self.host in LOOPBACK_HOSTS
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+class HttpSettings(_Section):
+    """The HTTP side: the OpenAI-compatible endpoint (/v1/chat/completions, /v1/models) and /metrics."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"  # not loopback: auth.tokens required, as for the gRPC server
+    port: int = Field(50052, ge=0, le=65535)  # 0 picks a free port
+
+
+class TokenGrant(_Section):
+    """One bearer token: who holds it, which collections it may touch and how much it may run at once."""
+
+    name: str = Field(min_length=1)  # appears in logs and metrics, never the token itself
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")  # hex digest of the token (`thinkserve token` makes both)
+    collections: tuple[str, ...] = ("*",)  # names, or "*" for every collection
+    write: bool = False  # may ingest, delete documents and create or delete collections
+    max_concurrent: int = Field(8, ge=1)  # requests of this token in flight (queued ones included)
+
+
+class AuthSettings(_Section):
+    # Tokens are required for every call once any is configured (and always off loopback). Only digests are
+    # stored: a leaked settings file leaks no token.
+    tokens: tuple[TokenGrant, ...] = ()
+
+    @model_validator(mode="after")
+    def _unique(self) -> "AuthSettings":
+        digests = [grant.sha256 for grant in self.tokens]
+        if len(set(digests)) != len(digests):
+            raise ValueError("auth.tokens: two grants have the same token")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.tokens)
+
+
+class ObservabilitySettings(_Section):
+    log_format: Literal["text", "json"] = "text"  # json: one object per line, with the request id
+    # OpenTelemetry spans per request and stage: off, console (stdout), or otlp (needs the
+    # opentelemetry-exporter-otlp package; endpoint below, or the exporter's own default).
+    tracing: Literal["off", "console", "otlp"] = "off"
+    otlp_endpoint: str = ""
+    service_name: str = "thinkserve"
 
 
 class StorageSettings(_Section):
@@ -274,6 +346,9 @@ class Settings(_Section):
     profile: str = "tiny"
     triton: TritonSettings = TritonSettings()
     server: ServerSettings = ServerSettings()
+    http: HttpSettings = HttpSettings()
+    auth: AuthSettings = AuthSettings()
+    observability: ObservabilitySettings = ObservabilitySettings()
     storage: StorageSettings = StorageSettings()
     retrieval: RetrievalSettings = RetrievalSettings()
     router: RouterSettings = RouterSettings()

@@ -9,13 +9,18 @@ from typing import Callable, Optional
 
 import grpc
 
-from .api.protos import pb_grpc
+from .api.gateway import Gateway
+from .api.http_server import HttpServer, check_exposure, server_credentials
+from .api.openai_http import openai_app
+from .api.protos import pb, pb_grpc
 from .api.service import ThinkServeService
 from .config import Settings
 from .errors import ConfigurationError, TritonUnavailableError
 from .knowledge.ingest import Ingestor
 from .knowledge.indexes import index_spec
 from .knowledge.store import KnowledgeBase
+from .observability.metrics import ServiceMetrics
+from .observability.tracing import Tracing, setup_tracing
 from .pipeline.query import QueryPipeline
 from .triton.client import TritonClient
 from .triton.contracts import ModelContract, all_contracts
@@ -27,7 +32,10 @@ log = logging.getLogger("thinkserve.deployment")
 
 
 class Deployment:
-    def __init__(self, settings: Settings, required_models: tuple[ModelContract, ...] = all_contracts()):
+    def __init__(
+        self, settings: Settings, required_models: tuple[ModelContract, ...] = all_contracts(), span_exporter=None
+    ):
+        check_exposure(settings)
         self.settings = settings
         self.required_models = required_models
         self.triton: Optional[TritonServer] = None
@@ -36,6 +44,11 @@ class Deployment:
         self.supervisor: Optional[TritonSupervisor] = None
         self.server: Optional[grpc.aio.Server] = None
         self.address: str = ""
+        self.gateway: Optional[Gateway] = None
+        self.http: Optional[HttpServer] = None
+        self.http_address: str = ""
+        self.tracing: Optional[Tracing] = None
+        self._span_exporter = span_exporter  # an OpenTelemetry SpanExporter to use instead of the configured one
 
     @property
     def triton_url(self) -> str:
@@ -58,19 +71,30 @@ class Deployment:
             models = TritonModels(self.triton_client)
             knowledge = KnowledgeBase(self.settings.storage.data_dir, index_spec(self.settings.index))
             ingestor = Ingestor(knowledge, models, self.settings.ingest, self.settings.tokenizer_file)
+            self.tracing = setup_tracing(self.settings.observability, self._span_exporter)
+            pipeline = QueryPipeline(self.settings, models, knowledge, ingestor.tokenizer, self.tracing.tracer)
+            self.gateway = Gateway(self.settings, pipeline, ServiceMetrics(), self.tracing.tracer)
             service = ThinkServeService(
-                self.settings,
-                models,
-                ingestor,
-                QueryPipeline(self.settings, models, knowledge, ingestor.tokenizer),
-                self.required_models,
+                self.settings, models, ingestor, self.gateway, self.required_models, self._triton_state
             )
             self.address = await self._start_server(service)
-            progress(f"orchestrator listening on {self.address}")
+            progress(f"orchestrator listening on {self.address}{' (TLS)' if self.settings.server.tls_cert_file else ''}")
+            if self.settings.http.enabled:
+                self.http = HttpServer(self.settings.http, self.settings.server, openai_app(self.gateway, knowledge.names))
+                self.http_address = await self.http.start()
+                progress(f"HTTP (OpenAI-compatible /v1, /metrics) on {self.http_address}")
             return self.address
         except BaseException:
             await self.stop()
             raise
+
+    def _triton_state(self) -> "pb.TritonState":
+        """Triton as Stats reports it: where, and what supervision has had to do."""
+        state = pb.TritonState(url=self.triton_url, supervised=self.triton is not None)
+        if self.supervisor is not None:
+            status = self.supervisor.status()
+            state.restarts, state.model_reloads, state.last_failure = status.restarts, status.model_reloads, status.last_failure
+        return state
 
     async def _start_server(self, service: ThinkServeService) -> str:
         limits = self.settings.server
@@ -82,8 +106,12 @@ class Deployment:
             ]
         )
         pb_grpc.add_ThinkServeServicer_to_server(service, self.server)
+        credentials = server_credentials(limits)
         try:
-            port = self.server.add_insecure_port(f"{limits.host}:{limits.port}")
+            if credentials is None:
+                port = self.server.add_insecure_port(f"{limits.host}:{limits.port}")
+            else:
+                port = self.server.add_secure_port(f"{limits.host}:{limits.port}", credentials)
         except RuntimeError:  # grpcio raises instead of returning 0 in recent versions
             port = 0
         if port == 0:
@@ -97,9 +125,17 @@ class Deployment:
         if self.supervisor is not None:
             await self.supervisor.stop()
             self.supervisor = None
+        if self.gateway is not None:
+            self.gateway.draining = True  # Health says so; new calls get UNAVAILABLE while running ones finish
+        if self.http is not None:
+            await self.http.stop(self.settings.server.shutdown_grace_s)
+            self.http = None
         if self.server is not None:
             await self.server.stop(self.settings.server.shutdown_grace_s)
             self.server = None
+        if self.tracing is not None:
+            self.tracing.shutdown()
+            self.tracing = None
         if self.triton_client is not None:
             await self.triton_client.close()
             self.triton_client = None
