@@ -4,7 +4,10 @@
                      [--collection NAME] [--documents PATH ...] [--workload FILE.jsonl | --questions N --seed S]
                      [--option KEY=VALUE ...] [--bench-config FILE] [--out DIR]
     thinkserve bench workload --out-file mix.jsonl ...     write the generated question mix for replay
-    thinkserve bench ingest|micro [--args "ARGS"]          the checkout's ingest / micro benchmarks
+    thinkserve bench micro [--micro faiss graph] [--vectors N ...] [--graph-chunks N ...]
+                                                          FAISS kinds and graph paths in process (orchestrator/bench/micro.py)
+    thinkserve bench ingest|micro [--args "ARGS"]          the checkout's ingest / micro benchmarks (micro: with --args,
+                                                          or --micro query_latency|triton_overhead|gpu_graph)
 
 Without --address the command starts its own deployment (Triton + orchestrator, the global --profile/--config)
 in a child process, ingests the documents (default: the sample report and generated PDFs) and stops it after.
@@ -25,6 +28,9 @@ from typing import Any, Optional
 from ..errors import ConfigurationError
 
 MODES = ("latency", "load", "cost", "ceiling", "ablations", "workload", "ingest", "micro")
+MICRO_IN_PROCESS = ("faiss", "graph")
+WRAPPED_MICRO = {"query_latency": "benchmarks.query_latency", "triton_overhead": "benchmarks.triton_overhead",
+                 "gpu_graph": "benchmarks.gpu_graph"}
 DEFAULT_OUT = Path("benchmarks/results/bench")
 
 
@@ -61,12 +67,25 @@ def add_bench_command(commands) -> None:
     run.add_argument("--warmup-seconds", type=float)
     run.add_argument("--no-open-loop", action="store_true")
     run.add_argument("--no-ceiling", action="store_true", help="load: skip the model-bound ceiling run")
-    run.add_argument("--ablations", nargs="+", help="ablations: run only these (default: all)")
+    run.add_argument("--ablations", nargs="+", help="ablations: run only these (default: all, with the deployment "
+                     "variants 'dynamic batching off' and 'int8 embedder' when the command starts the deployment)")
+    run.add_argument("--int8-repository", type=Path, help="ablations: the int8-embedder build (default: "
+                     "model_repository/<profile>-int8, built with thinkserve_build when missing)")
+    run.add_argument("--throughput-concurrency", type=int, default=4,
+                     help="ablations: closed-loop throughput windows of the baseline and deployment variants (0: none)")
     run.add_argument("--configs", nargs="+", choices=("routed", "simple", "moderate", "complex"),
                      help="latency: these configurations only (default: routed and each forced route)")
     run.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results folder")
     run.add_argument("--name", help="base name of the result files (default: bench-MODE)")
     run.add_argument("--no-plots", action="store_true")
+    micro = bench.add_argument_group("micro")
+    micro.add_argument("--micro", nargs="+", choices=MICRO_IN_PROCESS + tuple(WRAPPED_MICRO),
+                       help="micro: which benchmarks (default: faiss graph)")
+    micro.add_argument("--vectors", type=int, nargs="+", default=[10_000, 100_000, 1_000_000], help="micro faiss: collection sizes")
+    micro.add_argument("--index-kinds", nargs="+", default=["flat", "ivf", "hnsw"], choices=("flat", "ivf", "hnsw"))
+    micro.add_argument("--micro-queries", type=int, default=1000, help="micro faiss: questions for recall (300 of them timed)")
+    micro.add_argument("--graph-chunks", type=int, nargs="+", default=[10_000, 100_000], help="micro graph: chunks per graph")
+    micro.add_argument("--seed-sets", type=int, default=20, help="micro graph: seed sets timed per graph")
     run.add_argument("--args", dest="passthrough", default="",
                      help='ingest/micro: arguments for the wrapped benchmark, e.g. "--documents 4 --pages 8"; micro '
                           'may name one of its benchmarks first: "triton_overhead --rounds 3"')
@@ -110,8 +129,10 @@ def parse_mix(text: Optional[str]) -> Optional[dict[str, float]]:
 def cmd_bench(args) -> int:
     from ..cli import _settings
 
-    if args.mode in ("ingest", "micro"):
+    if args.mode == "ingest" or (args.mode == "micro" and args.passthrough and not args.micro):
         return run_wrapped(args.mode, args.passthrough)
+    if args.mode == "micro":
+        return run_micro(args, _settings(args))
     return asyncio.run(run_mode(args, _settings(args)))
 
 
@@ -143,7 +164,8 @@ async def run_mode(args, settings) -> int:
         questions=args.questions, seed=args.seed, mix=parse_mix(args.mix), options=options, rounds=args.rounds,
         concurrency=args.concurrency, qps=args.qps, open_loop=not args.no_open_loop, ceiling=not args.no_ceiling,
         ablations=args.ablations, configs=args.configs, out=args.out, name=args.name or f"bench-{args.mode}", plots=not args.no_plots,
-        out_file=args.out_file, command=command_line(),
+        out_file=args.out_file, command=command_line(), int8_repository=args.int8_repository,
+        throughput_concurrency=args.throughput_concurrency,
     )
     paths = await run.execute()
     for path in paths:
@@ -172,6 +194,29 @@ def run_wrapped(mode: str, passthrough: str) -> int:
         code = subprocess.run(command).returncode
         if code:
             return code
+    return 0
+
+
+def run_micro(args, settings) -> int:
+    """The in-process micro benchmarks (FAISS, graph) into one report; wrapped ones named in --micro run after."""
+    from .micro import faiss_micro, graph_micro, markdown
+    from .prices import BenchSettings
+    from .report import machine_info, write
+
+    chosen = args.micro or list(MICRO_IN_PROCESS)
+    payload: dict[str, Any] = {"command": command_line(), "machine": machine_info(settings, BenchSettings())}
+    if "faiss" in chosen:
+        payload["faiss"] = faiss_micro(args.vectors, args.index_kinds, args.micro_queries)
+    if "graph" in chosen:
+        payload["graph"] = graph_micro(args.graph_chunks, args.seed_sets)
+    if "faiss" in chosen or "graph" in chosen:
+        for path in write(args.out, args.name or "bench-micro", payload, markdown(payload)):
+            print(f"wrote {path}")
+    for name in chosen:
+        if name in WRAPPED_MICRO:
+            code = run_wrapped("micro", f"{name} {args.passthrough}")
+            if code:
+                return code
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,10 +45,30 @@ class Run:
     command: str = ""
     progress: Callable[[str], None] = print
 
+    int8_repository: Optional[Path] = None  # ablations: the int8-embedder build (default: built when missing)
+    throughput_concurrency: int = 4  # ablations: closed-loop windows of the deployment variants (0: none)
+    variants: dict = field(default_factory=dict)  # ablations: label -> (Target, VariantRepository, corpus), set by execute
+
     async def execute(self) -> list[Path]:
-        async with open_target(self.address, self.triton_url, self.settings, self.collection, self.documents, self.progress,
-                               self.token) as (target, corpus):
-            return await self.against(target, corpus)
+        import tempfile
+
+        from .target import default_documents
+        from .variants import VARIANTS, variant_targets
+
+        wanted = [v for v in VARIANTS if self.mode == "ablations" and (not self.ablations or v in self.ablations)]
+        if not wanted or self.address:
+            async with open_target(self.address, self.triton_url, self.settings, self.collection, self.documents, self.progress,
+                                   self.token) as (target, corpus):
+                return await self.against(target, corpus)
+        # deployment variants: the same documents for the baseline's deployment and each variant's
+        with tempfile.TemporaryDirectory(prefix="thinkserve-bench-variants-") as folder:
+            work = Path(folder)
+            documents = list(self.documents) if self.documents else default_documents(work / "documents")
+            async with open_target("", "", self.settings, self.collection, documents, self.progress) as (target, corpus):
+                async with variant_targets(self.settings, wanted, documents, self.collection, work, self.int8_repository,
+                                           self.progress) as variants:
+                    self.variants = variants
+                    return await self.against(target, corpus)
 
     async def against(self, target: Target, corpus: dict) -> list[Path]:
         """Run the mode against a target that is already up and loaded (the tests call this directly)."""
@@ -124,8 +145,31 @@ class Run:
         if self.mode == "ablations":
             from .modes.ablations import run_ablations
 
-            return await run_ablations(session, questions, self.rounds, self.options, self.ablations)
+            async with contextlib.AsyncExitStack() as stack:
+                sessions, notes = {}, {}
+                for label, (target, repository, corpus) in self.variants.items():
+                    sessions[label] = await stack.enter_async_context(BenchSession(target, self.bench, self.collection, self.progress))
+                    notes[label] = {"repository": repository.source, "models_changed": list(repository.changed), "corpus": corpus}
+                if "int8 embedder" in self.variants and session.triton is not None:
+                    from .variants import embedding_agreement
+
+                    texts = [q.question for q in questions] + await _evidence_texts(session, questions[:4])
+                    notes["int8 embedder"]["embedding_agreement"] = await embedding_agreement(
+                        session.target.triton_url, self.variants["int8 embedder"][0].triton_url, texts)
+                return await run_ablations(session, questions, self.rounds, self.options, self.ablations, sessions, notes,
+                                           self.throughput_concurrency)
         raise ValueError(f"unknown mode {self.mode}")
+
+
+async def _evidence_texts(session: BenchSession, questions: Sequence[WorkloadQuestion]) -> list[str]:
+    """The evidence texts a few questions retrieve (passages of the collection, to compare embeddings on)."""
+    texts: list[str] = []
+    for question in questions:
+        async for event in session.client.query(question.collection or session.collection, question.question,
+                                                route="simple", page_images=False, perception="off"):
+            if event.WhichOneof("event") == "evidence":
+                texts += [item.text for item in event.evidence.items if item.text]
+    return list(dict.fromkeys(texts))
 
 
 def _ceiling_markdown(payload: dict) -> str:

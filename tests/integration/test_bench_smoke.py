@@ -103,3 +103,39 @@ def test_ablations(target, workload, tmp_path):
     for data in configs.values():
         recall = data["recall"]
         assert recall["questions"] == 1 and 0.0 <= recall["recall"] <= 1.0  # the unanswerable one has no pages
+
+
+def test_ablations_with_a_deployment_variant(target, workload, triton_settings, tmp_path):
+    """A second Triton + orchestrator serving the repository without dynamic batching, in the same run: its
+    queries are interleaved with the baseline's, and the throughput windows measure both deployments."""
+    from orchestrator.bench.variants import NO_BATCHING, variant_targets
+    from orchestrator.triton.client import TritonClient
+    from tests.conftest import settings_with
+
+    async def main() -> dict:
+        settings = settings_with(triton_settings, tmp_path / "data")
+        async with variant_targets(settings, [NO_BATCHING], [SAMPLE_DOCUMENT], COLLECTION, tmp_path, progress=lambda _: None) as variants:
+            variant_target = variants[NO_BATCHING][0]
+            for url, batching in ((target.triton_url, True), (variant_target.triton_url, False)):
+                client = TritonClient(url, default_timeout_s=30)
+                try:
+                    assert (await client.model_config("text_embedder_encode")).HasField("dynamic_batching") is batching
+                finally:
+                    await client.close()
+            run = Run("ablations", Settings(), BENCH, COLLECTION, workload=workload, options=dict(FAST), out=tmp_path,
+                      name="ablations", progress=lambda _: None, ablations=[NO_BATCHING], throughput_concurrency=2, plots=False)
+            run.variants = variants
+            await run.against(target, {})
+        return json.loads((tmp_path / "ablations.json").read_text())
+
+    result = asyncio.run(main())["result"]
+    assert list(result["configs"]) == ["complex (all stages)", NO_BATCHING] and result["deployment_variants"] == [NO_BATCHING]
+    variant = result["configs"][NO_BATCHING]
+    assert "text_embedder_encode" in variant["deployment"]["models_changed"]
+    assert all(r["status"] == "ok" and r["route"] == "complex" for r in variant["records"])
+    assert variant["records"][0]["server"]["text_embedder_encode"]["requests"] >= 1  # its own Triton's statistics
+    throughput = result["throughput"]
+    assert set(throughput) == {"complex (all stages)", NO_BATCHING}
+    assert all(row["windows"] == 2 and row["throughput_qps"] > 0 for row in throughput.values())
+    assert throughput["complex (all stages)"]["versus_baseline"] == pytest.approx(1.0)
+    assert result["not_in_this_run"] == []  # the int8 variant was not asked for

@@ -7,8 +7,12 @@ choose). Questions are interleaved across configurations (question 1 under every
 on the server with Triton's statistics snapshotted around it. Recall: the share of a question's expected pages
 among the first 5 evidence items (generated or replayed questions with expected pages only).
 
-Switches that need another deployment (dynamic batching off, the int8 embedder) are not per-request: they are
-not in this run.
+Switches that need another deployment (dynamic batching off, the int8 embedder; orchestrator/bench/variants.py)
+run against a deployment of their own, started in the same run and loaded with the same documents, with the
+baseline's options: their queries are interleaved with the others like any configuration. Dynamic batching
+matters when requests meet, which one query alone on the server rarely shows, so those deployments (and the
+baseline's) also get closed-loop throughput windows at a fixed concurrency, in the order A B C C B A to spread
+drift.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from ..summary import recall_summary, summarize
 from ..workload import WorkloadQuestion
 
 RECALL_K = 5
+DEPLOYMENT_VARIANTS = ("dynamic batching off", "int8 embedder")  # orchestrator/bench/variants.py
 BASELINE = "complex (all stages)"
 ABLATIONS: dict[str, dict[str, Any]] = {
     BASELINE: {"route": "complex"},
@@ -38,22 +43,31 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 
 
 async def run_ablations(session: BenchSession, questions: Sequence[WorkloadQuestion], rounds: int = 1,
-                        common: Optional[dict[str, Any]] = None, names: Optional[Sequence[str]] = None) -> dict:
+                        common: Optional[dict[str, Any]] = None, names: Optional[Sequence[str]] = None,
+                        variants: Optional[dict[str, BenchSession]] = None, variant_notes: Optional[dict[str, dict]] = None,
+                        throughput_concurrency: int = 0) -> dict:
+    """`variants`: deployment-level configurations, each a session on its own deployment, run with the
+    baseline's options. `throughput_concurrency` > 0: closed-loop windows at that concurrency for the
+    baseline and each variant."""
+    variants = dict(variants or {})
     chosen = {name: ABLATIONS[name] for name in (names or ABLATIONS) if name in ABLATIONS}
     if BASELINE not in chosen:
         chosen = {BASELINE: ABLATIONS[BASELINE], **chosen}
-    unknown = set(names or ()) - set(ABLATIONS)
+    unknown = set(names or ()) - set(ABLATIONS) - set(variants) - set(DEPLOYMENT_VARIANTS)
     options = {name: {**(common or {}), **switches} for name, switches in chosen.items()}
+    sessions = {name: session for name in options}
+    for label, other in variants.items():
+        options[label], sessions[label] = options[BASELINE], other
     labels = list(options)
     for label in labels:
-        await session.warm_up(questions[:1], options[label])
+        await sessions[label].warm_up(questions[:1], options[label])
     records: dict[str, list] = {label: [] for label in labels}
     session.progress(f"ablations: {len(labels)} configurations x {len(questions) * rounds} questions, interleaved")
     for round_number in range(rounds):
         for i, question in enumerate(questions):
             shift = (i + round_number) % len(labels)
             for label in labels[shift:] + labels[:shift]:
-                records[label].append(await session.sequential(question, label, options[label]))
+                records[label].append(await sessions[label].sequential(question, label, options[label]))
     by_question = {q.id: q for q in questions}
     configs = {}
     for label, rs in records.items():
@@ -68,11 +82,53 @@ async def run_ablations(session: BenchSession, questions: Sequence[WorkloadQuest
             "cost": _ratio(s["cost"].get("hardware_usd_per_query"), base["cost"].get("hardware_usd_per_query")),
             "tokens": _ratio(s["cost"].get("tokens_per_query"), base["cost"].get("tokens_per_query")),
         }
+    for label in variants:
+        configs[label]["deployment"] = (variant_notes or {}).get(label, {})
+    throughput = {}
+    if throughput_concurrency > 0 and variants:
+        throughput = await throughput_windows({BASELINE: session, **variants}, questions, options[BASELINE], throughput_concurrency)
+    missing = [name for name in DEPLOYMENT_VARIANTS if name not in variants and (not names or name in names)]
     return {"mode": "ablations", "rounds": rounds, "questions": len(questions), "recall_k": RECALL_K,
             "server_stats": session.server_stats, "baseline": BASELINE, "configs": configs,
+            "deployment_variants": list(variants), "throughput": throughput,
             "unknown_names": sorted(unknown),
-            "not_in_this_run": ["dynamic batching on/off and int8 vs fp32 embedder need a differently built model "
-                                "repository and their own deployment"]}
+            "not_in_this_run": [f"{name}: needs a deployment of its own, which only a self-started run makes" for name in missing]}
+
+
+async def throughput_windows(sessions: dict[str, BenchSession], questions: Sequence[WorkloadQuestion], options: dict[str, Any],
+                             concurrency: int) -> dict:
+    """Closed-loop throughput of each deployment at one concurrency: windows in the order A B C C B A, pooled."""
+    from .load import closed_level
+
+    order = list(sessions) + list(reversed(sessions))
+    levels: dict[str, list[dict]] = {label: [] for label in sessions}
+    for n, label in enumerate(order):
+        sessions[label].progress(f"ablations: throughput of {label!r} at concurrency {concurrency} (window {n + 1}/{len(order)})")
+        levels[label].append(await closed_level(sessions[label], questions, concurrency, options, offset=n * 5))
+    base = None
+    out = {}
+    for label, windows in levels.items():
+        completed, wall = sum(w["completed"] for w in windows), sum(w["wall_s"] for w in windows)
+        out[label] = {"concurrency": concurrency, "windows": len(windows), "completed": completed, "wall_s": wall,
+                      "throughput_qps": completed / wall if wall else 0.0,
+                      "errors": sum(w["errors"] for w in windows), "rejected": sum(w["rejected"] for w in windows),
+                      "per_window_qps": [w["throughput_qps"] for w in windows],
+                      "latency_p50_ms_per_window": [w["latency"]["client"]["p50_ms"] for w in windows],
+                      "batches": _batches(windows)}
+        base = base or out[label]["throughput_qps"]
+        out[label]["versus_baseline"] = _ratio(out[label]["throughput_qps"], base)
+    return out
+
+
+def _batches(windows: list[dict]) -> dict[str, dict[str, int]]:
+    """Executions per batch size per leaf model, summed over the windows (shows whether batching happened)."""
+    out: dict[str, dict[str, int]] = {}
+    for window in windows:
+        for model, row in (window.get("server") or {}).items():
+            for size, count in row["batches"].items():
+                out.setdefault(model, {})
+                out[model][size] = out[model].get(size, 0) + count
+    return {m: dict(sorted(b.items(), key=lambda kv: int(kv[0]))) for m, b in sorted(out.items())}
 
 
 def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
@@ -100,7 +156,34 @@ def markdown(payload: dict) -> str:
             f"{_usd(c.get('hardware_usd_per_1000_queries'))} | {_x(v['cost'])} | {c.get('tokens_per_query', 0):,.0f} | "
             f"{'' if recall is None else f'{recall:.2f}'} | {_counts(s['answer_sources'])} | {s['degraded']} |"
         )
-    lines += ["", "Not in this run: " + "; ".join(r["not_in_this_run"]), ""]
+    for label in r.get("deployment_variants", []):
+        note = r["configs"][label].get("deployment", {})
+        agreement = note.get("embedding_agreement")
+        lines += ["", f"`{label}`: its own Triton + orchestrator in this run, serving {note.get('repository', '')} "
+                  f"(models changed: {', '.join(note.get('models_changed', []))}), loaded with the same documents, asked "
+                  f"with the baseline's options."]
+        if agreement:
+            lines += [f"Embeddings int8 vs fp32 on {agreement['texts']} texts (questions and evidence): mean cosine "
+                      f"{agreement['mean_cosine']:.4f}, 5th percentile {agreement['p5_cosine']:.4f}, min {agreement['min_cosine']:.4f}."]
+    if r.get("throughput"):
+        t = r["throughput"]
+        first = next(iter(t.values()))
+        lines += ["", f"Throughput of the deployments, closed loop at concurrency {first['concurrency']} with the baseline's "
+                  f"options, {first['windows']} windows each in the order A B C C B A (pooled: completed / measured seconds):", "",
+                  "| deployment | throughput q/s | x baseline | per window q/s | p50 ms per window | errors | rejected |",
+                  "|---|---:|---:|---|---|---:|---:|"]
+        for label, row in t.items():
+            lines.append(f"| {label} | {row['throughput_qps']:.3f} | {_x(row['versus_baseline'])} | "
+                         f"{', '.join(f'{q:.2f}' for q in row['per_window_qps'])} | "
+                         f"{', '.join('' if v is None else f'{v:,.0f}' for v in row['latency_p50_ms_per_window'])} | "
+                         f"{row['errors']} | {row['rejected']} |")
+        lines += ["", "Batch sizes Triton executed in those windows (size x executions), embedder and reranker:", ""]
+        for label, row in t.items():
+            shown = {m: b for m, b in row["batches"].items() if m in ("text_embedder_encode", "reranker_score")}
+            lines.append(f"- {label}: " + "; ".join(f"{m} " + " ".join(f"{k}x{v}" for k, v in b.items()) for m, b in shown.items()))
+    if r["not_in_this_run"]:
+        lines += ["", "Not in this run: " + "; ".join(r["not_in_this_run"])]
+    lines += [""]
     if "plots" in payload:
         lines += [f"![{name}]({path})" for name, path in payload["plots"].items()] + [""]
     return "\n".join(lines)
