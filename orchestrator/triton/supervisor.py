@@ -13,7 +13,8 @@ Every `triton.supervise_interval_s` the supervisor
   each one's command line names its model and instance) and reloads a model whose stub disappeared;
 - is also told of calls that failed with "Stub process ... is not healthy" (a listener on the client), which
   catches a stub that hangs rather than dies, and wakes up at once to check (a failed call that started before
-  the model's last reload or the server's last restart is old news and ignored).
+  the model's last reload or the server's last restart is old news and ignored). A model's remaining stubs are
+  killed before it is reloaded: Triton leaves a hung one running beside its replacement.
 A reload that fails is tried again after a doubling pause (the models that were serving, an ensemble that went
 down with its composing model included, are all brought back); a reload Triton does not finish within
 `triton.reload_timeout_s` means its model repository is stuck (2.51 never answers the load of a python model
@@ -28,8 +29,11 @@ With an external Triton (`triton.url`), which it neither owns nor may restart, i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import re
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Literal, Optional
@@ -269,6 +273,10 @@ class TritonSupervisor:
         started = time.monotonic()
         for instance in [i for i, m in self._known.items() if m == model]:
             del self._known[instance]  # its new stubs are learnt once the reload is done
+        for stub in self.server.stub_processes():
+            if stub.model == model:  # a hung stub would outlive the reload (and slow the unload): end it first
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(stub.pid, signal.SIGKILL)
         timeout = self.settings.reload_timeout_s
         try:
             # `expected`: after a failed attempt the ensemble went down with the model; bring it back too

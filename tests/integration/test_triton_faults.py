@@ -9,6 +9,7 @@ restarts the server or reloads a model; the client's retries and circuit breaker
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import glob
 import logging
 import os
@@ -194,6 +195,26 @@ def answered_with(address: str, model: str) -> Outcome:
         outcome = wait_for(lambda: (lambda o: o if o.status == "OK" else None)(ask(client)), 30, "an answer")
     assert not outcome.degraded and model in outcome.models, outcome
     return outcome
+
+
+def test_a_hung_stub_is_reported_by_the_failed_call_and_the_model_reloaded(faulty):
+    """A stub that hangs (SIGSTOP) is still in the process table, so only the failing call tells: "Stub process
+    '<instance>' is not healthy" reaches the supervisor through the client's failure listener."""
+    deployment, supervisor = faulty.deployment, faulty.deployment.supervisor
+    before = supervisor.status().reloads_by_model.get("reranker_score", 0)
+    (stub,) = [s for s in deployment.triton.stub_processes() if s.model == "reranker_score"]
+    os.kill(stub.pid, signal.SIGSTOP)
+    try:
+        with ThinkServeClient(faulty.address, timeout_s=DEADLINE_S) as client:
+            hurt = ask(client)  # the reranker is optional: skipped, the answer is degraded, and the stub reported
+        wait_for(lambda: supervisor.status().reloads_by_model.get("reranker_score", 0) > before, 30, "the reload")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(stub.pid, signal.SIGCONT)
+    assert hurt.status == "OK" and hurt.degraded and "Stub process 'reranker_score_0_0' is not healthy" in hurt.detail, hurt
+    assert "a call to reranker failed: Stub process 'reranker_score_0_0' is not healthy" in supervisor.status().last_failure
+    assert stub.pid not in {s.pid for s in deployment.triton.stub_processes()}
+    answered_with(faulty.address, "reranker")
 
 
 def test_a_failed_reload_is_tried_again_after_a_pause_and_brings_the_ensemble_back(faulty):
