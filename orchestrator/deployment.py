@@ -73,7 +73,9 @@ class Deployment:
             ingestor = Ingestor(knowledge, models, self.settings.ingest, self.settings.tokenizer_file)
             self.tracing = setup_tracing(self.settings.observability, self._span_exporter)
             pipeline = QueryPipeline(self.settings, models, knowledge, ingestor.tokenizer, self.tracing.tracer)
-            self.gateway = Gateway(self.settings, pipeline, ServiceMetrics(), self.tracing.tracer)
+            metrics = ServiceMetrics()
+            metrics.track_triton(self.triton_client.health_snapshot, lambda: self.supervisor and self.supervisor.status())
+            self.gateway = Gateway(self.settings, pipeline, metrics, self.tracing.tracer)
             service = ThinkServeService(
                 self.settings, models, ingestor, self.gateway, self.required_models, self._triton_state
             )

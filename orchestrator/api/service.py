@@ -89,10 +89,15 @@ class ThinkServeService(pb_grpc.ThinkServeServicer):
     @unary
     async def Health(self, request, context, call: Call):
         ready = await asyncio.gather(*(self.models.client.model_ready(c.name) for c in self.required_models))
-        models = [
-            pb.ModelHealth(name=c.name, ready=ok, detail="" if ok else "not ready in Triton")
-            for c, ok in zip(self.required_models, ready)
-        ]
+        breakers = self.models.client.health_snapshot().breakers
+        models = []
+        for contract, ok in zip(self.required_models, ready):
+            breaker = breakers.get(contract.name)
+            detail = "" if ok else "not ready in Triton"
+            if ok and breaker is not None and breaker.state == "open":  # READY in Triton, yet its calls fail
+                ok, detail = False, f"circuit breaker open after {breaker.consecutive_failures} failures: {breaker.last_failure}"
+            models.append(pb.ModelHealth(name=contract.name, ready=ok, detail=detail))
+        ready = [m.ready for m in models]
         return pb.HealthResponse(
             serving=all(ready) and not self.gateway.draining, models=models, version=__version__,
             profile=self.settings.profile, draining=self.gateway.draining,

@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from ..pipeline.events import FinalAnswerEvent
@@ -71,6 +73,11 @@ class ServiceMetrics:
             self.in_flight.labels(name).set_function(lambda read=read: read()[0])
             self.queued.labels(name).set_function(lambda read=read: read()[1])
 
+    def track_triton(self, client_health: Callable[[], object], supervisor_status: Callable[[], object]) -> None:
+        """Breaker states, retries and supervision counters, read at scrape time from the Triton client
+        (`TritonClient.health_snapshot`) and the supervisor (`TritonSupervisor.status`, None when there is none)."""
+        self.registry.register(_TritonCollector(client_health, supervisor_status))
+
     def request_done(self, method: str, code: str, seconds: float) -> None:
         self.requests.labels(method, code).inc()
         self.request_time.labels(method).observe(seconds * 1000.0)
@@ -90,3 +97,30 @@ class ServiceMetrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _TritonCollector(Collector):
+    def __init__(self, client_health: Callable[[], object], supervisor_status: Callable[[], object]):
+        self.client_health = client_health
+        self.supervisor_status = supervisor_status
+
+    def collect(self):
+        health = self.client_health()
+        open_ = GaugeMetricFamily(
+            "thinkserve_model_breaker_open", "1 while the model's circuit breaker fails calls fast", labels=["model"]
+        )
+        failures = CounterMetricFamily(
+            "thinkserve_model_unavailable", "Calls that found the model unavailable", labels=["model"]
+        )
+        for model, breaker in health.breakers.items():
+            open_.add_metric([model], 1.0 if breaker.state == "open" else 0.0)
+            failures.add_metric([model], breaker.total_failures)
+        yield open_
+        yield failures
+        yield CounterMetricFamily("thinkserve_triton_retries", "Triton calls retried after UNAVAILABLE", value=health.retries)
+        status = self.supervisor_status()
+        if status is not None:
+            yield CounterMetricFamily("thinkserve_triton_restarts", "Triton restarts by the supervisor", value=status.restarts)
+            yield CounterMetricFamily(
+                "thinkserve_triton_model_reloads", "Models reloaded after their stub died", value=status.model_reloads
+            )

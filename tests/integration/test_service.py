@@ -345,6 +345,8 @@ def test_request_ids_metrics_and_spans(secured):
     assert {s.name for s in stages} >= {"stage.route", "stage.embed", "stage.retrieval", "stage.answer"}
     assert request.attributes["thinkserve.status"] == "OK" and request.attributes["thinkserve.principal"] == "alpha"
 
+    with secured.client("beta") as beta:
+        status_of(lambda: beta.query("alpha", QUESTION))  # one refusal to count
     metrics = httpx.get(f"{secured.http}/metrics", timeout=10).text
     assert _sample(metrics, "retrieval_time_ms_count") >= 1
     assert _sample(metrics, "rag_ttft_ms_count") >= 1
@@ -352,16 +354,20 @@ def test_request_ids_metrics_and_spans(secured):
     assert _sample(metrics, 'thinkserve_requests_total{code="PERMISSION_DENIED",method="Query"}') >= 1
     assert _sample(metrics, 'thinkserve_model_tokens_total{direction="in",model="text_embedder"}') > 0
     assert 'thinkserve_in_flight_requests{pool="queries"}' in metrics
+    assert _sample(metrics, 'thinkserve_model_breaker_open{model="text_embedder"}') == 0
+    assert _sample(metrics, "thinkserve_triton_retries_total") >= 0
     with secured.client("alpha") as alpha:
         queries = next(p for p in alpha.stats().pools if p.pool == "queries")
-    rejected = _sample(metrics, 'thinkserve_rejected_total{pool="queries",reason="queue_full"}')
+    rejected = _sample(metrics, 'thinkserve_rejected_total{pool="queries",reason="queue_full"}', default=0.0)
     assert rejected == queries.rejected["queue_full"]  # each refusal counted once (the overload test makes some)
 
 
-def _sample(exposition: str, series: str) -> float:
+def _sample(exposition: str, series: str, default=None) -> float:
     for line in exposition.splitlines():
         if line.startswith(series + " "):
             return float(line.rsplit(" ", 1)[1])
+    if default is not None:  # a labelled counter appears once it is first counted
+        return default
     family = series.split("{")[0]
     raise AssertionError(f"{series} not in the metrics: {[l for l in exposition.splitlines() if l.startswith(family)]}")
 
