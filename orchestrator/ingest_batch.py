@@ -67,8 +67,8 @@ async def ingest_paths(
         print("no documents found (PDF, PNG, JPEG, Markdown, text, or folders with a *_content_list.json)", file=out)
         return 0
     on_ray = [i for i, (path, _) in enumerate(documents) if ray is not None and parsed_on_ray(path)]
-    session = RaySession(ray).start(log=lambda line: print(line, file=sys.stderr)) if on_ray else None
     weights = {path: estimated_pages(path) for path, _ in documents}
+    session = RaySession(ray).start(log=lambda line: print(line, file=sys.stderr)) if on_ray else None
     totals = BatchTotals()
     limit = asyncio.Semaphore(max(1, concurrency))  # uploads in flight, from either source
     bar = tqdm(total=sum(weights.values()), unit="page", file=sys.stderr, dynamic_ncols=True)

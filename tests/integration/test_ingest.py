@@ -220,3 +220,37 @@ def test_llm_extraction_and_vlm_descriptions_go_through_triton(triton, tmp_path,
     snapshot = KnowledgeBase(tmp_path, read_only=True).collection("models").snapshot
     table = next(e for e in snapshot.evidence if e.block_type == "table")
     assert table.text.startswith("Table: " + report_pdf.table_caption)  # caption first, then the VLM's words
+
+
+def test_a_content_list_with_its_original_takes_pages_and_page_images_from_it(client, running_orchestrator, tmp_path):
+    """MinerU output folders that carry `<name>_origin.pdf` (MinerU 1.x-3.x, `ingest --ray`): the PDF gives the
+    page count (blank last pages included) and the page images; an original that does not fit is not used."""
+    origin = pdf_factory.write_long_pdf(tmp_path / "long.pdf", 3).read_bytes()
+    items = [{"type": "text", "text": "Section 1 of the long document.", "bbox": [100, 100, 900, 140], "page_idx": 0}]
+
+    def archive(items, origin_bytes) -> bytes:
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w") as bundle:
+            bundle.writestr("long/long_content_list.json", json.dumps(items))
+            bundle.writestr("long/long_origin.pdf", origin_bytes)
+            bundle.writestr("long/long_layout.pdf", b"%PDF- MinerU's debug render, never read")
+        return buffer.getvalue()
+
+    report = client.ingest("origins", archive(items, origin), "long")
+    assert report.document.pages == 3 and not report.document.warnings
+    snapshot = stored(running_orchestrator, "origins")
+    assert [p.page for p in snapshot.pages] == [0, 1, 2]
+    assert {family: index.size for family, index in snapshot.page_indexes.items()} == {"clip": 3, "siglip": 3}
+
+    beyond = items + [{"type": "text", "text": "A page the original lacks.", "bbox": [100, 100, 900, 140], "page_idx": 4}]
+    report = client.ingest("origins", archive(beyond, origin), "beyond")
+    assert report.document.pages == 5
+    assert any("items on page 5 but long_origin.pdf has 3: no page images" in w for w in report.document.warnings)
+    snapshot = stored(running_orchestrator, "origins")
+    assert not [p for p in snapshot.pages if p.document_id == report.document.document_id]
+
+    huge = pdf_factory.write_long_pdf(tmp_path / "huge.pdf", 2000).read_bytes()
+    with pytest.raises(grpc.RpcError) as refused:
+        client.ingest("origins", archive(items, huge), "huge")
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "'huge' has 2000 pages; the limit is ingest.max_pages = 1000" in refused.value.details()
