@@ -62,3 +62,15 @@ def test_compare_reports_the_fraction_and_flags_a_ceiling_below_end_to_end():
     assert out["compute_s_per_query"]["replay_over_end_to_end"] == pytest.approx(0.15 / 0.2)
     assert out["completion_tokens_per_query"] == {"end_to_end": {"vlm": 150.0}, "replay": {"vlm": 140.0}}
     assert compare(load, {**ceiling, "best_qps": 0.5})["ceiling_below_end_to_end"]
+
+
+def test_the_answer_stage_embeds_evidence_and_description_sentences_as_the_pipeline_cuts_them():
+    from orchestrator.bench.modes.ceiling import answer_sentences
+    from orchestrator.pipeline.extractive import MAX_SENTENCE_CHARS
+
+    rambling = " ".join(f"tok{i}" for i in range(200))  # a random-weight VLM's description: one long "sentence"
+    evidence = ["Revenue grew by twelve percent in Europe. Too short. Revenue grew by twelve percent in Europe."]
+    out = answer_sentences(evidence, [rambling])
+    assert out[0] == rambling[:MAX_SENTENCE_CHARS] and len(out[0]) == MAX_SENTENCE_CHARS
+    assert out[1:] == ["Revenue grew by twelve percent in Europe."]  # fragments dropped, repeats once
+    assert answer_sentences(evidence, []) == ["Revenue grew by twelve percent in Europe."]

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import io
 import itertools
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
@@ -170,17 +169,35 @@ class ReplayTally:
         self.completion_tokens[model] = self.completion_tokens.get(model, 0) + tokens
 
 
+def answer_sentences(texts: Sequence[str], descriptions: Sequence[str]) -> list[str]:
+    """What the extractive answer embeds, as candidate_sentences cuts it: the sentences of the evidence and of
+    the VLM's descriptions (at least MIN_SENTENCE_WORDS words, at most MAX_SENTENCE_CHARS characters).
+    Descriptions first: a random-weight VLM writes long unpunctuated text, and its one long "sentence" sets
+    the padding of the whole batch, as it does end to end."""
+    from ...knowledge.extraction import split_sentences
+    from ...pipeline.extractive import MAX_SENTENCE_CHARS, MIN_SENTENCE_WORDS
+
+    out = []
+    for text in [*descriptions, *texts]:
+        for sentence in split_sentences(text or ""):
+            sentence = " ".join(sentence.split())
+            if len(sentence.split()) >= MIN_SENTENCE_WORDS:
+                out.append(sentence[:MAX_SENTENCE_CHARS])
+    return list(dict.fromkeys(out))
+
+
 async def replay(models: TritonModels, plan: Plan, images: list[bytes], tally: Optional[ReplayTally] = None) -> None:
     """One question's model calls through Triton directly, with the pipeline's concurrency (Plan.schedule)."""
     words = _words(plan.texts + [plan.question])
+    described: list[str] = []  # this replay's perception outputs: the answer stage embeds their sentences
 
     async def step(concurrent: bool, indexes: list[int]) -> None:
         work = [(n, k) for n in indexes for k in range(plan.calls[n].calls)]
         if concurrent:
-            await asyncio.gather(*(_one_call(models, plan, n, words, images, tally) for n, _ in work))
+            await asyncio.gather(*(_one_call(models, plan, n, words, images, tally, described) for n, _ in work))
         else:
             for n, _ in work:
-                await _one_call(models, plan, n, words, images, tally)
+                await _one_call(models, plan, n, words, images, tally, described)
 
     async def branch(steps: list[tuple[bool, list[int]]]) -> None:
         for concurrent, indexes in steps:
@@ -194,14 +211,14 @@ async def replay(models: TritonModels, plan: Plan, images: list[bytes], tally: O
 
 
 async def _one_call(models: TritonModels, plan: Plan, n: int, words: list[str], images: list[bytes],
-                    tally: Optional[ReplayTally]) -> None:
+                    tally: Optional[ReplayTally], described: Optional[list[str]] = None) -> None:
     """One call of row `n`'s shape (items per call, tokens per item)."""
     call = plan.calls[n]
     per_call = max(1, call.items // call.calls)
     tokens_each = max(1, call.tokens_in // max(1, call.items))
-    if call.model == contracts.TEXT_EMBEDDER.name and call.stage == "answer" and plan.texts:
-        # the extractive answer embeds the evidence's own sentences: their uneven lengths set the padding
-        sentences = [s for t in plan.texts for s in re.split(r"(?<=[.!?])\s+", t) if s.strip()]
+    sentences = answer_sentences(plan.texts, described or []) if call.stage == "answer" else []
+    if call.model == contracts.TEXT_EMBEDDER.name and sentences:
+        # the extractive answer embeds the evidence's sentences and the descriptions': their lengths set the padding
         await models.embed([sentences[i % len(sentences)] for i in range(per_call)])
     elif call.model == contracts.TEXT_EMBEDDER.name:
         await models.embed([_text(words, int(tokens_each * WORDS_PER_TOKEN), i * 13) for i in range(per_call)])
@@ -218,12 +235,15 @@ async def _one_call(models: TritonModels, plan: Plan, n: int, words: list[str], 
         pictures = [images[i % len(images)] for i in range(per_call - 1)] if call.model == contracts.VLM.name else []
         prompt = plan.prompts.get(n) or _text(words, max(1, call.tokens_in // call.calls), n)
         options = GenerationOptions(max_tokens=max(1, call.tokens_out // call.calls))
-        generated = 0
+        generated, parts = 0, []
         async with models.generate(prompt, options, pictures) as chunks:
             async for chunk in chunks:
                 generated = chunk.completion_tokens or generated
+                parts.append(chunk.text)
         if tally is not None:
             tally.add(call.model, generated)
+        if call.stage == "perception" and described is not None:
+            described.append("".join(parts).strip())
 
 
 async def ceiling_level(session: BenchSession, models: TritonModels, plans: list[Plan], concurrency: int, images: list[bytes]) -> dict:
