@@ -63,3 +63,11 @@ def test_models_whose_config_differs_are_taken_from_the_other_build(tmp_path):
     assert not (tmp_path / "variant" / "text_embedder_encode" / "1" / "encoder.onnx").exists()
     assert (tmp_path / "variant" / "reranker" / "config.pbtxt").stat().st_ino == (tiny / "reranker" / "config.pbtxt").stat().st_ino
     assert sorted(p.name for p in (tmp_path / "variant").iterdir()) == sorted(p.parent.name for p in tiny.glob("*/config.pbtxt"))
+
+
+def test_self_started_deployments_take_free_ports_so_several_can_run(tmp_path):
+    from orchestrator.bench.target import bench_settings_for
+    from orchestrator.config import Settings
+
+    settings = bench_settings_for(Settings(server={"port": 50051}, http={"port": 50052}), tmp_path)
+    assert (settings.server.port, settings.http.port) == (0, 0) and settings.storage.data_dir == tmp_path
