@@ -180,7 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
                 "--ray", action="store_true",
                 help='parse PDFs and images with MinerU on a Ray cluster, then upload the results (pip install "thinkserve[ray]")',
             )
-            command.add_argument("--ray-address", help="an existing Ray cluster (default: start a local one for this run)")
+            command.add_argument(
+                "--ray-address", help="an existing Ray cluster (default: RAY_ADDRESS, else a local one started for this run)"
+            )
             command.add_argument("--ray-cpus", type=int, help="CPUs of the local Ray cluster (default: every core)")
         if name == "documents":
             command.add_argument("--collection", required=True)

@@ -14,6 +14,10 @@ have nothing to parse and are uploaded directly.
   runs), so re-ingesting unchanged documents finds them already present, though only after parsing them again.
 - A document that fails to parse (corrupt PDF, MinerU error, timeout) fails alone: the map step never raises
   (one raising row would stop the whole dataset), it returns the error's gRPC status name and message instead.
+- The cluster: --ray-address (or Ray's RAY_ADDRESS) joins an existing one; otherwise a local cluster is started
+  for the run (`address="local"`, so a cluster left running by `ray start` is not joined by accident) and
+  stopped after it, with Ray's usage reporting off. Ray 2.60 turns token authentication on for local clusters
+  (it writes ~/.ray/auth_token); joining a cluster that uses it needs RAY_AUTH_MODE=token and its token.
 - Workers read the documents from their paths: on a cluster of several machines the paths must be readable at
   the same place on every node (a shared file system), and every node needs `thinkserve[ray]` installed.
 - Ray is an optional extra, imported only here and only when --ray is used.
@@ -43,7 +47,7 @@ BUFFERED_RESULTS = 2  # parsed zips held by the driver beyond the uploads in fli
 
 @dataclass(frozen=True)
 class RayOptions:
-    address: Optional[str] = None  # None: start a local cluster for this run (or join RAY_ADDRESS if set)
+    address: Optional[str] = None  # None: join RAY_ADDRESS if set, else start a local cluster for this run
     num_cpus: Optional[int] = None  # local cluster only; None: every core
     cpus_per_parse: float = 1.0
     mineru: MineruOptions = field(default_factory=MineruOptions)
@@ -111,13 +115,21 @@ class RaySession:
             if options.address:
                 log(f"connecting to the Ray cluster at {options.address} ...")
                 ray.init(address=options.address, **quiet)
+            elif os.environ.get("RAY_ADDRESS"):  # Ray's own way of naming a cluster to join
+                log(f"connecting to the Ray cluster at RAY_ADDRESS={os.environ['RAY_ADDRESS']} ...")
+                ray.init(num_cpus=options.num_cpus, **quiet)
             else:
-                cpus = f"{options.num_cpus} CPUs" if options.num_cpus else "all cores"
-                log(f"starting a local Ray cluster ({cpus}) ..." if not os.environ.get("RAY_ADDRESS") else "joining RAY_ADDRESS ...")
-                ray.init(num_cpus=options.num_cpus, include_dashboard=False, **quiet)
+                log(f"starting a local Ray cluster ({f'{options.num_cpus} CPUs' if options.num_cpus else 'all cores'}) ...")
+                # "local": a new cluster even where `ray start` left one running (plain ray.init() would join it)
+                ray.init(address="local", num_cpus=options.num_cpus, include_dashboard=False, **quiet)
         except Exception as error:  # Ray raises ConnectionError, RuntimeError, ValueError ... with long texts
             last = (str(error).strip().splitlines() or [""])[-1]
-            raise ConfigurationError(f"Ray did not start: {type(error).__name__}: {last}") from error
+            hint = (
+                "; if the cluster uses token authentication, set RAY_AUTH_MODE=token here and give its token "
+                "(RAY_AUTH_TOKEN or ~/.ray/auth_token)"
+                if (options.address or os.environ.get("RAY_ADDRESS")) and not os.environ.get("RAY_AUTH_MODE") else ""
+            )
+            raise ConfigurationError(f"Ray did not start: {type(error).__name__}: {last}{hint}") from error
         context = ray.data.DataContext.get_current()
         context.enable_progress_bars = False  # the ingest has its own progress bar
         context.execution_options.preserve_order = False  # upload whatever finishes first
