@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import tempfile
 import time
@@ -136,6 +137,8 @@ def markdown(payload: dict, command: str) -> str:
         "",
         f"Command: `{command}`",
         f"Machine: {payload['machine']['cpu']}, {payload['machine']['logical_cores']} cores, GPU: {payload['machine']['gpu']}.",
+        f"Load average (1/5/15 min) before / after: {' '.join(f'{v:.1f}' for v in payload['load_average_before_after'][0])} / "
+        f"{' '.join(f'{v:.1f}' for v in payload['load_average_before_after'][1])} (other work shares the 2 cores).",
         f"{payload['tokens']} token grants configured on the guarded side; {payload['rounds']} requests per side, alternating.",
         "",
         "| request | open p50 ms | guarded p50 ms | difference p50 ms | ratio | open p95 ms | guarded p95 ms |",
@@ -164,6 +167,7 @@ def main(argv=None) -> int:
     parser.add_argument("--tokens", type=int, default=100, help="token grants configured on the guarded side")
     args = parser.parse_args(argv)
     command = "python -m benchmarks.service_overhead " + " ".join(argv if argv is not None else sys.argv[1:])
+    load_before = os.getloadavg()
     payload = {
         "machine": machine_info(),
         "rounds": args.rounds,
@@ -171,6 +175,7 @@ def main(argv=None) -> int:
         "in_process": asyncio.run(in_process(max(args.rounds, 2000), args.tokens)),
         "end_to_end": asyncio.run(end_to_end(args.rounds, args.tokens)),
     }
+    payload["load_average_before_after"] = [load_before, os.getloadavg()]
     json_path, md_path = write_results(NAME, payload, markdown(payload, command.strip()))
     print(md_path.read_text())
     return 0

@@ -82,7 +82,9 @@ class Deployment:
             self.address = await self._start_server(service)
             progress(f"orchestrator listening on {self.address}{' (TLS)' if self.settings.server.tls_cert_file else ''}")
             if self.settings.http.enabled:
-                self.http = HttpServer(self.settings.http, self.settings.server, openai_app(self.gateway, knowledge.names))
+                self.http = HttpServer(self.settings.http, self.settings.server, openai_app(
+                    self.gateway, knowledge.names, self.triton.endpoints.metrics if self.triton else ""
+                ))
                 self.http_address = await self.http.start()
                 progress(f"HTTP (OpenAI-compatible /v1, /metrics) on {self.http_address}")
             return self.address

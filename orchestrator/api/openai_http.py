@@ -20,6 +20,7 @@ from dataclasses import fields as dataclass_fields
 from typing import Any, AsyncIterator, Optional
 
 import grpc
+import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -47,8 +48,9 @@ FINISH_REASONS = {"length": "length"}  # everything else ends as "stop"
 MAX_BODY_BYTES = 1 << 20
 
 
-def openai_app(gateway: Gateway, collections) -> Starlette:
-    """`collections`: () -> the names of every collection (the gateway scopes them to the token)."""
+def openai_app(gateway: Gateway, collections, triton_metrics_url: str = "") -> Starlette:
+    """`collections`: () -> the names of every collection (the gateway scopes them to the token);
+    `triton_metrics_url`: Triton's own Prometheus endpoint (loopback only), relayed at /metrics/triton."""
 
     async def chat_completions(request: Request) -> Response:
         request_id = request_id_from(request.headers.get(REQUEST_ID_HEADER, ""))
@@ -92,6 +94,18 @@ def openai_app(gateway: Gateway, collections) -> Starlette:
     async def metrics(request: Request) -> Response:
         return Response(gateway.metrics.exposition(), media_type=CONTENT_TYPE)
 
+    async def triton_metrics(request: Request) -> Response:
+        """Triton's metrics (queue and compute time, batch executions per model) through our port, since
+        Triton itself never listens beyond loopback."""
+        if not triton_metrics_url:
+            return Response("Triton's metrics endpoint is not known (an external triton.url)\n", status_code=404)
+        try:
+            async with httpx.AsyncClient(timeout=5.0) as client:
+                upstream = await client.get(triton_metrics_url)
+        except httpx.HTTPError as error:
+            return Response(f"Triton's metrics are unavailable: {error}\n", status_code=503)
+        return Response(upstream.content, status_code=upstream.status_code, media_type=CONTENT_TYPE)
+
     async def healthz(request: Request) -> Response:
         return JSONResponse({"draining": gateway.draining}, status_code=503 if gateway.draining else 200)
 
@@ -99,6 +113,7 @@ def openai_app(gateway: Gateway, collections) -> Starlette:
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
+        Route("/metrics/triton", triton_metrics, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
     ])
 

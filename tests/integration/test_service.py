@@ -356,6 +356,8 @@ def test_request_ids_metrics_and_spans(secured):
     assert 'thinkserve_in_flight_requests{pool="queries"}' in metrics
     assert _sample(metrics, 'thinkserve_model_breaker_open{model="text_embedder"}') == 0
     assert _sample(metrics, "thinkserve_triton_retries_total") >= 0
+    external = httpx.get(f"{secured.http}/metrics/triton", timeout=10)  # this deployment did not launch its Triton
+    assert external.status_code == 404 and "external triton.url" in external.text
     with secured.client("alpha") as alpha:
         queries = next(p for p in alpha.stats().pools if p.pool == "queries")
     rejected = _sample(metrics, 'thinkserve_rejected_total{pool="queries",reason="queue_full"}', default=0.0)

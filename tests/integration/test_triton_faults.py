@@ -105,6 +105,14 @@ def successes(statistics: dict) -> int:
     return int(statistics["model_stats"][0].get("inference_stats", {}).get("success", {}).get("count", 0))
 
 
+def test_triton_metrics_are_relayed_on_the_http_port(faulty):
+    """Triton listens on loopback only; its own metrics reach Prometheus through the orchestrator's port."""
+    import httpx
+
+    relayed = httpx.get(f"{faulty.deployment.http_address}/metrics/triton", timeout=10)
+    assert relayed.status_code == 200 and 'nv_inference_count{model="text_embedder_encode"' in relayed.text
+
+
 def test_kill_9_of_tritonserver_under_load_ends_every_request_and_recovers_by_itself(faulty):
     deployment, triton = faulty.deployment, faulty.deployment.triton
     client_before, endpoints_before = deployment.triton_client, triton.endpoints
