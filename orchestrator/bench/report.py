@@ -289,9 +289,22 @@ def ceiling_section(ceiling: dict) -> list[str]:
     for lv in ceiling["levels"]:
         lines.append(f"| {lv['concurrency']} | {lv['throughput_qps']:.2f} | {_ms(lv['latency']['p50_ms'])} | "
                      f"{_ms(lv['latency']['p95_ms'])} | {lv['completed']} | {lv['errors']} |")
-    lines += ["", f"Ceiling: **{ceiling['best_qps']:.2f} q/s** at concurrency {ceiling['best_concurrency']}; end to end "
-              f"{ceiling['end_to_end_best_qps']:.2f} q/s at concurrency {ceiling.get('end_to_end_best_concurrency', '')} reaches "
-              f"**{_pct(ceiling['fraction'])}** of it."]
+    lines += ["", f"Sweeps: ceiling {ceiling['best_qps']:.2f} q/s at concurrency {ceiling['best_concurrency']}; end to end "
+              f"{ceiling['end_to_end_best_qps']:.2f} q/s at concurrency {ceiling.get('end_to_end_best_concurrency', '')}: "
+              f"{_pct(ceiling.get('fraction_of_sweeps', ceiling['fraction']))} (measured minutes apart on a shared machine)."]
+    paired = ceiling.get("paired")
+    if paired:
+        lines += ["", "Paired check: each at its best level, windows in the order end to end, ceiling, ceiling, end to end "
+                  "(pooled per side), so that both see the same machine:", "",
+                  "| window | side | concurrency | throughput q/s | p50 ms | load average |", "|---:|---|---:|---:|---:|---:|"]
+        rows = [("end to end", paired["windows"]["end_to_end"][0]), ("ceiling", paired["windows"]["ceiling"][0]),
+                ("ceiling", paired["windows"]["ceiling"][1]), ("end to end", paired["windows"]["end_to_end"][1])]
+        for n, (side, w) in enumerate(rows, 1):
+            lines.append(f"| {n} | {side} | {w['concurrency']} | {w['throughput_qps']:.2f} | {_ms(w['p50_ms'])} | {w['load_average']:.1f} |")
+        lines += ["", f"**End to end reaches {_pct(paired['fraction'])} of the model-bound ceiling** "
+                  f"({paired['end_to_end_qps']:.2f} vs {paired['ceiling_qps']:.2f} q/s, paired windows)."]
+    else:
+        lines += ["", f"End to end reaches **{_pct(ceiling['fraction'])}** of the ceiling."]
     if ceiling.get("ceiling_below_end_to_end"):
         lines += ["", "**The ceiling came out below end to end: not a valid ceiling.** See the fidelity tables below."]
     if ceiling.get("schedules"):

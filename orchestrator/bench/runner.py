@@ -135,7 +135,8 @@ class Run:
                 from .modes.ceiling import compare, run_ceiling
 
                 # swept on its own until it saturates, at least up to the end-to-end best level
-                ceiling = await run_ceiling(session, questions, self.options, reach=result["best_closed_loop"]["concurrency"])
+                best = result["best_closed_loop"]["concurrency"]
+                ceiling = await run_ceiling(session, questions, self.options, reach=best, pair_with=best)
                 result["ceiling"] = compare(result, ceiling)
             return result
         if self.mode == "ceiling":

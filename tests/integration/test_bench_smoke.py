@@ -88,6 +88,9 @@ def test_load_with_ceiling(target, workload, tmp_path):
     # swept at least to the end-to-end best level, with the pipeline's order of calls
     assert max(lv["concurrency"] for lv in ceiling["levels"]) >= result["best_closed_loop"]["concurrency"]
     assert ceiling["schedules"] and all(s.startswith("embed:text_embedder") for s in ceiling["schedules"])
+    paired = ceiling["paired"]  # end to end and ceiling alternating at their best levels
+    assert [len(paired["windows"][side]) for side in ("end_to_end", "ceiling")] == [2, 2]
+    assert paired["end_to_end_qps"] > 0 and paired["ceiling_qps"] > 0 and ceiling["fraction"] == paired["fraction"]
     assert ceiling["calls_per_query"]["text_embedder"]["calls"] >= 1
     assert ceiling["compute_s_per_query"]["replay"]["text_embedder_encode"] > 0  # the replay's fidelity is measured
     assert (tmp_path / "load-latency-throughput.png").stat().st_size > 0

@@ -62,6 +62,10 @@ def test_compare_reports_the_fraction_and_flags_a_ceiling_below_end_to_end():
     assert out["compute_s_per_query"]["replay_over_end_to_end"] == pytest.approx(0.15 / 0.2)
     assert out["completion_tokens_per_query"] == {"end_to_end": {"vlm": 150.0}, "replay": {"vlm": 140.0}}
     assert compare(load, {**ceiling, "best_qps": 0.5})["ceiling_below_end_to_end"]
+    # paired windows (the same machine conditions) make the headline; the sweeps' ratio is kept beside it
+    paired = compare(load, {**ceiling, "best_qps": 0.5, "paired": {"fraction": 0.9}})
+    assert paired["fraction"] == 0.9 and paired["fraction_of_sweeps"] == pytest.approx(1.6)
+    assert not paired["ceiling_below_end_to_end"]
 
 
 def test_the_answer_stage_embeds_evidence_and_description_sentences_as_the_pipeline_cuts_them():

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import io
 import itertools
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
@@ -279,9 +280,11 @@ async def ceiling_level(session: BenchSession, models: TritonModels, plans: list
 
 
 async def run_ceiling(session: BenchSession, questions: Sequence[WorkloadQuestion], options: Optional[dict[str, Any]] = None,
-                      concurrency: Optional[Sequence[int]] = None, reach: int = 1) -> dict:
+                      concurrency: Optional[Sequence[int]] = None, reach: int = 1, pair_with: Optional[int] = None) -> dict:
     """`concurrency`: exactly these levels; else 1, 2, 4, ... up to the ceiling's cap, stopping once a doubling
-    gains less than saturation_gain, but never before `reach` (the end-to-end sweep's best level)."""
+    gains less than saturation_gain, but never before `reach` (the end-to-end sweep's best level).
+    `pair_with`: the end-to-end best concurrency; after the sweep, end-to-end and ceiling windows at their best
+    levels alternate (see paired_windows), so that both see the same machine."""
     if session.triton is None:
         raise ValueError("the ceiling run drives Triton directly: give --triton-url (automatic when the command starts the deployment)")
     options = dict(options or {})
@@ -315,13 +318,41 @@ async def run_ceiling(session: BenchSession, questions: Sequence[WorkloadQuestio
             row = calls_per_query.setdefault(call.model, {"calls": 0, "items": 0, "tokens_in": 0, "tokens_out": 0})
             for key in row:
                 row[key] += getattr(call, key) / len(plans)
+    paired = None
+    if pair_with is not None:
+        paired = await paired_windows(session, questions, options, pair_with, best["concurrency"], models, plans, images)
     return {
         "mode": "ceiling", "questions": len(questions), "options": options, "levels": results, "saturation": stop,
-        "best_qps": best["throughput_qps"], "best_concurrency": best["concurrency"],
+        "best_qps": best["throughput_qps"], "best_concurrency": best["concurrency"], "paired": paired,
         "calls_per_query": calls_per_query,
         "schedules": sorted({plan.describe() for plan in plans}),
         "prompt_token_fidelity": {m: {"mean_ratio": sum(v) / len(v), "calls": len(v)} for m, v in fidelity.items()},
     }
+
+
+async def paired_windows(session: BenchSession, questions: Sequence[WorkloadQuestion], options: dict[str, Any],
+                         end_to_end_c: int, ceiling_c: int, models: TritonModels, plans: list[Plan], images: list[bytes]) -> dict:
+    """End to end and the ceiling at their best levels in the order E C C E, pooled per side: on a shared
+    machine whose load changes between the two sweeps, only windows this close in time compare fairly."""
+    from .load import closed_level
+
+    order = [("end_to_end", end_to_end_c), ("ceiling", ceiling_c), ("ceiling", ceiling_c), ("end_to_end", end_to_end_c)]
+    windows: dict[str, list[dict]] = {"end_to_end": [], "ceiling": []}
+    for n, (side, c) in enumerate(order):
+        session.progress(f"paired check: {side.replace('_', ' ')} at concurrency {c} (window {n + 1}/4)")
+        if side == "end_to_end":
+            level = await closed_level(session, questions, c, options, offset=n * 11)
+            windows[side].append({"concurrency": c, "wall_s": level["wall_s"], "completed": level["completed"],
+                                  "throughput_qps": level["throughput_qps"], "p50_ms": level["latency"]["client"]["p50_ms"]})
+        else:
+            level = await ceiling_level(session, models, plans, c, images)
+            windows[side].append({"concurrency": c, "wall_s": level["wall_s"], "completed": level["completed"],
+                                  "throughput_qps": level["throughput_qps"], "p50_ms": level["latency"]["p50_ms"]})
+        windows[side][-1]["load_average"] = os.getloadavg()[0]
+        session.progress(f"  {windows[side][-1]['throughput_qps']:.2f} q/s")
+    pooled = {side: sum(w["completed"] for w in ws) / sum(w["wall_s"] for w in ws) for side, ws in windows.items()}
+    return {"order": "E C C E", "windows": windows, "end_to_end_qps": pooled["end_to_end"], "ceiling_qps": pooled["ceiling"],
+            "fraction": ratio(pooled["end_to_end"], pooled["ceiling"])}
 
 
 def sweep_stops(previous: Optional[dict], level: dict, reach: int, gain: float) -> Optional[str]:
@@ -367,8 +398,12 @@ def compare(load: dict, ceiling: dict) -> dict:
             tokens_replay[model] = tokens_replay.get(model, 0.0) + tokens * level["completed"] / max(1, replays)
     end_to_end_qps = load["best_closed_loop"]["throughput_qps"]
     fraction = ratio(end_to_end_qps, ceiling["best_qps"])
+    paired = ceiling.get("paired") or {}
+    # the headline: the paired windows where there are any (the same machine conditions), else the two sweeps
+    headline = paired.get("fraction", fraction)
     return {**ceiling, "end_to_end_best_qps": end_to_end_qps, "end_to_end_best_concurrency": load["best_closed_loop"]["concurrency"],
-            "fraction": fraction, "ceiling_below_end_to_end": fraction is not None and fraction > 1.0,
+            "fraction_of_sweeps": fraction, "fraction": headline,
+            "ceiling_below_end_to_end": headline is not None and headline > 1.0,
             "compute_s_per_query": {"end_to_end": end_to_end, "replay": replayed,
                                     "replay_over_end_to_end": ratio(sum(replayed.values()), sum(end_to_end.values()))},
             "completion_tokens_per_query": {"end_to_end": completion_tokens_per_query(load), "replay": tokens_replay}}
