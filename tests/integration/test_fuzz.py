@@ -102,7 +102,7 @@ def test_generated_uploads_are_stored_or_refused_with_a_cause(fuzzed, collection
 
 
 JSON = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=30)),
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=30)),
     lambda children: st.one_of(st.lists(children, max_size=4), st.dictionaries(st.text(max_size=12), children, max_size=4)),
     max_leaves=12,
 )
@@ -130,7 +130,8 @@ def test_generated_chat_requests_never_get_a_server_error(fuzzed, body):
 
 def test_malformed_http_bodies_are_client_errors(fuzzed):
     _, http = fuzzed
-    for raw in (b"{", b"\xff\xfe", b"[]", b"null", b'{"model": "fuzz", "messages": "hi"}', b"x" * (2 << 20)):
+    for raw in (b"{", b"\xff\xfe", b"[]", b"null", b'{"model": "fuzz", "messages": "hi"}', b"x" * (2 << 20),
+                b'{"model": "fuzz", "messages": [{"role": "user", "content": "hi"}], "temperature": Infinity}'):
         response = httpx.post(f"{http}/v1/chat/completions", content=raw, timeout=30)
         assert response.status_code == 400, (raw[:20], response.text[:200])
 
