@@ -266,15 +266,18 @@ async def ceiling_level(session: BenchSession, models: TritonModels, plans: list
 
     workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
     await asyncio.sleep(settings.warmup_seconds)
-    before, t0 = await session.snapshot(), time.monotonic()
+    before, t0, cpu0 = await session.snapshot(), time.monotonic(), time.process_time()
     await asyncio.sleep(max(0.0, stop_at - time.monotonic()))
-    t1, after = time.monotonic(), await session.snapshot()
+    t1, cpu1, after = time.monotonic(), time.process_time(), await session.snapshot()
     await asyncio.gather(*workers)
     inside = [latency for end, latency in ended if t0 <= end <= t1]
     server = session.topology.leaves(after.since(before)) if before is not None and after is not None else None
     return {"concurrency": concurrency, "wall_s": t1 - t0, "completed": len(inside), "errors": len(errors),
             "error_messages": sorted(set(errors))[:5], "throughput_qps": rate(len(inside), t1 - t0),
             "latency": distribution(inside), "server": counters_dict(server) if server is not None else None,
+            # the replay's client (this process: the calls' encoding, gRPC, decoding) in CPU cores: the work the
+            # orchestrator's process does end to end, which competes with the models for the same cores
+            "client_cpu_cores": (cpu1 - cpu0) / (t1 - t0),
             # every replay started in the level ran to its end (the workers are awaited): tokens per replayed question
             "completion_tokens_per_question": {m: t / len(ended) for m, t in tally.completion_tokens.items()} if ended else {}}
 
@@ -347,7 +350,8 @@ async def paired_windows(session: BenchSession, questions: Sequence[WorkloadQues
         else:
             level = await ceiling_level(session, models, plans, c, images)
             windows[side].append({"concurrency": c, "wall_s": level["wall_s"], "completed": level["completed"],
-                                  "throughput_qps": level["throughput_qps"], "p50_ms": level["latency"]["p50_ms"]})
+                                  "throughput_qps": level["throughput_qps"], "p50_ms": level["latency"]["p50_ms"],
+                                  "client_cpu_cores": level["client_cpu_cores"]})
         windows[side][-1]["load_average"] = os.getloadavg()[0]
         session.progress(f"  {windows[side][-1]['throughput_qps']:.2f} q/s")
     pooled = {side: sum(w["completed"] for w in ws) / sum(w["wall_s"] for w in ws) for side, ws in windows.items()}
@@ -417,11 +421,11 @@ def markdown(payload: dict) -> str:
     lines += [
         f"The model calls of {r['questions']} questions (learned from one pass through the orchestrator), replayed "
         "against Triton directly with inputs of the same shape, closed loop.", "",
-        "| concurrency | throughput q/s | p50 ms | p95 ms | completed | errors |", "|---:|---:|---:|---:|---:|---:|",
+        "| concurrency | throughput q/s | p50 ms | p95 ms | completed | errors | replay client CPU (cores) |", "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for lv in r["levels"]:
         lines.append(f"| {lv['concurrency']} | {lv['throughput_qps']:.2f} | {lv['latency']['p50_ms'] or 0:.0f} | "
-                     f"{lv['latency']['p95_ms'] or 0:.0f} | {lv['completed']} | {lv['errors']} |")
+                     f"{lv['latency']['p95_ms'] or 0:.0f} | {lv['completed']} | {lv['errors']} | {lv.get('client_cpu_cores', 0):.2f} |")
     lines += ["", f"Best: **{r['best_qps']:.2f} q/s** at concurrency {r['best_concurrency']}. Sweep stopped: {r['saturation']}.", "",
               "Replay schedules (`->` in sequence, `||` side by side, `&` at once), as the pipeline runs them:", "",
               *[f"- `{s}`" for s in r["schedules"]], "",
