@@ -6,18 +6,14 @@ iterations are run and discarded before any sample is kept.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
-import os
-import platform
-import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Awaitable, Callable
 
 import numpy as np
+
+from orchestrator.bench.report import machine_facts
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -61,32 +57,8 @@ async def time_async_calls(call: Callable[[], Awaitable[object]], repeat: int, w
 
 
 def machine_info() -> dict:
-    cpu = platform.processor() or ""
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    gpu = "none"
-    if shutil.which("nvidia-smi"):
-        gpu = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip() or "none"
-    versions = {}
-    for package in ("onnxruntime", "numpy", "tritonclient", "grpcio", "faiss-cpu", "torch", "transformers"):
-        try:
-            versions[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    return {
-        "cpu": cpu,
-        "logical_cores": os.cpu_count(),
-        "memory_gib": round(memory_gib, 1),
-        "gpu": gpu,
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "packages": versions,
-        "git_commit": commit,
-    }
+    """CPU, cores, memory, GPU, versions and commit: the same facts `thinkserve bench` reports."""
+    return machine_facts()
 
 
 def write_results(name: str, payload: dict, markdown: str, directory: Path = RESULTS) -> tuple[Path, Path]:

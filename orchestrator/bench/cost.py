@@ -18,6 +18,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from ..pipeline.accounting import ModelUsage as Usage  # one row of a query's cost: the pipeline's own record
 from .prices import PriceTable
 from .stats import saving
 from .triton_stats import ModelCounters
@@ -26,22 +27,10 @@ TRITON = "triton_compute"
 ORCHESTRATOR = "orchestrator_wall"
 
 
-@dataclass(frozen=True)
-class Usage:
-    """One row of the final event's cost.models: calls of one model in one stage of a query."""
-
-    model: str
-    stage: str
-    calls: int
-    items: int
-    tokens_in: int
-    tokens_out: int
-    model_ms: float
-
-    @classmethod
-    def from_proto(cls, message) -> "Usage":
-        return cls(message.model, message.stage, message.calls, message.items, message.tokens_in, message.tokens_out,
-                   message.model_ms)
+def usage_from_proto(message) -> Usage:
+    """One row of the final event's cost.models (ModelUsage in the proto) as the pipeline's own record."""
+    return Usage(message.model, message.stage, message.calls, message.items, message.tokens_in, message.tokens_out,
+                 message.model_ms)
 
 
 @dataclass(frozen=True)

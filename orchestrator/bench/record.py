@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import grpc
 
-from .cost import QueryCost, Usage
+from .cost import QueryCost, Usage, usage_from_proto
 from .stats import gaps_ms
 from .triton_stats import ModelCounters
 from .workload import ExpectedPage, WorkloadQuestion
@@ -101,7 +101,7 @@ async def run_query(
                 final = event.final
                 record.client_ms = (now - began) * 1000.0
                 record.timings = {t.stage: t.milliseconds for t in final.timings}
-                record.usage = [Usage.from_proto(u) for u in final.cost.models]
+                record.usage = [usage_from_proto(u) for u in final.cost.models]
                 record.model_ms, record.orchestrator_ms = final.cost.model_ms, final.cost.orchestrator_ms
                 record.prompt_tokens, record.completion_tokens = final.usage.prompt_tokens, final.usage.completion_tokens
                 record.answer_source, record.finish_reason = final.answer_source, final.finish_reason

@@ -16,11 +16,11 @@ from ..config import Settings
 from .prices import BenchSettings, config_hash
 
 PACKAGES = ("thinkserve", "grpcio", "protobuf", "tritonclient", "nvidia-pytriton", "numpy", "onnxruntime", "faiss-cpu",
-            "torch", "matplotlib")
+            "torch", "transformers", "matplotlib")
 
 
-def machine_info(settings: Settings, bench: BenchSettings) -> dict:
-    """CPU, cores, memory, GPU, versions, profile and a hash of the deployment and bench settings."""
+def machine_facts() -> dict:
+    """CPU, cores, memory, GPU, load, versions and commit of the machine a benchmark runs on."""
     cpu = platform.processor() or ""
     try:
         cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
@@ -46,9 +46,12 @@ def machine_info(settings: Settings, bench: BenchSettings) -> dict:
         "platform": platform.platform(),
         "packages": versions,
         "git_commit": commit,
-        "profile": settings.profile,
-        "config_hash": config_hash(settings, bench),
     }
+
+
+def machine_info(settings: Settings, bench: BenchSettings) -> dict:
+    """The machine's facts, plus the profile and a hash of the deployment and bench settings."""
+    return {**machine_facts(), "profile": settings.profile, "config_hash": config_hash(settings, bench)}
 
 
 def write(directory: Path, name: str, payload: dict, markdown: str) -> tuple[Path, Path]:
