@@ -2,8 +2,9 @@
 
 The generator needs no access to the server's files: it reads the collection through the public API
 (ListDocuments, then probe queries whose evidence items carry each passage's text, page, block type and
-section), so it works against any deployment. Passages are sorted by id before the seeded draw, so the same
-collection and seed give the same questions. Question types:
+section), so it works against any deployment. Passages are sorted by what they say and where (document name,
+page, type, section, text) before the seeded draw, never by id: ids hash the document's bytes, and a PDF
+regenerated with a new timestamp has new ids. So the same content and seed give the same questions. Question types:
 
   lookup        one passage's specific content words ("What does report X say about A B C?")
   comparison    two passages on different pages ("Compare A with B.")
@@ -141,6 +142,11 @@ class Passage:
     text: str
 
     @property
+    def order(self) -> tuple:
+        """Where the seeded draw finds this passage: by content, so re-ingested bytes (new ids) draw the same."""
+        return (self.document, self.page, self.block_type, self.section, self.text, self.passage_id)
+
+    @property
     def expected(self) -> ExpectedPage:
         return ExpectedPage(document=self.document, page=self.page)
 
@@ -206,7 +212,7 @@ def generate_mix(
     """`count` questions over the passages, split by the mix's weights; the same passages and seed, the same questions."""
     if count < 1:
         raise ConfigurationError("a workload needs at least one question")
-    pool = sorted({p.passage_id: p for p in passages if p.text.strip()}.values(), key=lambda p: p.passage_id)
+    pool = sorted({p.passage_id: p for p in passages if p.text.strip()}.values(), key=lambda p: p.order)
     if not pool:
         raise ConfigurationError("the collection has no passage to ask about (is it empty?)")
     rng = random.Random(seed)
@@ -338,4 +344,4 @@ async def harvest(client, collection: str, probes_per_document: int = 3) -> list
     for text in sections[: probes_per_document * max(1, len(documents))]:
         for passage in await probe(text):
             found.setdefault(passage.passage_id, passage)
-    return sorted(found.values(), key=lambda p: p.passage_id)
+    return sorted(found.values(), key=lambda p: p.order)

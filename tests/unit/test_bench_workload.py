@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -37,6 +38,9 @@ def test_the_same_passages_and_seed_give_the_same_mix_in_any_order():
     assert [q.question for q in first.questions] != [q.question for q in other.questions]
     assert len(first.questions) == 24 and len({q.id for q in first.questions}) == 24
     assert all(q.collection == "c" for q in first.questions)
+    # the same content re-ingested from new bytes (a PDF with a new timestamp): new ids, the same questions
+    renamed = [dataclasses.replace(p, passage_id=f"{'f' * (i + 1)}{p.passage_id}") for i, p in enumerate(reversed(PASSAGES))]
+    assert [q.question for q in generate_mix(renamed, 24, seed=5, collection="c").questions] == [q.question for q in first.questions]
 
 
 def test_every_type_with_its_expected_pages():
