@@ -8,6 +8,8 @@ Each figure says which source it came from.
 
   hardware $  = sum over models of model-seconds x (price per unit-hour x units per model) / 3600
   hosted $    = sum over models of tokens_in x input $/1M + tokens_out x output $/1M (a hosted-API comparison)
+  tokens      = every model's tokens in and out (encoders included); generative tokens = those of the LLM
+                and the VLM alone (contracts.GENERATIVE_MODELS), the figure papers and API bills count
   capacity $  = deployment $/hour / (queries per hour at saturation), from the load benchmark
 """
 
@@ -18,7 +20,8 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..pipeline.accounting import ModelUsage as Usage  # one row of a query's cost: the pipeline's own record
+from ..pipeline.accounting import ModelUsage as Usage
+from ..triton.contracts import GENERATIVE_MODELS  # one row of a query's cost: the pipeline's own record
 from .prices import PriceTable
 from .stats import saving
 from .triton_stats import ModelCounters
@@ -41,6 +44,7 @@ class QueryCost:
     hosted_usd: float
     tokens_in: int
     tokens_out: int
+    generative_tokens: int = 0  # tokens in + out of the LLM and the VLM alone
     unpriced_models: tuple[str, ...] = ()  # models with tokens but no hosted price
 
     @property
@@ -55,7 +59,7 @@ class QueryCost:
         return {
             "model_seconds": self.model_seconds, "sources": self.sources, "hardware_usd": self.hardware_usd,
             "hosted_usd": self.hosted_usd, "tokens_in": self.tokens_in, "tokens_out": self.tokens_out,
-            "unpriced_models": list(self.unpriced_models),
+            "generative_tokens": self.generative_tokens, "unpriced_models": list(self.unpriced_models),
         }
 
 
@@ -96,7 +100,8 @@ def price(seconds: Mapping[str, float], sources: Mapping[str, str], usage: Seque
         hosted += row.tokens_out * token_price.output_usd_per_million / 1e6
     return QueryCost(
         dict(seconds), dict(sources), sum(seconds.values()) * per_second, hosted,
-        sum(row.tokens_in for row in usage), sum(row.tokens_out for row in usage), tuple(sorted(unpriced)),
+        sum(row.tokens_in for row in usage), sum(row.tokens_out for row in usage),
+        sum(row.tokens_in + row.tokens_out for row in usage if row.model in GENERATIVE_MODELS), tuple(sorted(unpriced)),
     )
 
 
@@ -131,6 +136,7 @@ def summarize_costs(costs: Sequence[QueryCost]) -> dict:
         "tokens_in_per_query": float(np.mean([c.tokens_in for c in costs])),
         "tokens_out_per_query": float(np.mean([c.tokens_out for c in costs])),
         "tokens_per_query": float(np.mean([c.tokens for c in costs])),
+        "generative_tokens_per_query": float(np.mean([c.generative_tokens for c in costs])),
         "sources": sources,
         "unpriced_models": sorted({m for c in costs for m in c.unpriced_models}),
     }
@@ -138,7 +144,8 @@ def summarize_costs(costs: Sequence[QueryCost]) -> dict:
 
 def savings(candidate: dict, baseline: dict) -> dict:
     """Relative savings of one cost summary against another on the same questions (0.4 = 40% cheaper)."""
-    keys = ("hardware_usd_per_query", "hosted_usd_per_query", "model_seconds_per_query", "tokens_per_query")
+    keys = ("hardware_usd_per_query", "hosted_usd_per_query", "model_seconds_per_query", "tokens_per_query",
+            "generative_tokens_per_query")
     return {key: saving(candidate[key], baseline[key]) for key in keys if candidate.get(key) is not None and baseline.get(key) is not None}
 
 

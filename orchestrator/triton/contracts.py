@@ -123,6 +123,11 @@ VLM_RELEVANCE = ModelContract(
 )
 
 
+# The models a hosted API would bill by the token (prompt and completion of the LLM and the VLM, the VLM's
+# relevance prefill included); encoders' tokens are compute, not a bill, and cost papers leave them out.
+GENERATIVE_MODELS: tuple[str, ...] = (LLM.name, VLM.name, VLM_RELEVANCE.name)
+
+
 def page_text_encoder(family: str) -> ModelContract:
     """Text tower of a page-image encoder family (questions are embedded into that family's image space)."""
     return ModelContract(

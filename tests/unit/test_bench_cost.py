@@ -54,6 +54,7 @@ def test_query_cost_hand_computed():
     # llm 1000 x 0.15/1M + 100 x 0.60/1M, embedder 50 x 0.02/1M
     assert cost.hosted_usd == pytest.approx(0.00015 + 0.00006 + 0.000001)
     assert (cost.tokens_in, cost.tokens_out, cost.tokens) == (1550, 100, 1650)
+    assert cost.generative_tokens == 1100  # the LLM's 1000 in + 100 out; the encoders' 550 are not billed tokens
     assert cost.unpriced_models == ("reranker",)
 
 
@@ -67,6 +68,13 @@ def test_summaries_savings_and_capacity():
     saved = savings(routed, complex_)
     assert saved["hardware_usd_per_query"] == pytest.approx(1 / 3)
     assert saved["tokens_per_query"] == pytest.approx(1 - 210 / 310)
+    # With an encoder's tokens beside the LLM's, the two token figures part: only the LLM's count as generative.
+    encoder = Usage("reranker", "rerank", 1, 10, 1000, 0, 50.0)
+    light = query_cost([encoder, Usage("llm", "llm", 1, 1, 100, 0, 100.0)], PRICES)
+    heavy = query_cost([encoder, Usage("llm", "llm", 1, 1, 400, 0, 400.0)], PRICES)
+    saved = savings(summarize_costs([light]), summarize_costs([heavy]))
+    assert saved["tokens_per_query"] == pytest.approx(1 - 1100 / 1400)
+    assert saved["generative_tokens_per_query"] == pytest.approx(1 - 100 / 400)
     # $7.20/h for the deployment (2 units) at 2 queries/s: 7.2 / 7200
     assert capacity_usd_per_query(PRICES, 2.0) == pytest.approx(0.001)
     assert capacity_usd_per_query(PRICES, 0.0) is None
