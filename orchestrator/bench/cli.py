@@ -8,6 +8,8 @@
                                                           FAISS kinds and graph paths in process (orchestrator/bench/micro.py)
     thinkserve bench ingest|micro [--args "ARGS"]          the checkout's ingest / micro benchmarks (micro: with --args,
                                                           or --micro query_latency|triton_overhead|gpu_graph)
+    thinkserve bench standins --from-cost bench-cost.json  a cost run's model calls timed on realistic-size stand-in
+                                                          models in PyTorch (the GPU when present; modes/standins.py)
 
 Without --address the command starts its own deployment (Triton + orchestrator, the global --profile/--config)
 in a child process, ingests the documents (default: the sample report and generated PDFs) and stops it after.
@@ -27,7 +29,7 @@ from typing import Any, Optional
 
 from ..errors import ConfigurationError
 
-MODES = ("latency", "load", "cost", "ceiling", "ablations", "workload", "ingest", "micro")
+MODES = ("latency", "load", "cost", "ceiling", "ablations", "workload", "ingest", "micro", "standins")
 MICRO_IN_PROCESS = ("faiss", "graph")
 WRAPPED_MICRO = {"query_latency": "benchmarks.query_latency", "triton_overhead": "benchmarks.triton_overhead",
                  "gpu_graph": "benchmarks.gpu_graph"}
@@ -86,6 +88,19 @@ def add_bench_command(commands) -> None:
     micro.add_argument("--micro-queries", type=int, default=1000, help="micro faiss: questions for recall (300 of them timed)")
     micro.add_argument("--graph-chunks", type=int, nargs="+", default=[10_000, 100_000], help="micro graph: chunks per graph")
     micro.add_argument("--seed-sets", type=int, default=20, help="micro graph: seed sets timed per graph")
+    standins = bench.add_argument_group("standins")
+    standins.add_argument("--from-cost", type=Path, default=DEFAULT_OUT / "bench-cost.json",
+                          help="standins: the cost run whose model calls are replayed")
+    standins.add_argument("--standin-concurrency", type=int, nargs="+", default=[1],
+                          help="standins: queries whose calls are batched together (1: each query alone)")
+    standins.add_argument("--device", default="auto", help="standins: torch device (auto: cuda when present)")
+    standins.add_argument("--deployment", help="standins: price-table deployment (default: the GPU's kind, else the table's)")
+    standins.add_argument("--source-image-tokens", type=int,
+                          help="standins: prompt positions per image of the cost run's VLM (default: read from "
+                               "model_repository/<profile>/vlm/config.pbtxt)")
+    standins.add_argument("--repeats", type=int, default=3, help="standins: timed calls per shape (median)")
+    standins.add_argument("--preset", choices=("hf", "test"), default="hf",
+                          help="standins: hf = the hf profile's architectures; test = toy sizes (smoke tests)")
     run.add_argument("--args", dest="passthrough", default="",
                      help='ingest/micro: arguments for the wrapped benchmark, e.g. "--documents 4 --pages 8"; micro '
                           'may name one of its benchmarks first: "triton_overhead --rounds 3"')
@@ -133,6 +148,8 @@ def cmd_bench(args) -> int:
         return run_wrapped(args.mode, args.passthrough)
     if args.mode == "micro":
         return run_micro(args, _settings(args))
+    if args.mode == "standins":
+        return run_standins_mode(args, _settings(args))
     return asyncio.run(run_mode(args, _settings(args)))
 
 
@@ -217,6 +234,41 @@ def run_micro(args, settings) -> int:
             code = run_wrapped("micro", f"{name} {args.passthrough}")
             if code:
                 return code
+    return 0
+
+
+def run_standins_mode(args, settings) -> int:
+    """Replay a cost run's calls on the stand-ins (no deployment: torch and transformers only)."""
+    from .modes.standins import device_deployment, markdown, run_standins, source_image_tokens
+    from .report import machine_info, write
+    from .standins import TorchTimer
+
+    try:
+        cost = json.loads(args.from_cost.read_text())
+    except (OSError, ValueError) as error:
+        raise ConfigurationError(f"--from-cost {args.from_cost}: cannot read a cost result ({error})") from None
+    if cost.get("result", {}).get("mode") != "cost":
+        raise ConfigurationError(f"--from-cost {args.from_cost}: not a `thinkserve bench cost` result")
+    image_tokens = args.source_image_tokens
+    if image_tokens is None:
+        image_tokens = source_image_tokens(cost.get("machine", {}).get("profile", settings.profile))
+    if image_tokens is None:
+        raise ConfigurationError("the cost run's VLM positions per image are unknown here (its model repository is not "
+                                 "built): pass --source-image-tokens (the tiny profile's VLM: 36)")
+    bench = bench_settings(args)
+    timer = TorchTimer(args.preset, args.device, args.repeats, progress=lambda text: print(text, flush=True))
+    device_name = timer.device
+    if timer.device.startswith("cuda"):
+        device_name = timer.torch.cuda.get_device_name()
+    deployment = args.deployment or device_deployment(device_name, bench.prices)
+    if deployment not in bench.prices.deployments:
+        raise ConfigurationError(f"--deployment {deployment!r} has no price (known: {', '.join(bench.prices.deployments)})")
+    result = run_standins(cost, timer, bench.prices, deployment, args.standin_concurrency, image_tokens,
+                          progress=lambda text: print(text, flush=True))
+    result["device_name"] = device_name
+    payload = {"command": command_line(), "machine": machine_info(settings, bench), "result": result}
+    for path in write(args.out, args.name or "bench-standins", payload, markdown(payload)):
+        print(f"wrote {path}")
     return 0
 
 

@@ -1,0 +1,249 @@
+"""Realistic-size stand-ins of the deployed models, timed in PyTorch: the cost model where engines cannot be built.
+
+Each stand-in has the published architecture of the checkpoint the `hf` build profile serves for that role
+(thinkserve_build.profiles.hf), built from its transformers config class with random weights: compute per
+call is that of the real model, the answers are noise. They run eagerly in PyTorch (SDPA attention, bf16 on
+a GPU, fp32 on a CPU), not as the TensorRT / ONNX Runtime engines Triton would serve, so their times are an
+upper bound of what a tuned engine takes; reports label them as stand-ins.
+
+`preset="test"` builds the same classes with toy dimensions, so the whole path runs in the test suite.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from .call_shapes import ENCODER, GENERATOR, IMAGE_ENCODER, RELEVANCE, CallShape, call_kind
+
+PRESETS = ("hf", "test")
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """What a role's stand-in mirrors and how to build it (transformers config class name and its fields)."""
+
+    mirrors: str  # the hf profile checkpoint whose published dimensions it copies
+    model_class: str  # transformers class built from the config with random weights
+    config_class: str
+    config: dict[str, Any]
+    vision: Optional[dict[str, Any]] = None  # VLM: SiglipVisionConfig fields of its vision tower
+    image_size: int = 0  # image encoders and the VLM: input resolution
+    max_length: int = 0  # text towers with a fixed context (CLIP 77, SigLIP padded to 64)
+    pad_to_max_length: bool = False
+
+
+def _hf_standins() -> dict[str, StandIn]:
+    qwen15_05b = dict(vocab_size=151646, hidden_size=1024, intermediate_size=2816, num_hidden_layers=24,
+                      num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=32768, tie_word_embeddings=False)
+    return {
+        "text_embedder": StandIn("sentence-transformers/all-MiniLM-L6-v2", "BertModel", "BertConfig",
+                                 dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+                                      intermediate_size=1536, max_position_embeddings=512)),
+        "reranker": StandIn("BAAI/bge-reranker-v2-m3", "XLMRobertaForSequenceClassification", "XLMRobertaConfig",
+                            dict(vocab_size=250002, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                                 intermediate_size=4096, max_position_embeddings=8194, num_labels=1)),
+        "router": StandIn("microsoft/deberta-v3-small", "DebertaV2ForSequenceClassification", "DebertaV2Config",
+                          dict(vocab_size=128100, hidden_size=768, num_hidden_layers=6, num_attention_heads=12,
+                               intermediate_size=3072, relative_attention=True, position_buckets=256,
+                               pos_att_type=["p2c", "c2p"], max_relative_positions=-1, position_biased_input=False,
+                               num_labels=3)),
+        "page_text_clip": StandIn("openai/clip-vit-base-patch32", "CLIPTextModelWithProjection", "CLIPTextConfig",
+                                  dict(vocab_size=49408, hidden_size=512, num_hidden_layers=12, num_attention_heads=8,
+                                       intermediate_size=2048, max_position_embeddings=77, projection_dim=512),
+                                  max_length=77),
+        "page_image_clip": StandIn("openai/clip-vit-base-patch32", "CLIPVisionModelWithProjection", "CLIPVisionConfig",
+                                   dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+                                        image_size=224, patch_size=32, projection_dim=512), image_size=224),
+        "page_text_siglip": StandIn("google/siglip-base-patch16-224", "SiglipTextModel", "SiglipTextConfig",
+                                    dict(vocab_size=32000, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                                         intermediate_size=3072, max_position_embeddings=64),
+                                    max_length=64, pad_to_max_length=True),
+        "page_image_siglip": StandIn("google/siglip-base-patch16-224", "SiglipVisionModel", "SiglipVisionConfig",
+                                     dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                                          intermediate_size=3072, image_size=224, patch_size=16), image_size=224),
+        "llm": StandIn("Qwen/Qwen2.5-1.5B-Instruct", "Qwen2ForCausalLM", "Qwen2Config",
+                       dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                            num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=32768,
+                            tie_word_embeddings=True)),
+        # LLaVA-interleave 0.5B: SigLIP-so400m (384 px, patch 14: 729 positions per image) -> 2-layer MLP ->
+        # a Qwen1.5-0.5B decoder. vlm_relevance is the same model's one-step prefill.
+        "vlm": StandIn("llava-hf/llava-interleave-qwen-0.5b-hf", "Qwen2ForCausalLM", "Qwen2Config", qwen15_05b,
+                       vision=dict(hidden_size=1152, num_hidden_layers=27, num_attention_heads=16, intermediate_size=4304,
+                                   image_size=384, patch_size=14), image_size=384),
+        "vlm_relevance": StandIn("llava-hf/llava-interleave-qwen-0.5b-hf", "Qwen2ForCausalLM", "Qwen2Config", qwen15_05b,
+                                 vision=dict(hidden_size=1152, num_hidden_layers=27, num_attention_heads=16,
+                                             intermediate_size=4304, image_size=384, patch_size=14), image_size=384),
+    }
+
+
+def _test_standins() -> dict[str, StandIn]:
+    """The same classes with toy dimensions: seconds to build and run on a CPU."""
+    toy = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    out = {}
+    for role, s in _hf_standins().items():
+        config = {**s.config, **toy}
+        if "vocab_size" in config:
+            config["vocab_size"] = 1000
+        if "num_key_value_heads" in config:
+            config["num_key_value_heads"] = 2
+        if "projection_dim" in config:
+            config["projection_dim"] = 16
+        vision = {**s.vision, **toy, "image_size": 28, "patch_size": 14} if s.vision else None
+        image_size = 28 if s.vision else (32 if s.image_size else 0)
+        if "image_size" in config:
+            config.update(image_size=32, patch_size=16)
+        out[role] = StandIn(s.mirrors, s.model_class, s.config_class, config, vision, image_size, s.max_length,
+                            s.pad_to_max_length)
+    return out
+
+
+def standins(preset: str) -> dict[str, StandIn]:
+    if preset not in PRESETS:
+        raise ValueError(f"unknown stand-in preset {preset!r}; known: {', '.join(PRESETS)}")
+    return _hf_standins() if preset == "hf" else _test_standins()
+
+
+def image_positions(standin: StandIn) -> int:
+    """Prompt positions one image takes in the stand-in VLM: one per vision patch."""
+    return (standin.image_size // standin.vision["patch_size"]) ** 2 if standin.vision else 0
+
+
+class TorchTimer:
+    """Builds each role's stand-in once (on first use) and times calls of a shape: median of `repeats` after a
+    warm-up call. Generated tokens are timed as `decode_probe` decoding steps, scaled to the count asked."""
+
+    def __init__(self, preset: str = "hf", device: str = "auto", repeats: int = 3, decode_probe: int = 8,
+                 progress: Callable[[str], None] = lambda _: None):
+        import torch
+
+        self.torch = torch
+        self.standins = standins(preset)
+        self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+        self.dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
+        self.repeats, self.decode_probe = repeats, decode_probe
+        self.progress = progress
+        self.preset = preset
+        self._built: dict[str, Any] = {}
+        self._cache: dict[CallShape, float] = {}
+        self.parameters: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ building
+
+    def _build(self, role: str):
+        if role in self._built:
+            return self._built[role]
+        import transformers
+
+        torch, spec = self.torch, self.standins[role]
+        self.progress(f"building the {role} stand-in ({spec.mirrors} dimensions, random weights)")
+        torch.manual_seed(0)
+        config = getattr(transformers, spec.config_class)(**spec.config)
+        with torch.device(self.device):
+            model = _instantiate(getattr(transformers, spec.model_class), config)
+            parts = {"model": model.to(self.dtype).eval()}
+            if spec.vision:
+                vision = _instantiate(transformers.SiglipVisionModel, transformers.SiglipVisionConfig(**spec.vision))
+                width = config.hidden_size
+                projector = torch.nn.Sequential(torch.nn.Linear(spec.vision["hidden_size"], width), torch.nn.GELU(),
+                                                torch.nn.Linear(width, width))
+                parts.update(vision=vision.to(self.dtype).eval(), projector=projector.to(self.dtype).eval())
+        self.parameters[role] = sum(p.numel() for part in parts.values() for p in part.parameters())
+        self._built[role] = parts
+        return parts
+
+    def release(self, role: str) -> None:
+        """Free a stand-in's memory once its shapes are timed."""
+        self._built.pop(role, None)
+        if self.device.startswith("cuda"):
+            self.torch.cuda.empty_cache()
+
+    # ------------------------------------------------------------------ timing
+
+    def __call__(self, shape: CallShape) -> float:
+        if shape not in self._cache:
+            run = self._runner(shape)
+            run()  # warm-up: kernels chosen, caches filled
+            samples = []
+            for _ in range(self.repeats):
+                self._sync()
+                start = time.perf_counter()
+                extra = run()
+                self._sync()
+                samples.append(time.perf_counter() - start + (extra or 0.0))
+            self._cache[shape] = statistics.median(samples)
+        return self._cache[shape]
+
+    def timings(self) -> list[dict]:
+        return [{**shape.as_dict(), "seconds": seconds} for shape, seconds in sorted(self._cache.items())]
+
+    def _sync(self) -> None:
+        if self.device.startswith("cuda"):
+            self.torch.cuda.synchronize()
+
+    def _ids(self, batch: int, length: int, vocab: int):
+        return self.torch.randint(3, vocab, (batch, max(1, length)), device=self.device)
+
+    def _pixels(self, count: int, size: int):
+        return self.torch.randn(count, 3, size, size, device=self.device, dtype=self.dtype)
+
+    def _runner(self, shape: CallShape) -> Callable[[], Optional[float]]:
+        torch, spec = self.torch, self.standins[shape.model]
+        parts = self._build(shape.model)
+        model = parts["model"]
+        kind = call_kind(shape.model)
+        if kind == IMAGE_ENCODER:
+            pixels = self._pixels(shape.batch, spec.image_size)
+            return lambda: _inference(torch, lambda: model(pixel_values=pixels))
+        if kind == ENCODER:
+            length = spec.max_length if spec.pad_to_max_length else min(shape.tokens, spec.max_length or shape.tokens)
+            ids = self._ids(shape.batch, length, spec.config["vocab_size"])
+            mask = torch.ones_like(ids)
+            inputs = {"input_ids": ids} if spec.pad_to_max_length else {"input_ids": ids, "attention_mask": mask}
+            return lambda: _inference(torch, lambda: model(**inputs))
+        positions = image_positions(spec)
+        pixels = self._pixels(shape.batch * shape.images, spec.image_size) if shape.images else None
+        ids = self._ids(shape.batch, shape.tokens, spec.config["vocab_size"])
+
+        def prefill():
+            embeds = model.get_input_embeddings()(ids)
+            if pixels is not None:
+                features = parts["projector"](parts["vision"](pixel_values=pixels).last_hidden_state)
+                images = features.reshape(shape.batch, shape.images * positions, -1)
+                embeds = torch.cat([images, embeds], dim=1)
+            return model(inputs_embeds=embeds, use_cache=kind == GENERATOR, logits_to_keep=1)
+
+        if kind == RELEVANCE:
+            return lambda: _inference(torch, prefill)
+        probe = min(shape.new_tokens, self.decode_probe)
+
+        def generate() -> float:
+            with torch.inference_mode():
+                out = prefill()
+                past, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
+                self._sync()
+                start = time.perf_counter()
+                for _ in range(probe):
+                    out = model(input_ids=token, past_key_values=past, use_cache=True)
+                    past, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
+                self._sync()
+                # the probe's steps stand for all generated tokens: add the steps not run
+                return (time.perf_counter() - start) / probe * (shape.new_tokens - probe)
+
+        return generate
+
+
+def _inference(torch, fn) -> None:
+    with torch.inference_mode():
+        fn()
+
+
+def _instantiate(cls, config):
+    """Random weights with SDPA attention where the class has it (DeBERTa has not: eager)."""
+    try:
+        return cls._from_config(config, attn_implementation="sdpa")
+    except (ValueError, ImportError):
+        return cls._from_config(config, attn_implementation="eager")
+
