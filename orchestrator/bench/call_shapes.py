@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
-from ..pipeline.accounting import ModelUsage
+from ..pipeline.usage import ModelUsage
 from ..triton import contracts
 from .stats import saving
 

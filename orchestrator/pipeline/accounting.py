@@ -21,6 +21,7 @@ import numpy as np
 
 from ..triton import contracts
 from ..triton.models import GenerationChunk, GenerationOptions, TritonModels
+from .usage import CostReport, ModelUsage
 
 TokenCounter = Callable[[Sequence[str]], int]
 
@@ -34,34 +35,6 @@ class ModelCall:
     items: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
-
-
-@dataclass(frozen=True)
-class ModelUsage:
-    """Calls of one model in one stage, summed."""
-
-    model: str
-    stage: str
-    calls: int
-    items: int
-    tokens_in: int
-    tokens_out: int
-    model_ms: float
-
-
-@dataclass(frozen=True)
-class CostReport:
-    usage: tuple[ModelUsage, ...]
-    model_ms: float  # wall time during which at least one model call was in flight
-    orchestrator_ms: float  # the rest of the query's wall time: retrieval, fusion, prompts, gRPC
-
-    @property
-    def model_calls(self) -> int:
-        return sum(u.calls for u in self.usage)
-
-    def tokens(self, *models: str) -> tuple[int, int]:
-        chosen = [u for u in self.usage if not models or u.model in models]
-        return sum(u.tokens_in for u in chosen), sum(u.tokens_out for u in chosen)
 
 
 @dataclass
