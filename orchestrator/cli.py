@@ -228,6 +228,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         return args.run(args)
     except KeyboardInterrupt:
+        print("thinkserve: interrupted", file=sys.stderr)
         return 130
     except (ThinkServeError, grpc.RpcError, OSError) as error:
         if args.verbose:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import importlib
 import multiprocessing
+import signal
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -34,8 +35,14 @@ class Target:
 
 
 def _serve(settings: Settings, connection) -> None:
-    """Child process: start the deployment, send (address, triton_url), stop when the parent says so."""
+    """Child process: start the deployment, send (address, triton_url), stop when the parent says so.
+
+    Ctrl-C reaches the whole foreground process group, this child too: it ignores SIGINT and leaves the
+    shutdown to the parent, which asks for it in order. Interrupted half-way through its own stop, it would
+    die and orphan tritonserver (a session of its own, so no signal of the terminal reaches it)."""
     from ..deployment import Deployment
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     async def main() -> None:
         deployment = Deployment(settings)
