@@ -10,7 +10,7 @@ alone, and says so.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Collection, Optional, Sequence
+from typing import Collection, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -44,11 +44,17 @@ class ExtractiveAnswer:
 def candidate_sentences(items: Sequence[EvidenceItem], headings: Collection[str] = ()) -> list[Sentence]:
     """Every sentence of the evidence (and of its visual descriptions) that can answer something: headings
     (the titles the evidence spans, and its section path) and fragments are left out."""
-    sentences: list[Sentence] = []
     seen = {" ".join(h.split()).casefold() for h in headings}
     seen |= {part.strip().casefold() for item in items for part in item.record.section.split(">")}
-    for item in items:
-        texts = [item.record.text, item.perception] if item.perception else [item.record.text]
+    ranked = [(item.rank, [item.record.text, item.perception] if item.perception else [item.record.text]) for item in items]
+    return sentences_of(ranked, seen)
+
+
+def sentences_of(ranked_texts: Iterable[tuple[int, Sequence[str]]], seen: set[str]) -> list[Sentence]:
+    """The sentences of each rank's texts, in order: fragments (under MIN_SENTENCE_WORDS words) and anything in
+    `seen` (which grows) left out, long sentences cut to MAX_SENTENCE_CHARS."""
+    sentences: list[Sentence] = []
+    for rank, texts in ranked_texts:
         position = 0
         for text in texts:
             for sentence in split_sentences(text or ""):
@@ -58,7 +64,7 @@ def candidate_sentences(items: Sequence[EvidenceItem], headings: Collection[str]
                 seen.add(sentence.casefold())
                 if len(sentence) > MAX_SENTENCE_CHARS:
                     sentence = sentence[: MAX_SENTENCE_CHARS - 1].rstrip() + "…"
-                sentences.append(Sentence(sentence, item.rank, position))
+                sentences.append(Sentence(sentence, rank, position))
                 position += 1
     return sentences
 

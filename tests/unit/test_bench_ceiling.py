@@ -68,13 +68,17 @@ def test_compare_reports_the_fraction_and_flags_a_ceiling_below_end_to_end():
     assert not paired["ceiling_below_end_to_end"]
 
 
-def test_the_answer_stage_embeds_evidence_and_description_sentences_as_the_pipeline_cuts_them():
+def test_the_answer_stage_embeds_the_sentences_the_pipeline_would_shortlist():
     from orchestrator.bench.modes.ceiling import answer_sentences
     from orchestrator.pipeline.extractive import MAX_SENTENCE_CHARS
 
     rambling = " ".join(f"tok{i}" for i in range(200))  # a random-weight VLM's description: one long "sentence"
-    evidence = ["Revenue grew by twelve percent in Europe. Too short. Revenue grew by twelve percent in Europe."]
-    out = answer_sentences(evidence, [rambling])
-    assert out[0] == rambling[:MAX_SENTENCE_CHARS] and len(out[0]) == MAX_SENTENCE_CHARS
-    assert out[1:] == ["Revenue grew by twelve percent in Europe."]  # fragments dropped, repeats once
-    assert answer_sentences(evidence, []) == ["Revenue grew by twelve percent in Europe."]
+    evidence = ["Revenue grew by twelve percent in Europe. Too short. Revenue grew by twelve percent in Europe.",
+                "The Leeds warehouse used less energy after the roof panels."]
+    question = "How much did revenue grow in Europe?"
+    # sentences sharing the question's words first, then evidence order; fragments dropped, repeats once
+    assert answer_sentences(question, evidence, [rambling], 2) == [
+        "Revenue grew by twelve percent in Europe.", "The Leeds warehouse used less energy after the roof panels."]
+    # the description only when the evidence runs out, cut as the pipeline cuts it
+    out = answer_sentences(question, evidence, [rambling], 16)
+    assert len(out) == 3 and out[2].startswith("tok0 tok1") and len(out[2]) == MAX_SENTENCE_CHARS

@@ -170,21 +170,15 @@ class ReplayTally:
         self.completion_tokens[model] = self.completion_tokens.get(model, 0) + tokens
 
 
-def answer_sentences(texts: Sequence[str], descriptions: Sequence[str]) -> list[str]:
-    """What the extractive answer embeds, as candidate_sentences cuts it: the sentences of the evidence and of
-    the VLM's descriptions (at least MIN_SENTENCE_WORDS words, at most MAX_SENTENCE_CHARS characters).
-    Descriptions first: a random-weight VLM writes long unpunctuated text, and its one long "sentence" sets
-    the padding of the whole batch, as it does end to end."""
-    from ...knowledge.extraction import split_sentences
-    from ...pipeline.extractive import MAX_SENTENCE_CHARS, MIN_SENTENCE_WORDS
+def answer_sentences(question: str, texts: Sequence[str], descriptions: Sequence[str], limit: int) -> list[str]:
+    """What the extractive answer embeds: the sentences of the evidence and of this replay's VLM descriptions,
+    cut and shortlisted by the pipeline's own functions (sentences sharing content words with the question
+    first, then evidence order). A random-weight VLM's long unpunctuated description shares no word with the
+    question, so it is embedded only when too few evidence sentences are left, as end to end."""
+    from ...pipeline.extractive import sentences_of, shortlist
 
-    out = []
-    for text in [*descriptions, *texts]:
-        for sentence in split_sentences(text or ""):
-            sentence = " ".join(sentence.split())
-            if len(sentence.split()) >= MIN_SENTENCE_WORDS:
-                out.append(sentence[:MAX_SENTENCE_CHARS])
-    return list(dict.fromkeys(out))
+    sentences = sentences_of(enumerate([[text] for text in [*texts, *descriptions]]), set())
+    return [s.text for s in shortlist(question, sentences, limit)]
 
 
 async def replay(models: TritonModels, plan: Plan, images: list[bytes], tally: Optional[ReplayTally] = None) -> None:
@@ -217,7 +211,7 @@ async def _one_call(models: TritonModels, plan: Plan, n: int, words: list[str], 
     call = plan.calls[n]
     per_call = max(1, call.items // call.calls)
     tokens_each = max(1, call.tokens_in // max(1, call.items))
-    sentences = answer_sentences(plan.texts, described or []) if call.stage == "answer" else []
+    sentences = answer_sentences(plan.question, plan.texts, described or [], per_call) if call.stage == "answer" else []
     if call.model == contracts.TEXT_EMBEDDER.name and sentences:
         # the extractive answer embeds the evidence's sentences and the descriptions': their lengths set the padding
         await models.embed([sentences[i % len(sentences)] for i in range(per_call)])
