@@ -31,7 +31,7 @@ class StandIn:
     config: dict[str, Any]
     vision: Optional[dict[str, Any]] = None  # VLM: SiglipVisionConfig fields of its vision tower
     image_size: int = 0  # image encoders and the VLM: input resolution
-    max_length: int = 0  # text towers with a fixed context (CLIP 77, SigLIP padded to 64)
+    max_length: int = 0  # encoders: the served truncation (the hf profile's max_length); 0: none
     pad_to_max_length: bool = False
 
 
@@ -41,15 +41,15 @@ def _hf_standins() -> dict[str, StandIn]:
     return {
         "text_embedder": StandIn("sentence-transformers/all-MiniLM-L6-v2", "BertModel", "BertConfig",
                                  dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
-                                      intermediate_size=1536, max_position_embeddings=512)),
+                                      intermediate_size=1536, max_position_embeddings=512), max_length=256),
         "reranker": StandIn("BAAI/bge-reranker-v2-m3", "XLMRobertaForSequenceClassification", "XLMRobertaConfig",
                             dict(vocab_size=250002, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
-                                 intermediate_size=4096, max_position_embeddings=8194, num_labels=1)),
+                                 intermediate_size=4096, max_position_embeddings=8194, num_labels=1), max_length=512),
         "router": StandIn("microsoft/deberta-v3-small", "DebertaV2ForSequenceClassification", "DebertaV2Config",
                           dict(vocab_size=128100, hidden_size=768, num_hidden_layers=6, num_attention_heads=12,
                                intermediate_size=3072, relative_attention=True, position_buckets=256,
                                pos_att_type=["p2c", "c2p"], max_relative_positions=-1, position_biased_input=False,
-                               num_labels=3)),
+                               num_labels=3), max_length=256),
         "page_text_clip": StandIn("openai/clip-vit-base-patch32", "CLIPTextModelWithProjection", "CLIPTextConfig",
                                   dict(vocab_size=49408, hidden_size=512, num_hidden_layers=12, num_attention_heads=8,
                                        intermediate_size=2048, max_position_embeddings=77, projection_dim=512),
@@ -95,6 +95,8 @@ def _test_standins() -> dict[str, StandIn]:
         image_size = 28 if s.vision else (32 if s.image_size else 0)
         if "image_size" in config:
             config.update(image_size=32, patch_size=16)
+        if s.config_class == "CLIPTextConfig":  # its special tokens must lie inside the toy vocabulary
+            config.update(bos_token_id=0, eos_token_id=2, pad_token_id=1)
         out[role] = StandIn(s.mirrors, s.model_class, s.config_class, config, vision, image_size, s.max_length,
                             s.pad_to_max_length)
     return out

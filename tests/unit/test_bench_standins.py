@@ -73,6 +73,8 @@ def test_standins_mirror_the_hf_profile_and_price_by_device(tmp_path):
     assert set(spec) == set(served)
     for role, model in served.items():
         assert spec[role].mirrors == model.checkpoint.hub_id, role
+        if role in ("text_embedder", "reranker", "router") or role.startswith("page_text_"):
+            assert spec[role].max_length == model.max_length, role  # the truncation the served model applies
     assert image_positions(spec["vlm"]) == 729  # SigLIP-so400m at 384 px, patch 14
     prices = PriceTable()
     assert device_deployment("NVIDIA H100 80GB HBM3", prices) == "h100"
