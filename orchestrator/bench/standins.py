@@ -37,7 +37,7 @@ class StandIn:
 
 def _hf_standins() -> dict[str, StandIn]:
     qwen15_05b = dict(vocab_size=151646, hidden_size=1024, intermediate_size=2816, num_hidden_layers=24,
-                      num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=32768, tie_word_embeddings=False)
+                      num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=32768, tie_word_embeddings=True)
     return {
         "text_embedder": StandIn("sentence-transformers/all-MiniLM-L6-v2", "BertModel", "BertConfig",
                                  dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
@@ -59,7 +59,8 @@ def _hf_standins() -> dict[str, StandIn]:
                                         image_size=224, patch_size=32, projection_dim=512), image_size=224),
         "page_text_siglip": StandIn("google/siglip-base-patch16-224", "SiglipTextModel", "SiglipTextConfig",
                                     dict(vocab_size=32000, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                                         intermediate_size=3072, max_position_embeddings=64),
+                                         intermediate_size=3072, max_position_embeddings=64,
+                                         bos_token_id=0, eos_token_id=1, pad_token_id=1),  # inside its 32k vocabulary
                                     max_length=64, pad_to_max_length=True),
         "page_image_siglip": StandIn("google/siglip-base-patch16-224", "SiglipVisionModel", "SiglipVisionConfig",
                                      dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
