@@ -122,6 +122,7 @@ def test_thinkserve_bench_standins_times_toy_standins_end_to_end(tmp_path):
     assert all(t["seconds"] > 0 for t in result["timings"])
     text = (tmp_path / "bench-standins.md").read_text()
     assert "Stand-ins, not the served engines" in text and "BAAI/bge-reranker-v2-m3" in text
+    assert "Preset `test`: toy dimensions" in text and result["standins"]["vlm"]["class"] == "Qwen2ForCausalLM + SiglipVisionModel"
 
 
 def test_standins_refuses_a_file_that_is_not_a_cost_result(tmp_path):

@@ -76,7 +76,8 @@ def run_standins(cost: dict, timer: TorchTimer, prices: PriceTable, deployment: 
         "repeats": timer.repeats, "decode_probe": timer.decode_probe,
         "source_image_tokens": image_tokens,
         "deployment": deployment, "deployment_price": prices.deployments[deployment].model_dump(mode="json"),
-        "standins": {role: {"mirrors": s.mirrors, "class": s.model_class, "parameters": timer.parameters.get(role),
+        "standins": {role: {"mirrors": s.mirrors, "class": s.model_class + (" + SiglipVisionModel" if s.vision else ""),
+                            "parameters": timer.parameters.get(role),
                             "image_positions": image_positions(s) or None} for role, s in spec.items()
                      if role in timer.parameters},
         "timings": timer.timings(),
@@ -98,6 +99,8 @@ def markdown(payload: dict) -> str:
         f"Priced as deployment `{r['deployment']}`: ${price['usd_per_unit_hour']}/{price['unit']}-hour x "
         f"{price['units_per_model']} per model-second",
         "",
+        *([f"**Preset `{r['preset']}`: toy dimensions, for tests; these timings are not model costs.**", ""]
+          if r["preset"] != "hf" else []),
         "**Stand-ins, not the served engines:** each role is the published architecture of the `hf` profile's "
         "checkpoint with random weights, run eagerly in PyTorch (SDPA attention) at the shapes the cost run's "
         "queries sent (mean shape per call; token counts are the source deployment's tokenizers'; the VLM's image "
