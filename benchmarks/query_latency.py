@@ -160,13 +160,7 @@ def _ef_sweep(snapshot: Snapshot, questions, exact: list[set[int]], configured: 
 async def measure_pipeline(rounds: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="thinkserve-bench-") as folder:
         work = Path(folder)
-        settings = Settings()
-        settings = settings.model_copy(update={
-            "server": settings.server.model_copy(update={"port": 0}),
-            "http": settings.http.model_copy(update={"port": 0}),
-            "storage": settings.storage.model_copy(update={"data_dir": work / "data"}),
-            "ingest": settings.ingest.model_copy(update={"chunk_tokens": 200, "chunk_overlap_tokens": 20}),
-        })
+        settings = Settings().scratch(work / "data", chunk_tokens=200)
         documents = [
             Path("samples/northwind-2024-annual-report.md"),
             write_sample_report(work / "northwind-report.pdf").path,

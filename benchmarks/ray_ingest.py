@@ -170,12 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         files = write_corpus(folder, args.documents, args.pages)
         if args.address:
             return await measure(args.address, folder, files, args.concurrency, ray)
-        own = settings.model_copy(update={
-            "server": settings.server.model_copy(update={"port": 0}),
-            "http": settings.http.model_copy(update={"port": 0}),
-            "storage": settings.storage.model_copy(update={"data_dir": work / "data"}),
-        })
-        async with own_deployment(own, progress=lambda line: print(line, file=sys.stderr)) as target:
+        async with own_deployment(settings.scratch(work / "data"), progress=lambda line: print(line, file=sys.stderr)) as target:
             return await measure(target.address, folder, files, args.concurrency, ray)
 
     with tempfile.TemporaryDirectory(prefix="thinkserve-bench-") as scratch:

@@ -375,6 +375,20 @@ class Settings(_Section):
                 object.__setattr__(self, section, current.model_copy(update={field: value}))
         return self
 
+    def scratch(self, data_dir: Path, chunk_tokens: Optional[int] = None, chunk_overlap_tokens: int = 20) -> "Settings":
+        """These settings for a throw-away deployment (demo, benchmarks) that must not disturb a running one: any
+        free gRPC and HTTP ports, its own data folder, and optionally smaller chunks (short samples would
+        otherwise be one chunk each, leaving retrieval nothing to choose)."""
+        update: dict[str, Any] = {
+            "server": self.server.model_copy(update={"port": 0}),
+            "http": self.http.model_copy(update={"port": 0}),
+            "storage": self.storage.model_copy(update={"data_dir": data_dir}),
+        }
+        if chunk_tokens is not None:
+            update["ingest"] = self.ingest.model_copy(
+                update={"chunk_tokens": chunk_tokens, "chunk_overlap_tokens": chunk_overlap_tokens})
+        return self.model_copy(update=update)
+
     @property
     def tokenizer_file(self) -> Path:
         """The text embedder's tokenizer: chunks are counted in the tokens the embedder reads."""

@@ -25,14 +25,7 @@ def _demo_settings(settings: Settings, data_dir: Path) -> Settings:
     """Free ports (a running `thinkserve serve` is not disturbed), a throw-away data folder, and chunks of
     DEMO_CHUNK_TOKENS: the one-page sample would otherwise be a single 1,200-token chunk, leaving retrieval
     nothing to choose."""
-    return settings.model_copy(
-        update={
-            "server": settings.server.model_copy(update={"port": 0}),
-            "http": settings.http.model_copy(update={"port": 0}),
-            "storage": settings.storage.model_copy(update={"data_dir": data_dir}),
-            "ingest": settings.ingest.model_copy(update={"chunk_tokens": DEMO_CHUNK_TOKENS, "chunk_overlap_tokens": 20}),
-        }
-    )
+    return settings.scratch(data_dir, chunk_tokens=DEMO_CHUNK_TOKENS)
 
 
 async def _run(settings: Settings, samples: list[Path], questions: list[str]) -> int:

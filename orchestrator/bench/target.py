@@ -88,12 +88,7 @@ def bench_settings_for(settings: Settings, data_dir: Path) -> Settings:
     """The deployment settings a self-started benchmark uses: any free ports (gRPC and HTTP: the ablations run
     several deployments at once), a throw-away data folder, and 200-token chunks (so a chunk rarely spans two
     pages and page-level recall means something)."""
-    return settings.model_copy(update={
-        "server": settings.server.model_copy(update={"port": 0}),
-        "http": settings.http.model_copy(update={"port": 0}),
-        "storage": settings.storage.model_copy(update={"data_dir": data_dir}),
-        "ingest": settings.ingest.model_copy(update={"chunk_tokens": 200, "chunk_overlap_tokens": 20}),
-    })
+    return settings.scratch(data_dir, chunk_tokens=200)
 
 
 def checkout_module(name: str):
