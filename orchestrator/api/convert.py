@@ -22,6 +22,7 @@ from ..pipeline.events import (
 from ..pipeline.plan import QueryOptions
 from ..pipeline.query import QueryInput
 from ..pipeline.router import RouteDecision
+from ..triton import statistics
 from .protos import pb
 
 
@@ -201,21 +202,14 @@ def retrieve_response(events: Sequence[QueryEvent], request_id: str) -> "pb.Retr
 
 
 def model_stats(entry: dict) -> "pb.ModelStats":
-    """Triton's statistics of one model (its ModelStatistics message as a dict) in our units."""
-    inference = entry.get("inference_stats", {})
-
-    def ms(name: str) -> float:
-        return int(inference.get(name, {}).get("ns", 0)) / 1e6
-
+    """Triton's statistics of one model (its ModelStatistics message as a dict) in our units; compute time is
+    the model's busy time, each batched execution counted once (triton/statistics.py)."""
     return pb.ModelStats(
         name=entry.get("name", ""),
         inference_count=int(entry.get("inference_count", 0)),
         execution_count=int(entry.get("execution_count", 0)),
-        queue_ms=ms("queue"),
-        compute_ms=ms("compute_input") + ms("compute_infer") + ms("compute_output"),
-        failures=int(inference.get("fail", {}).get("count", 0)),
-        batch_executions={
-            int(batch.get("batch_size", 0)): int(batch.get("compute_infer", {}).get("count", 0))
-            for batch in entry.get("batch_stats", [])
-        },
+        queue_ms=statistics.queue_ns(entry) / 1e6,
+        compute_ms=statistics.execution_compute_ns(entry) / 1e6,
+        failures=int(entry.get("inference_stats", {}).get("fail", {}).get("count", 0)),
+        batch_executions=statistics.batch_executions(entry),
     )

@@ -10,7 +10,8 @@ Each figure says which source it came from.
   hosted $    = sum over models of tokens_in x input $/1M + tokens_out x output $/1M (a hosted-API comparison)
   tokens      = every model's tokens in and out (encoders included); generative tokens = those of the LLM
                 and the VLM alone (contracts.GENERATIVE_MODELS), the figure papers and API bills count
-  capacity $  = deployment $/hour / (queries per hour at saturation), from the load benchmark
+  $ at a rate = deployment $/hour / queries per hour at that throughput; at the best closed-loop level of
+                the load benchmark (saturation), the capacity cost per query
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ def savings(candidate: dict, baseline: dict) -> dict:
     return {key: saving(candidate[key], baseline[key]) for key in keys if candidate.get(key) is not None and baseline.get(key) is not None}
 
 
-def capacity_usd_per_query(prices: PriceTable, queries_per_second: float) -> Optional[float]:
+def usd_per_query_at_rate(prices: PriceTable, queries_per_second: float) -> Optional[float]:
     """The deployment's hourly price spread over the queries it answers per hour at that throughput."""
     if queries_per_second <= 0:
         return None

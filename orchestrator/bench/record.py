@@ -121,9 +121,12 @@ async def run_query(
 
 
 def page_recall(record: QueryRecord, expected: tuple[ExpectedPage, ...], k: int) -> Optional[float]:
-    """Share of the expected pages among the first k evidence items (a page of -1: the document itself)."""
-    if not expected or not record.ok:
+    """Share of the expected pages among the first k evidence items (a page of -1: the document itself); a
+    failed query delivered none of them: 0."""
+    if not expected:
         return None
+    if not record.ok:
+        return 0.0
     top = record.evidence_pages[:k]
     found = sum(
         1 for want in expected

@@ -156,6 +156,8 @@ def server_table(server: Optional[dict], queries: int) -> list[str]:
             f"| {name} | {row['requests']} | {row['executions']} | {_ms(row['mean_batch'], 2)} | {_ms(row.get('queue_ms_per_request'), 2)} | "
             f"{_ms(row.get('compute_ms_per_request'), 2)} | {_pct(row.get('queue_share'))} | {_ms(row['compute_ms'] / max(1, queries), 1)} |"
         )
+    lines += ["", "Compute ms / request: the duration of the execution that served a request (with dynamic batching, its "
+              "whole batch's); compute ms / query: the model's busy time (each execution once) per query."]
     return lines
 
 
@@ -224,7 +226,8 @@ def cost_markdown(payload: dict) -> str:
         f"{_pct(saving.get('generative_tokens_per_query'))} of the LLM + VLM tokens "
         f"({_pct(saving.get('tokens_per_query'))} of all models' tokens, encoders included) and "
         f"{_pct(saving.get('hosted_usd_per_query'))} of the hosted-API cost** against always taking the Complex path "
-        "on the same questions (AutoThinkRAG reports 18.2% cost / 18.9% tokens; the goal here is at least 40%). "
+        f"on the same {r.get('paired_questions', routed['cost'].get('queries', 0))} questions, those answered both ways "
+        "(AutoThinkRAG reports 18.2% cost / 18.9% tokens; the goal here is at least 40%). "
         "LLM + VLM tokens are those an API bill counts; the embedder's and reranker's tokens are compute, "
         "priced in model-seconds.",
         "",
@@ -257,7 +260,7 @@ def load_markdown(payload: dict) -> str:
         f"{payload['bench']['slo_ms']:g} ms end to end. Options on every query: {r['options'] or 'server defaults'}. "
         f"Sweep stopped: {r['saturation']}.",
         "",
-        "| level | throughput q/s | goodput q/s | p50 ms | p90 ms | p95 ms | p99 ms | rag_ttft p50 | ok | rejected | errors | generator CPU (cores) | loop lag p99 ms | $ / query (capacity) |",
+        "| level | throughput q/s | goodput q/s | p50 ms | p90 ms | p95 ms | p99 ms | rag_ttft p50 | ok | rejected | errors | generator CPU (cores) | loop lag p99 ms | $ / query at this rate |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for level in r["closed_loop"] + r["open_loop"]:
@@ -267,11 +270,12 @@ def load_markdown(payload: dict) -> str:
             f"| {name} | {level['throughput_qps']:.2f} | {level['goodput_qps']:.2f} | {_ms(c['p50_ms'])} | {_ms(c['p90_ms'])} | "
             f"{_ms(c['p95_ms'])} | {_ms(c['p99_ms'])} | {_ms(level['latency']['rag_ttft']['p50_ms'])} | {level['completed']} | "
             f"{level['rejected']} | {level['errors']} | {level['generator']['cpu_cores']:.2f} | "
-            f"{_ms(level['generator']['loop_lag']['p99_ms'], 1)} | {_usd((level.get('cost') or {}).get('capacity_usd_per_query'))} |"
+            f"{_ms(level['generator']['loop_lag']['p99_ms'], 1)} | {_usd((level.get('cost') or {}).get('usd_per_query_at_throughput'))} |"
         )
     best = r["best_closed_loop"]
     lines += ["", f"Best closed-loop throughput: **{best['throughput_qps']:.2f} q/s** at concurrency {best['concurrency']} "
-              f"(goodput {best['goodput_qps']:.2f} q/s)."]
+              f"(goodput {best['goodput_qps']:.2f} q/s): the capacity cost is {_usd(best.get('capacity_usd_per_query'))} "
+              "per query. $ / query at this rate: the deployment's hourly price over the queries a level completed per hour."]
     if payload["result"].get("ceiling"):
         lines += ceiling_section(payload["result"]["ceiling"])
     lines += ["", "Batch sizes Triton executed (executions per batch size) at each closed-loop level:", "",
@@ -289,6 +293,8 @@ def load_markdown(payload: dict) -> str:
 
 def ceiling_section(ceiling: dict) -> list[str]:
     """The model-bound ceiling of a load run: its sweep, end to end as a share of it, and the replay's fidelity."""
+    if "error" in ceiling:
+        return ["", "## Model-bound ceiling", "", f"The ceiling run failed, so end to end is not compared with it: {ceiling['error']}"]
     lines = ["", "## Model-bound ceiling", "",
              "The same model calls, learned from one pass of the questions through the orchestrator, sent to Triton "
              "directly with the pipeline's concurrency per question (`->` in sequence, `||` side by side, `&` at once), "

@@ -8,7 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+import grpc
+
 from ..config import Settings
+from ..errors import ThinkServeError
 from .prices import BenchSettings
 from .report import cost_markdown, latency_markdown, load_markdown, machine_info, write
 from .session import BenchSession
@@ -136,8 +139,12 @@ class Run:
 
                 # swept on its own until it saturates, at least up to the end-to-end best level
                 best = result["best_closed_loop"]["concurrency"]
-                ceiling = await run_ceiling(session, questions, self.options, reach=best, pair_with=best)
-                result["ceiling"] = compare(result, ceiling)
+                try:
+                    ceiling = await run_ceiling(session, questions, self.options, reach=best, pair_with=best)
+                    result["ceiling"] = compare(result, ceiling)
+                except (ThinkServeError, grpc.aio.AioRpcError) as error:  # the sweep's results stand on their own
+                    session.progress(f"ceiling: failed, the load results are kept: {error}")
+                    result["ceiling"] = {"error": f"{type(error).__name__}: {error}"}
             return result
         if self.mode == "ceiling":
             from .modes.ceiling import run_ceiling

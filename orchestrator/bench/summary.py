@@ -24,8 +24,10 @@ def server_totals(per_model: Iterable[dict[str, ModelCounters]]) -> dict[str, di
     for name, c in sorted(totals.items()):
         row = c.as_dict()
         row["queue_ms_per_request"] = c.queue_ms / c.requests if c.requests else None
-        row["compute_ms_per_request"] = c.compute_ms / c.requests if c.requests else None
-        row["queue_share"] = c.queue_ns / (c.queue_ns + c.compute_ns) if c.queue_ns + c.compute_ns else None
+        # a request's own view: what it waited for and what it was computed over (its batch's duration)
+        row["compute_ms_per_request"] = c.request_compute_ns / 1e6 / c.requests if c.requests else None
+        waited_and_computed = c.queue_ns + c.request_compute_ns
+        row["queue_share"] = c.queue_ns / waited_and_computed if waited_and_computed else None
         out[name] = row
     return out
 
@@ -65,6 +67,17 @@ def summarize(records: Sequence[QueryRecord], by_route: bool = True) -> dict:
         routes = sorted({r.route for r in records if r.ok})
         out["by_route"] = {route: summarize([r for r in records if r.ok and r.route == route], by_route=False) for route in routes}
     return out
+
+
+def paired_ok(a: Sequence[QueryRecord], b: Sequence[QueryRecord]) -> tuple[list[QueryRecord], list[QueryRecord]]:
+    """The queries that succeeded in both of two series that asked the same questions in the same order.
+
+    Savings and ratios between series are taken over these only: a question that failed in one series (a
+    timeout on the Complex path, say) would otherwise stay in one average and drop out of the other."""
+    if [r.question_id for r in a] != [r.question_id for r in b]:
+        raise ValueError("the two series did not ask the same questions in the same order")
+    kept = [(x, y) for x, y in zip(a, b) if x.ok and y.ok]
+    return [x for x, _ in kept], [y for _, y in kept]
 
 
 def counters_dict(counters: dict[str, ModelCounters]) -> dict[str, dict]:

@@ -2,7 +2,9 @@
 
 Triton keeps cumulative counters per model (`ModelStatistics`): requests, executions, queue time, compute time
 (input + infer + output) and executions per batch size. Two snapshots give what one window (a query, a load
-level) cost on the server. Ensembles are excluded from sums: their counters repeat their steps'. Each leaf
+level) cost on the server. Compute time is kept two ways (orchestrator/triton/statistics.py): per execution
+(the model's busy time, what model-seconds and cost are made of) and per request (what one request was
+computed over; a batch of k requests counts k times), which differ once the dynamic batcher merges requests. Ensembles are excluded from sums: their counters repeat their steps'. Each leaf
 model is attributed to the public model (the orchestrator's contract name) whose ensemble runs it.
 
 Decoupled (streaming) python models return from execute() once their generation thread starts, so Triton's
@@ -16,14 +18,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ..triton import statistics
+
 
 @dataclass(frozen=True)
 class ModelCounters:
     requests: int = 0  # successful inference requests
     executions: int = 0  # model executions (a batch is one execution)
     inferences: int = 0  # items executed (sum of batch sizes)
-    queue_ns: int = 0
-    compute_ns: int = 0  # compute_input + compute_infer + compute_output
+    queue_ns: int = 0  # summed over requests
+    compute_ns: int = 0  # compute_input + compute_infer + compute_output, summed over executions: busy time
+    request_compute_ns: int = 0  # the same summed over requests: a batched execution once per request in it
     batches: dict[int, int] = field(default_factory=dict)  # batch size -> executions
 
     def minus(self, earlier: "ModelCounters") -> "ModelCounters":
@@ -34,6 +39,7 @@ class ModelCounters:
             self.inferences - earlier.inferences,
             self.queue_ns - earlier.queue_ns,
             self.compute_ns - earlier.compute_ns,
+            self.request_compute_ns - earlier.request_compute_ns,
             {size: count for size, count in sorted(sizes.items()) if count > 0},
         )
 
@@ -47,6 +53,7 @@ class ModelCounters:
             self.inferences + other.inferences,
             self.queue_ns + other.queue_ns,
             self.compute_ns + other.compute_ns,
+            self.request_compute_ns + other.request_compute_ns,
             dict(sorted(sizes.items())),
         )
 
@@ -65,31 +72,24 @@ class ModelCounters:
     def as_dict(self) -> dict:
         return {
             "requests": self.requests, "executions": self.executions, "inferences": self.inferences,
-            "queue_ms": self.queue_ms, "compute_ms": self.compute_ms, "mean_batch": self.mean_batch,
+            "queue_ms": self.queue_ms, "compute_ms": self.compute_ms, "request_compute_ms": self.request_compute_ns / 1e6,
+            "mean_batch": self.mean_batch,
             "batches": {str(size): count for size, count in self.batches.items()},
         }
-
-
-def _ns(stats: dict, name: str) -> int:
-    return int(stats.get(name, {}).get("ns", 0))
 
 
 def parse_statistics(response: dict) -> dict[str, ModelCounters]:
     """Counters per model name (versions summed) from TritonClient.model_statistics()'s dict."""
     out: dict[str, ModelCounters] = {}
     for model in response.get("model_stats", []):
-        inference = model.get("inference_stats", {})
-        batches: dict[int, int] = {}
-        for entry in model.get("batch_stats", []):
-            size = int(entry["batch_size"])
-            batches[size] = batches.get(size, 0) + int(entry.get("compute_infer", {}).get("count", 0))
         counters = ModelCounters(
-            requests=int(inference.get("success", {}).get("count", 0)),
+            requests=int(model.get("inference_stats", {}).get("success", {}).get("count", 0)),
             executions=int(model.get("execution_count", 0)),
             inferences=int(model.get("inference_count", 0)),
-            queue_ns=_ns(inference, "queue"),
-            compute_ns=_ns(inference, "compute_input") + _ns(inference, "compute_infer") + _ns(inference, "compute_output"),
-            batches=batches,
+            queue_ns=statistics.queue_ns(model),
+            compute_ns=statistics.execution_compute_ns(model),
+            request_compute_ns=statistics.request_compute_ns(model),
+            batches=statistics.batch_executions(model),
         )
         name = model["name"]
         out[name] = out[name].plus(counters) if name in out else counters

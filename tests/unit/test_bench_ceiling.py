@@ -82,3 +82,30 @@ def test_the_answer_stage_embeds_the_sentences_the_pipeline_would_shortlist():
     # the description only when the evidence runs out, cut as the pipeline cuts it
     out = answer_sentences(question, evidence, [rambling], 16)
     assert len(out) == 3 and out[2].startswith("tok0 tok1") and len(out[2]) == MAX_SENTENCE_CHARS
+
+
+def test_a_question_whose_capture_fails_is_left_out_of_the_replay():
+    import asyncio
+    from types import SimpleNamespace
+
+    import grpc
+
+    from orchestrator.bench.modes.ceiling import capture
+    from orchestrator.bench.workload import WorkloadQuestion
+    from orchestrator.errors import ThinkServeError
+
+    class Orchestrator:  # the orchestrator client's query(): one stream per question
+        async def query(self, collection, question, **options):
+            if "missing" in question:
+                raise grpc.aio.AioRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                           details="deadline of 30 s passed")
+            yield SimpleNamespace(WhichOneof=lambda _: "final", final=SimpleNamespace(cost=SimpleNamespace(models=[
+                SimpleNamespace(model="text_embedder", stage="embed", items=1, tokens_in=9, tokens_out=0, calls=1)])))
+
+    session = SimpleNamespace(client=Orchestrator(), collection="bench")
+    questions = [WorkloadQuestion(id="q1", question="what is here"), WorkloadQuestion(id="q2", question="missing one")]
+    plans, errors = asyncio.run(capture(session, questions, {}))
+    assert [p.question for p in plans] == ["what is here"] and plans[0].calls[0].model == "text_embedder"
+    assert errors == ["q2: DEADLINE_EXCEEDED: deadline of 30 s passed"]
+    with pytest.raises(ThinkServeError, match="could not learn any question"):
+        asyncio.run(capture(session, questions[1:], {}))

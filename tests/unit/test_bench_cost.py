@@ -8,13 +8,16 @@ from orchestrator.bench.cost import (
     ORCHESTRATOR,
     TRITON,
     Usage,
-    capacity_usd_per_query,
     model_seconds,
     query_cost,
     savings,
     summarize_costs,
+    usd_per_query_at_rate,
 )
 from orchestrator.bench.prices import BenchSettings, DeploymentPrice, PriceTable, TokenPrice, config_hash
+from orchestrator.api.convert import model_stats
+from orchestrator.bench.record import QueryRecord
+from orchestrator.bench.summary import paired_ok, server_totals
 from orchestrator.bench.triton_stats import ModelCounters, Snapshot, Topology, parse_statistics
 from orchestrator.errors import ConfigurationError
 
@@ -76,8 +79,8 @@ def test_summaries_savings_and_capacity():
     assert saved["tokens_per_query"] == pytest.approx(1 - 1100 / 1400)
     assert saved["generative_tokens_per_query"] == pytest.approx(1 - 100 / 400)
     # $7.20/h for the deployment (2 units) at 2 queries/s: 7.2 / 7200
-    assert capacity_usd_per_query(PRICES, 2.0) == pytest.approx(0.001)
-    assert capacity_usd_per_query(PRICES, 0.0) is None
+    assert usd_per_query_at_rate(PRICES, 2.0) == pytest.approx(0.001)
+    assert usd_per_query_at_rate(PRICES, 0.0) is None
     assert summarize_costs([]) == {"queries": 0}
 
 
@@ -87,7 +90,9 @@ def _stats(encode_ns: int, tokenize_ns: int, llm_ns: int, batches: dict[int, int
             "name": name, "version": "1", "execution_count": str(count), "inference_count": str(count),
             "inference_stats": {"success": {"count": str(count)}, "queue": {"ns": "1000000"},
                                 "compute_input": {"ns": "0"}, "compute_infer": {"ns": str(ns)}, "compute_output": {"ns": "0"}},
-            "batch_stats": [{"batch_size": str(size), "compute_infer": {"count": str(n)}} for size, n in batch_stats],
+            # the execution time all on the first batch size: only the sum matters here
+            "batch_stats": [{"batch_size": str(size), "compute_infer": {"count": str(n), "ns": str(ns if i == 0 else 0)}}
+                            for i, (size, n) in enumerate(batch_stats)],
         }
     return {"model_stats": [
         model("text_embedder", encode_ns + tokenize_ns, count),
@@ -95,6 +100,42 @@ def _stats(encode_ns: int, tokenize_ns: int, llm_ns: int, batches: dict[int, int
         model("text_embedder_tokenize", tokenize_ns, count),
         model("llm", llm_ns, 1),
     ]}
+
+
+def test_series_are_compared_over_the_questions_both_answered():
+    def record(question: str, status: str = "ok") -> QueryRecord:
+        return QueryRecord(question, "lookup", "c", started_s=0.0, ended_s=1.0, status=status)
+
+    routed = [record("a"), record("b"), record("c", "timeout")]
+    complex_ = [record("a"), record("b", "error"), record("c")]
+    kept_routed, kept_complex = paired_ok(routed, complex_)
+    assert [r.question_id for r in kept_routed] == [r.question_id for r in kept_complex] == ["a"]
+    with pytest.raises(ValueError, match="same questions"):
+        paired_ok(routed, list(reversed(complex_)))
+
+
+def test_compute_time_counts_a_batched_execution_once():
+    """Triton adds a batched execution's duration to every request's inference_stats; busy time is batch_stats'."""
+    # two requests merged into one 30 ms execution: 60 ms per-request compute, 30 ms of busy time
+    merged = {"name": "text_embedder_encode", "execution_count": "1", "inference_count": "2",
+              "inference_stats": {"success": {"count": "2"}, "queue": {"ns": "4000000"},
+                                  "compute_input": {"ns": "2000000"}, "compute_infer": {"ns": "56000000"},
+                                  "compute_output": {"ns": "2000000"}},
+              "batch_stats": [{"batch_size": "2", "compute_input": {"count": "1", "ns": "1000000"},
+                               "compute_infer": {"count": "1", "ns": "28000000"},
+                               "compute_output": {"count": "1", "ns": "1000000"}}]}
+    ensemble = {"name": "text_embedder", "inference_stats": {"success": {"count": "2"}, "compute_infer": {"ns": "70000000"}}}
+    counters = parse_statistics({"model_stats": [merged, ensemble]})
+    assert counters["text_embedder_encode"].compute_ms == pytest.approx(30.0)
+    assert counters["text_embedder_encode"].request_compute_ns == 60_000_000
+    assert counters["text_embedder_encode"].batches == {2: 1}
+    assert counters["text_embedder"].compute_ms == pytest.approx(70.0)  # no batch statistics: per-request sums
+    row = server_totals([counters])["text_embedder_encode"]
+    assert row["compute_ms_per_request"] == pytest.approx(30.0)
+    assert row["queue_share"] == pytest.approx(4 / 64)
+    # the Stats RPC reports the same busy time
+    assert model_stats(merged).compute_ms == pytest.approx(30.0)
+    assert dict(model_stats(merged).batch_executions) == {2: 1}
 
 
 def test_triton_snapshots_subtract_and_attribute_leaves_to_public_models():

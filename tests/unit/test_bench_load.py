@@ -50,7 +50,7 @@ def test_level_counts_only_the_window_and_separates_rejections():
     # no Triton statistics: every model-second is the orchestrator's measured call time (36 ms per query)
     assert report["cost"]["model_seconds_per_query"] == pytest.approx(0.036)
     # c7i default: $0.0892/h for the 2-core machine over 0.7 q/s
-    assert report["cost"]["capacity_usd_per_query"] == pytest.approx(0.0446 * 2 / (0.7 * 3600))
+    assert report["cost"]["usd_per_query_at_throughput"] == pytest.approx(0.0446 * 2 / (0.7 * 3600))
 
 
 def test_the_sweep_stops_at_saturation_or_failures():
@@ -60,3 +60,22 @@ def test_the_sweep_stops_at_saturation_or_failures():
     assert saturated(level(1, 1.0), level(2, 1.5), 0.10) is None
     assert "less than 10%" in saturated(level(2, 1.5), level(4, 1.6), 0.10)
     assert "rejected" in saturated(level(2, 1.5), level(4, 3.0, rejected=10), 0.10)
+    # levels that finish nothing inside their windows (a window shorter than a query) stop the sweep too
+    nothing = lambda c: {"concurrency": c, "throughput_qps": 0.0, "completed": 0, "rejected": 0, "errors": 0}
+    assert "less than 10%" in saturated(nothing(1), nothing(2), 0.10)
+
+
+def test_open_loop_latency_follows_the_queries_due_in_the_window():
+    """Under overload the latest arrivals wait longest and end after the window: they must stay in the sample."""
+    session = SimpleNamespace(settings=BenchSettings(slo_ms=1000.0), topology=Topology({}, frozenset()), target_in_process=False)
+    served_early = _record(10.5, latency_ms=2000.0)  # due at 8.5, in the warm-up
+    queued = [_record(12.0 + i, latency_ms=1000.0 * (i + 1)) for i in range(6)]  # all due at 11.0, ending one by one
+    late = [_record(24.0 + i, latency_ms=9000.0 + 1000.0 * i) for i in range(3)]  # due at 15.0, ended after the window
+    records = [served_early, *queued, *late]
+    due = [r for r in records if _Window.t0 <= r.started_s <= _Window.t1]
+    by_end = level_report(session, records, _Window(), "open", {})
+    by_due = level_report(session, records, _Window(), "open", {}, latency_records=due)
+    assert by_end["completed"] == by_due["completed"] == 7  # throughput still counts what ended inside the window
+    assert by_due["latency"]["client"]["count"] == 9
+    assert by_due["latency"]["client"]["max_ms"] == 11000.0
+    assert by_end["latency"]["client"]["max_ms"] == 6000.0  # what choosing by end time would have reported

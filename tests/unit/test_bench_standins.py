@@ -95,8 +95,10 @@ def _cost_payload() -> dict:
     complex_ = simple + [("vlm_relevance", "vlm_filter", 1, 6, 90, 0), ("vlm", "perception", 2, 4, 400, 40),
                          ("llm", "llm", 1, 1, 900, 24)]
     return {"command": "thinkserve bench cost", "machine": {"cpu": "x", "profile": "tiny"},
-            "result": {"mode": "cost", "configs": {"routed": {"records": [record("simple", simple), record("complex", complex_)]},
-                                                   "complex": {"records": [record("complex", complex_)] * 2}}}}
+            # the third question timed out on the Complex path: it is left out of both series
+            "result": {"mode": "cost", "configs": {
+                "routed": {"records": [record("simple", simple), record("complex", complex_), record("simple", simple)]},
+                "complex": {"records": [record("complex", complex_)] * 2 + [{"status": "timeout", "usage": []}]}}}}
 
 
 def test_thinkserve_bench_standins_times_toy_standins_end_to_end(tmp_path):
@@ -112,6 +114,7 @@ def test_thinkserve_bench_standins_times_toy_standins_end_to_end(tmp_path):
     assert set(result["standins"]) == {"text_embedder", "reranker", "vlm_relevance", "vlm", "llm"}
     level = result["concurrency"]["1"]
     routed, complex_ = level["series"]["routed"], level["series"]["complex"]
+    assert routed["queries"] == complex_["queries"] == 2 and result["source"]["questions"] == 2
     # the simple query ran no VLM or LLM, so routed is cheaper than always-complex on the same calls
     assert 0 < level["saving_routed_vs_complex"] < 1
     assert set(complex_["model_seconds_per_query_by_model"]) == {"text_embedder", "reranker", "vlm_relevance", "vlm", "llm"}

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from ..record import page_recall
+from ..record import QueryRecord, page_recall
 from ..session import BenchSession
-from ..summary import recall_summary, summarize
+from ..summary import paired_ok, recall_summary, summarize
 from ..workload import WorkloadQuestion
 
 RECALL_K = 5
@@ -68,20 +68,7 @@ async def run_ablations(session: BenchSession, questions: Sequence[WorkloadQuest
             shift = (i + round_number) % len(labels)
             for label in labels[shift:] + labels[:shift]:
                 records[label].append(await sessions[label].sequential(question, label, options[label]))
-    by_question = {q.id: q for q in questions}
-    configs = {}
-    for label, rs in records.items():
-        recall = recall_summary([(r.question_type, page_recall(r, by_question[r.question_id].expected_pages, RECALL_K)) for r in rs])
-        configs[label] = {"options": options[label], "summary": summarize(rs, by_route=False), "recall": recall,
-                          "records": [r.as_dict() for r in rs]}
-    base = configs[BASELINE]["summary"]
-    for label, data in configs.items():
-        s = data["summary"]
-        data["versus_baseline"] = {
-            "latency_p50": _ratio(s["client"]["p50_ms"], base["client"]["p50_ms"]),
-            "cost": _ratio(s["cost"].get("hardware_usd_per_query"), base["cost"].get("hardware_usd_per_query")),
-            "tokens": _ratio(s["cost"].get("tokens_per_query"), base["cost"].get("tokens_per_query")),
-        }
+    configs = compare_configurations(records, options, questions)
     for label in variants:
         configs[label]["deployment"] = (variant_notes or {}).get(label, {})
     throughput = {}
@@ -95,6 +82,29 @@ async def run_ablations(session: BenchSession, questions: Sequence[WorkloadQuest
             "not_in_this_run": [f"{name}: needs a deployment of its own, which only a self-started run makes" for name in missing]}
 
 
+def compare_configurations(records: dict[str, list[QueryRecord]], options: dict[str, dict[str, Any]],
+                           questions: Sequence[WorkloadQuestion]) -> dict[str, dict]:
+    """Each configuration's summary and page recall over all its queries, and its ratios to the baseline over
+    the questions both answered (records of every configuration are in the same question order)."""
+    by_question = {q.id: q for q in questions}
+    configs = {}
+    for label, rs in records.items():
+        recall = recall_summary([(r.question_type, page_recall(r, by_question[r.question_id].expected_pages, RECALL_K)) for r in rs])
+        mine, theirs = paired_ok(rs, records[BASELINE])
+        s, base = summarize(mine, by_route=False), summarize(theirs, by_route=False)
+        configs[label] = {
+            "options": options[label], "summary": summarize(rs, by_route=False), "recall": recall,
+            "records": [r.as_dict() for r in rs],
+            "versus_baseline": {
+                "questions": len(mine),
+                "latency_p50": _ratio(s["client"]["p50_ms"], base["client"]["p50_ms"]),
+                "cost": _ratio(s["cost"].get("hardware_usd_per_query"), base["cost"].get("hardware_usd_per_query")),
+                "tokens": _ratio(s["cost"].get("tokens_per_query"), base["cost"].get("tokens_per_query")),
+            },
+        }
+    return configs
+
+
 async def throughput_windows(sessions: dict[str, BenchSession], questions: Sequence[WorkloadQuestion], options: dict[str, Any],
                              concurrency: int) -> dict:
     """Closed-loop throughput of each deployment at one concurrency: windows in the order A B C C B A, pooled."""
@@ -105,7 +115,6 @@ async def throughput_windows(sessions: dict[str, BenchSession], questions: Seque
     for n, label in enumerate(order):
         sessions[label].progress(f"ablations: throughput of {label!r} at concurrency {concurrency} (window {n + 1}/{len(order)})")
         levels[label].append(await closed_level(sessions[label], questions, concurrency, options, offset=n * 5))
-    base = None
     out = {}
     for label, windows in levels.items():
         completed, wall = sum(w["completed"] for w in windows), sum(w["wall_s"] for w in windows)
@@ -115,8 +124,9 @@ async def throughput_windows(sessions: dict[str, BenchSession], questions: Seque
                       "per_window_qps": [w["throughput_qps"] for w in windows],
                       "latency_p50_ms_per_window": [w["latency"]["client"]["p50_ms"] for w in windows],
                       "batches": _batches(windows)}
-        base = base or out[label]["throughput_qps"]
-        out[label]["versus_baseline"] = _ratio(out[label]["throughput_qps"], base)
+    baseline = out[next(iter(sessions))]  # the first deployment given is the baseline
+    for row in out.values():
+        row["versus_baseline"] = _ratio(row["throughput_qps"], baseline["throughput_qps"])
     return out
 
 
@@ -143,16 +153,17 @@ def markdown(payload: dict) -> str:
     lines += [
         f"{r['questions']} questions x {r['rounds']} round(s) under each configuration, interleaved, each query alone on "
         f"the server. Ratios are against `{r['baseline']}` on the same questions in the same run. Recall: expected pages "
-        f"among the first {r['recall_k']} evidence items.", "",
-        "| configuration | p50 ms | p95 ms | x baseline latency | $ / 1,000 queries | x baseline cost | tokens / query | recall@5 | answers | degraded |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+        f"among the first {r['recall_k']} evidence items (a failed query found none). The x baseline ratios are over the "
+        "questions both the configuration and the baseline answered.", "",
+        "| configuration | ok | p50 ms | p95 ms | x baseline latency | $ / 1,000 queries | x baseline cost | tokens / query | recall@5 | answers | degraded |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for label, data in r["configs"].items():
         s, v = data["summary"], data["versus_baseline"]
         c = s["cost"]
         recall = data["recall"]["recall"]
         lines.append(
-            f"| {label} | {_ms(s['client']['p50_ms'])} | {_ms(s['client']['p95_ms'])} | {_x(v['latency_p50'])} | "
+            f"| {label} | {s['ok']}/{s['queries']} | {_ms(s['client']['p50_ms'])} | {_ms(s['client']['p95_ms'])} | {_x(v['latency_p50'])} | "
             f"{_usd(c.get('hardware_usd_per_1000_queries'))} | {_x(v['cost'])} | {c.get('tokens_per_query', 0):,.0f} | "
             f"{'' if recall is None else f'{recall:.2f}'} | {_counts(s['answer_sources'])} | {s['degraded']} |"
         )

@@ -27,9 +27,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
+import grpc
+
+from ...errors import ThinkServeError
 from ...triton import contracts
 from ...triton.models import GenerationOptions, TritonModels
-from ..record import page_recall  # noqa: F401  (re-exported for symmetry with the other modes)
 from ..session import BenchSession
 from ..stats import distribution, rate, ratio
 from ..summary import counters_dict
@@ -118,19 +120,27 @@ def _text(words: list[str], count: int, offset: int) -> str:
     return " ".join(words[(offset + i) % len(words)] for i in range(count))
 
 
-async def capture(session: BenchSession, questions: Sequence[WorkloadQuestion], options: dict[str, Any]) -> list[Plan]:
-    plans = []
+async def capture(session: BenchSession, questions: Sequence[WorkloadQuestion], options: dict[str, Any]) -> tuple[list[Plan], list[str]]:
+    """Each question's model calls, learned from one pass through the orchestrator; a question whose pass
+    failed is left out of the replay (its error is returned) rather than ending the run."""
+    plans, errors = [], []
     for question in questions:
         texts, usage = [], []
-        async for event in session.client.query(question.collection or session.collection, question.question,
-                                                **question.query_options(options)):
-            kind = event.WhichOneof("event")
-            if kind == "evidence":
-                texts = [item.text for item in event.evidence.items if item.text]
-            elif kind == "final":
-                usage = [Call(u.model, u.stage, u.items, u.tokens_in, u.tokens_out, max(1, u.calls)) for u in event.final.cost.models]
+        try:
+            async for event in session.client.query(question.collection or session.collection, question.question,
+                                                    **question.query_options(options)):
+                kind = event.WhichOneof("event")
+                if kind == "evidence":
+                    texts = [item.text for item in event.evidence.items if item.text]
+                elif kind == "final":
+                    usage = [Call(u.model, u.stage, u.items, u.tokens_in, u.tokens_out, max(1, u.calls)) for u in event.final.cost.models]
+        except grpc.aio.AioRpcError as error:
+            errors.append(f"{question.id or question.question[:40]}: {error.code().name}: {error.details()}")
+            continue
         plans.append(Plan(question.question, usage, texts))
-    return plans
+    if not plans:
+        raise ThinkServeError("the ceiling could not learn any question's model calls: " + "; ".join(errors[:3]))
+    return plans, errors
 
 
 async def calibrate(models: TritonModels, plans: list[Plan]) -> None:
@@ -287,7 +297,7 @@ async def run_ceiling(session: BenchSession, questions: Sequence[WorkloadQuestio
     options = dict(options or {})
     load = session.settings.load
     session.progress(f"ceiling: learning the model calls of {len(questions)} questions")
-    plans = await capture(session, questions, options)
+    plans, capture_errors = await capture(session, questions, options)
     models = TritonModels(session.triton)
     await calibrate(models, plans)
     images = [_image(i) for i in range(8)]
@@ -319,12 +329,18 @@ async def run_ceiling(session: BenchSession, questions: Sequence[WorkloadQuestio
     if pair_with is not None:
         paired = await paired_windows(session, questions, options, pair_with, best["concurrency"], models, plans, images)
     return {
-        "mode": "ceiling", "questions": len(questions), "options": options, "levels": results, "saturation": stop,
+        "mode": "ceiling", "questions": len(questions), "replayed_questions": len(plans),
+        "capture_errors": capture_errors, "options": options, "levels": results, "saturation": stop,
         "best_qps": best["throughput_qps"], "best_concurrency": best["concurrency"], "paired": paired,
         "calls_per_query": calls_per_query,
         "schedules": sorted({plan.describe() for plan in plans}),
         "prompt_token_fidelity": {m: {"mean_ratio": sum(v) / len(v), "calls": len(v)} for m, v in fidelity.items()},
     }
+
+
+def _capture_errors(ceiling: dict) -> list[str]:
+    errors = ceiling.get("capture_errors") or []
+    return [f"Left out of the replay (their pass through the orchestrator failed): {'; '.join(errors[:5])}."] if errors else []
 
 
 async def paired_windows(session: BenchSession, questions: Sequence[WorkloadQuestion], options: dict[str, Any],
@@ -413,8 +429,9 @@ def markdown(payload: dict) -> str:
     r = payload["result"]
     lines = header("Model-bound ceiling", payload)
     lines += [
-        f"The model calls of {r['questions']} questions (learned from one pass through the orchestrator), replayed "
-        "against Triton directly with inputs of the same shape, closed loop.", "",
+        f"The model calls of {r.get('replayed_questions', r['questions'])} of {r['questions']} questions (learned from "
+        "one pass through the orchestrator), replayed against Triton directly with inputs of the same shape, closed loop.",
+        *_capture_errors(r), "",
         "| concurrency | throughput q/s | p50 ms | p95 ms | completed | errors | replay client CPU (cores) |", "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for lv in r["levels"]:

@@ -2,7 +2,8 @@
 
 Each question runs once routed (the deployment's router) and once with route="complex", the order alternating
 from question to question so drift on a shared machine favours neither; each query alone on the server, so
-Triton's compute time between two statistics snapshots is that query's own.
+Triton's compute time between two statistics snapshots is that query's own. Savings are taken over the
+questions that succeeded both ways (summary.paired_ok); each series' own summary keeps all its queries.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any, Sequence
 
 from ..cost import savings
 from ..session import BenchSession
-from ..summary import summarize
+from ..summary import paired_ok, summarize
 from ..workload import WorkloadQuestion
 
 CONFIGS: dict[str, dict[str, Any]] = {"routed": {}, "complex": {"route": "complex"}}
@@ -31,13 +32,13 @@ async def run_cost(session: BenchSession, questions: Sequence[WorkloadQuestion],
             for label in order:
                 records[label].append(await session.sequential(question, label, options[label]))
     summaries = {label: summarize(rs) for label, rs in records.items()}
-    routed, complex_ = summaries["routed"]["cost"], summaries["complex"]["cost"]
+    paired = dict(zip(CONFIGS, paired_ok(records["routed"], records["complex"])))
+    routed, complex_ = (summarize(paired[label], by_route=False)["cost"] for label in CONFIGS)
     # per question type: what routing saves where
     by_type = {}
-    for kind in sorted({r.question_type for r in records["routed"]}):
-        pair = {label: summarize([r for r in rs if r.question_type == kind], by_route=False)["cost"] for label, rs in records.items()}
-        if pair["routed"].get("queries") and pair["complex"].get("queries"):
-            by_type[kind] = {"routed": pair["routed"], "complex": pair["complex"], "saving": savings(pair["routed"], pair["complex"])}
+    for kind in sorted({r.question_type for r in paired["routed"]}):
+        pair = {label: summarize([r for r in rs if r.question_type == kind], by_route=False)["cost"] for label, rs in paired.items()}
+        by_type[kind] = {"routed": pair["routed"], "complex": pair["complex"], "saving": savings(pair["routed"], pair["complex"])}
     return {
         "mode": "cost",
         "rounds": rounds,
@@ -46,7 +47,8 @@ async def run_cost(session: BenchSession, questions: Sequence[WorkloadQuestion],
         "prices": session.settings.prices.model_dump(mode="json"),
         "configs": {label: {"options": options[label], "summary": summaries[label], "records": [r.as_dict() for r in rs]}
                     for label, rs in records.items()},
-        "saving_routed_vs_complex": savings(routed, complex_) if routed.get("queries") and complex_.get("queries") else None,
+        "paired_questions": len(paired["routed"]),  # succeeded both ways: what the savings are over
+        "saving_routed_vs_complex": savings(routed, complex_) if paired["routed"] else None,
         "by_question_type": by_type,
         "routes_taken": dict(Counter(r.route for r in records["routed"] if r.ok)),
     }

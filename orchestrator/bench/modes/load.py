@@ -6,7 +6,10 @@ come from those queries' raw samples. The sweep stops when doubling the concurre
 `saturation_gain` of throughput, or when more than 5% of the queries fail or are rejected.
 
 Open loop: arrivals at a target rate with exponential gaps (seeded); each is sent when due whatever is still in
-flight, and its latency counts from when it was due, so a late generator cannot hide queueing.
+flight, and its latency counts from when it was due, so a late generator cannot hide queueing. Throughput
+counts the queries that ended inside the window; latency percentiles come from the queries that were due
+inside it, each followed to its end: under overload the queue grows through the window, and choosing by end
+time would leave out the latest arrivals, which wait longest.
 
 The generator's own overhead is measured in the same window: its process CPU time per wall second, and the
 lag of its event loop (a 10 ms ticker's oversleep). Triton's statistics are snapshotted at the window's edges:
@@ -21,7 +24,7 @@ import random
 import time
 from typing import Any, Optional, Sequence
 
-from ..cost import capacity_usd_per_query, query_cost
+from ..cost import query_cost, usd_per_query_at_rate
 from ..record import OK, REJECTED, QueryRecord
 from ..session import BenchSession
 from ..stats import distribution, goodput, rate, ratio
@@ -69,6 +72,7 @@ class Window:
 
     async def close(self) -> None:
         self.t1, self.cpu1 = time.monotonic(), time.process_time()
+        self.lags_ms = list(self.monitor.lags_ms)  # the window's own: not the drain that follows it
         after = await self.session.snapshot()
         self.server = after.since(self.before) if self.before is not None and after is not None else None
 
@@ -79,13 +83,15 @@ class Window:
     def generator(self, in_process_server: bool) -> dict:
         return {
             "cpu_cores": (self.cpu1 - self.cpu0) / self.wall_s,  # CPU seconds of this process per wall second
-            "loop_lag": distribution(self.monitor.lags_ms),
+            "loop_lag": distribution(self.lags_ms),
             "shares_process_with_server": in_process_server,
         }
 
 
-def level_report(session: BenchSession, records: list[QueryRecord], window: Window, label: str, extra: dict) -> dict:
-    """Throughput, latency, outcomes, goodput, generator overhead, batch sizes and cost for one window."""
+def level_report(session: BenchSession, records: list[QueryRecord], window: Window, label: str, extra: dict,
+                 latency_records: Optional[list[QueryRecord]] = None) -> dict:
+    """Throughput, latency, outcomes, goodput, generator overhead, batch sizes and cost for one window.
+    `latency_records`: the queries whose latency is sampled (default: those that ended inside the window)."""
     slo = session.settings.slo_ms
     inside = [r for r in records if window.t0 <= r.ended_s <= window.t1]
     ok = [r for r in inside if r.status == OK]
@@ -102,7 +108,7 @@ def level_report(session: BenchSession, records: list[QueryRecord], window: Wind
         "throughput_qps": rate(len(ok), window.wall_s),
         "goodput_qps": goodput([r.client_ms for r in ok], slo, window.wall_s),
         "slo_ms": slo,
-        "latency": latency_summary(inside),
+        "latency": latency_summary(inside if latency_records is None else latency_records),
         "generator": window.generator(session.target_in_process),
     }
     out["goodput_share"] = ratio(out["goodput_qps"], out["throughput_qps"])
@@ -122,7 +128,9 @@ def level_report(session: BenchSession, records: list[QueryRecord], window: Wind
             "model_seconds_per_query": total.seconds / n,
             "model_seconds_per_query_by_model": {m: s / n for m, s in total.model_seconds.items()},
             "sources": total.sources,
-            "capacity_usd_per_query": capacity_usd_per_query(session.settings.prices, out["throughput_qps"]),
+            # the deployment's hourly price over the queries it completed per hour at this level's throughput
+            # (at the best closed-loop level: the capacity cost)
+            "usd_per_query_at_throughput": usd_per_query_at_rate(session.settings.prices, out["throughput_qps"]),
         }
         generated: dict[str, int] = {}
         for u in usage:
@@ -193,11 +201,11 @@ async def open_level(session: BenchSession, questions: Sequence[WorkloadQuestion
     await asyncio.gather(*tasks)
     await window.monitor.stop()
     measured_arrivals = sum(1 for a in arrivals if window.t0 <= a <= window.t1)
+    due_in_window = [r for r in records if window.t0 <= r.started_s <= window.t1]  # started_s: when it was due
     report = level_report(session, records, window, f"open {qps:.3g} q/s", {
         "target_qps": qps, "offered_qps": measured_arrivals / window.wall_s, "dropped_by_generator": dropped,
-    })
-    in_window = [r for r in records if window.t0 <= r.started_s <= window.t1]
-    report["generator"]["send_lateness"] = distribution(r.lateness_ms for r in in_window)
+    }, latency_records=due_in_window)
+    report["generator"]["send_lateness"] = distribution(r.lateness_ms for r in due_in_window)
     return report
 
 
@@ -206,7 +214,7 @@ def saturated(previous: Optional[dict], current: dict, gain: float) -> Optional[
     done = current["completed"] + current["rejected"] + current["errors"]
     if done and (current["rejected"] + current["errors"]) / done > FAILURE_LIMIT:
         return f"more than {FAILURE_LIMIT:.0%} of queries failed or were rejected"
-    if previous is not None and current["throughput_qps"] < previous["throughput_qps"] * (1 + gain):
+    if previous is not None and current["throughput_qps"] <= previous["throughput_qps"] * (1 + gain):
         return f"throughput grew less than {gain:.0%} from concurrency {previous['concurrency']} to {current['concurrency']}"
     return None
 
@@ -245,6 +253,7 @@ async def run_load(session: BenchSession, questions: Sequence[WorkloadQuestion],
         "closed_loop": closed,
         "saturation": stop_reason or "the sweep reached its last level",
         "best_closed_loop": {"concurrency": best["concurrency"], "throughput_qps": best["throughput_qps"],
-                             "goodput_qps": best["goodput_qps"]},
+                             "goodput_qps": best["goodput_qps"],
+                             "capacity_usd_per_query": usd_per_query_at_rate(session.settings.prices, best["throughput_qps"])},
         "open_loop": open_levels,
     }

@@ -44,7 +44,10 @@ def device_deployment(device_name: str, prices: PriceTable) -> str:
 def run_standins(cost: dict, timer: TorchTimer, prices: PriceTable, deployment: str, concurrency: Sequence[int],
                  image_tokens: int, progress: Callable[[str], None] = lambda _: None) -> dict:
     configs = cost["result"]["configs"]
-    queries = {label: [r for r in configs[label]["records"] if r.get("status") == "ok"] for label in CONFIGS}
+    # the questions answered both ways (the cost run asked the same questions in the same order)
+    both = [pair for pair in zip(*(configs[label]["records"] for label in CONFIGS))
+            if all(r.get("status") == "ok" for r in pair)]
+    queries = {label: [pair[n] for pair in both] for n, label in enumerate(CONFIGS)}
     calls = {label: [query_calls(usage_rows(r), image_tokens) for r in records] for label, records in queries.items()}
     shapes = distinct_shapes([q for label in CONFIGS for q in calls[label]], concurrency)
     by_model = defaultdict(list)
