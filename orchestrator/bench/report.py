@@ -256,7 +256,9 @@ def load_markdown(payload: dict) -> str:
     lines = header("Load: closed-loop sweep and open-loop arrivals", payload)
     lines += [
         f"Each level: {s['warmup_seconds']:g} s warm-up, then a {s['level_seconds']:g} s measured window; throughput counts "
-        f"queries that ended inside it, latency percentiles come from those queries' raw samples. SLO for goodput: "
+        "queries that ended inside it. Latency percentiles come from raw samples: closed loop, of the queries that ended "
+        "inside the window; open loop, of the queries due inside it, each followed to its end and timed from when it was "
+        "due (under overload the latest arrivals wait longest and end after the window). SLO for goodput: "
         f"{payload['bench']['slo_ms']:g} ms end to end. Options on every query: {r['options'] or 'server defaults'}. "
         f"Sweep stopped: {r['saturation']}.",
         "",

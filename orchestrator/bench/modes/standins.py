@@ -55,8 +55,11 @@ def run_standins(cost: dict, timer: TorchTimer, prices: PriceTable, deployment: 
         by_model[shape.model].append(shape)
     for model, model_shapes in sorted(by_model.items()):
         progress(f"timing {len(model_shapes)} call shapes of the {model} stand-in")
-        for shape in model_shapes:
-            timer(shape)
+        for n, shape in enumerate(model_shapes, 1):
+            seconds = timer(shape)
+            progress(f"  {n}/{len(model_shapes)} batch {shape.batch} x {shape.tokens} tokens"
+                     + (f", {shape.images} image(s)" if shape.images else "")
+                     + (f", {shape.new_tokens} generated" if shape.new_tokens else "") + f": {seconds:.3f} s")
         timer.release(model)
     per_second = prices.deployments[deployment].usd_per_model_second
     levels = {}
