@@ -4,8 +4,9 @@ Triton keeps cumulative counters per model (`ModelStatistics`): requests, execut
 (input + infer + output) and executions per batch size. Two snapshots give what one window (a query, a load
 level) cost on the server. Compute time is kept two ways (orchestrator/triton/statistics.py): per execution
 (the model's busy time, what model-seconds and cost are made of) and per request (what one request was
-computed over; a batch of k requests counts k times), which differ once the dynamic batcher merges requests. Ensembles are excluded from sums: their counters repeat their steps'. Each leaf
-model is attributed to the public model (the orchestrator's contract name) whose ensemble runs it.
+computed over; a batch of k requests counts k times), which differ once the dynamic batcher merges requests.
+Ensembles are excluded from sums: their counters repeat their steps'. Each leaf model is attributed to the
+public model (the orchestrator's contract name) whose ensemble runs it.
 
 Decoupled (streaming) python models return from execute() once their generation thread starts, so Triton's
 compute time misses the generation: for them the orchestrator's measured stream time must be used instead
