@@ -4,12 +4,14 @@ cause; never INTERNAL/UNKNOWN, never an HTTP 500, and the server keeps serving."
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import fields as dataclass_fields
 
 import grpc
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from orchestrator.client import ThinkServeClient
@@ -120,9 +122,14 @@ CHAT_BODIES = st.one_of(
 
 @FUZZ
 @given(body=CHAT_BODIES)
+@example(body={"model": "fuzz", "messages": [], "stream": False, "thinkserve": {"top_k": 0, "seed": 0, "top_p": math.inf}})
+@example(body={"model": COLLECTION, "messages": [{"role": "user", "content": "hi"}], "thinkserve": {"temperature": math.nan}})
 def test_generated_chat_requests_never_get_a_server_error(fuzzed, body):
     _, http = fuzzed
-    response = httpx.post(f"{http}/v1/chat/completions", json=body, timeout=30, headers={"x-request-timeout": "15"})
+    # json.dumps writes NaN and Infinity as JavaScript does (the generated options include them): the server must
+    # refuse those with a client error too, where httpx's json= would refuse to send them
+    response = httpx.post(f"{http}/v1/chat/completions", content=json.dumps(body).encode(), timeout=30,
+                          headers={"x-request-timeout": "15", "content-type": "application/json"})
     assert response.status_code == 200 or response.status_code in HTTP_CLIENT_ERRORS, response.text[:300]
     if response.status_code != 200:
         assert response.json()["error"]["message"]

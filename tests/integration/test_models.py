@@ -85,10 +85,15 @@ def test_embedder_matches_the_pytorch_reference(triton):
 
 def test_concurrent_requests_are_batched_by_triton(triton):
     async def work(models):
-        before = await models.client.model_statistics("text_embedder_encode")
+        before = (await models.client.model_statistics("text_embedder_encode"))["model_stats"][0]
         await asyncio.gather(*(models.embed([f"sentence number {i} about revenue"]) for i in range(64)))
-        after = await models.client.model_statistics("text_embedder_encode")
-        return before["model_stats"][0], after["model_stats"][0]
+        # Triton records an execution's statistics just after it sends the responses: wait for the last ones
+        for _ in range(50):
+            after = (await models.client.model_statistics("text_embedder_encode"))["model_stats"][0]
+            if int(after["inference_count"]) - int(before.get("inference_count", 0)) >= 64:
+                break
+            await asyncio.sleep(0.1)
+        return before, after
 
     before, after = call(triton, work)
     requests = int(after["inference_count"]) - int(before.get("inference_count", 0))
