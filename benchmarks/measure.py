@@ -7,6 +7,9 @@ iterations are run and discarded before any sample is kept.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Awaitable, Callable
@@ -67,3 +70,18 @@ def write_results(name: str, payload: dict, markdown: str, directory: Path = RES
     json_path.write_text(json.dumps(payload, indent=2) + "\n")
     md_path.write_text(markdown)
     return json_path, md_path
+
+
+def uncommitted_changes() -> list[str]:
+    """Tracked files that differ from the commit in machine_info (others may be editing the code measured)."""
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+    return status.stdout.splitlines()
+
+
+def invocation(name: str, argv: list[str]) -> str:
+    """How benchmark `name` was run, as typed from the repository root (interpreter path and PYTHONPATH included)."""
+    interpreter = Path(sys.executable)
+    if interpreter.is_relative_to(Path.cwd()):
+        interpreter = interpreter.relative_to(Path.cwd())
+    prefix = f"PYTHONPATH={os.environ['PYTHONPATH']} " if os.environ.get("PYTHONPATH") else ""
+    return f"{prefix}{interpreter} -m benchmarks.{name} {' '.join(argv)}".strip()

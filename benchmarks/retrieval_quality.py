@@ -2,17 +2,18 @@
 
     python -m benchmarks.retrieval_quality [--documents 6] [--pages 6] [--seed 7] [--ablations] [--config FILE]
 
-The project's claim is that hybrid retrieval (dense + BM25 + graph, fused) beats the best single signal. This
-measures it end to end: a full deployment (the real tritonserver with every model, the orchestrator's gRPC
-server) on a throw-away data folder ingests the generated corpus of benchmarks/quality_corpus.py with 200-token
-chunks (so a chunk rarely spans two pages), then every question is asked over gRPC, like any client, once per
+The project's claim is that hybrid retrieval (dense + BM25 over passages and pages + graph, fused) beats the
+best single signal. This measures it end to end: a full deployment (the real tritonserver with every model,
+the orchestrator's gRPC server) on a throw-away data folder ingests the generated corpus of
+benchmarks/quality_corpus.py (generated PDFs, one subject per page; a regression check: the real-document
+benchmark is benchmarks/document_qa.py), then every question is asked over gRPC, like any client, once per
 configuration:
-  hybrid   the server's defaults: dense + BM25 + graph, fused
-  dense    dense only (sparse=False, graph=False)
-  bm25     BM25 only (dense=False, graph=False)
+  hybrid   the server's defaults: dense + BM25 over passages and pages + graph, fused
+  dense    dense only (sparse=False, page_lexical=False, graph=False)
+  bm25     BM25 only, over passages and pages (dense=False, graph=False)
 and, with --ablations, the pairs that show which signal a hybrid loss comes from:
   dense+bm25   graph=False
-  dense+graph  sparse=False
+  dense+graph  sparse=False, page_lexical=False
 all with top_k=5, the reranker, page images and perception off (the tiny profile's cross-encoder and VLM have
 random weights; the text embedder is the real all-MiniLM-L6-v2) and the extractive answerer, so the runs
 differ only in the retrieval signals fused. The route is chosen by the question's features, the same for
@@ -29,8 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,7 +40,7 @@ from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
 from orchestrator.deployment import Deployment
 
-from .measure import machine_info, write_results
+from .measure import invocation, machine_info, uncommitted_changes, write_results
 from .quality_corpus import QUESTION_TYPES, Corpus, Question, write_quality_corpus
 
 NAME = "retrieval_quality"
@@ -53,11 +52,11 @@ KS = (1, 5)
 COMMON_OPTIONS: dict[str, Any] = {"rerank": False, "page_images": False, "perception": "off", "answerer": "extractive"}
 CONFIGURATIONS: dict[str, dict[str, bool]] = {
     "hybrid": {},
-    "dense": {"sparse": False, "graph": False},
+    "dense": {"sparse": False, "page_lexical": False, "graph": False},
     "bm25": {"dense": False, "graph": False},
 }
 SINGLE_SIGNALS = ("dense", "bm25")
-ABLATIONS: dict[str, dict[str, bool]] = {"dense+bm25": {"graph": False}, "dense+graph": {"sparse": False}}
+ABLATIONS: dict[str, dict[str, bool]] = {"dense+bm25": {"graph": False}, "dense+graph": {"sparse": False, "page_lexical": False}}
 
 
 def configurations(ablations: bool) -> dict[str, dict[str, bool]]:
@@ -81,7 +80,7 @@ async def ask(client: AsyncThinkServeClient, collection: str, question: str, opt
                     "found_by": list(item.signals.found_by),
                     "signals": {
                         name: round(getattr(item.signals, name), 4)
-                        for name in ("semantic", "lexical", "structural", "modality", "fused")
+                        for name in ("semantic", "lexical", "page_lexical", "structural", "modality", "fused")
                     },
                 }
                 for item in sorted(event.evidence.items, key=lambda item: item.rank)
@@ -212,11 +211,13 @@ def report(stats: dict, corpus: Corpus, command: str, machine: dict, settings: S
         f"{recall['all']['questions']} questions ("
         + ", ".join(f"{recall[t]['questions']} {t}" for t in QUESTION_TYPES if t in recall)
         + ").  ",
-        f"Settings: profile `{settings.profile}`, chunks {settings.ingest.chunk_tokens}/{settings.ingest.chunk_overlap_tokens} tokens, "
+        f"Settings: profile `{settings.profile}`, passages of {settings.ingest.passage_tokens} tokens, extractor chunks "
+        f"{settings.ingest.chunk_tokens}/{settings.ingest.chunk_overlap_tokens} tokens, "
         f"extractor `{settings.ingest.extractor}`; every query top_k={TOP_K}, "
         + ", ".join(f"{key}={value}" for key, value in COMMON_OPTIONS.items())
-        + f"; fusion weights semantic {retrieval.semantic_weight}, lexical {retrieval.lexical_weight}, structural "
-        f"{retrieval.structural_weight}, modality {retrieval.modality_weight}; routes by question features: "
+        + f"; fusion `{retrieval.fusion}`, weights semantic {retrieval.semantic_weight}, lexical {retrieval.lexical_weight}, "
+        f"page lexical {retrieval.page_lexical_weight}, structural {retrieval.structural_weight}, modality "
+        f"{retrieval.modality_weight}; routes by question features: "
         + ", ".join(f"{count} {route}" for route, count in sorted(routes.items()))
         + ".  ",
         f"Wall time: {wall_seconds:.0f} s (deployment start {stats['startup_seconds']:.0f} s, ingest {stats['ingest_seconds']:.0f} s, "
@@ -260,21 +261,6 @@ def report(stats: dict, corpus: Corpus, command: str, machine: dict, settings: S
     return payload, "\n".join(lines)
 
 
-def uncommitted_changes() -> list[str]:
-    """Tracked files that differ from the commit in machine_info (others may be editing the code measured)."""
-    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
-    return status.stdout.splitlines()
-
-
-def invocation(argv: list[str]) -> str:
-    """The command line as typed from the repository root (interpreter path and PYTHONPATH included)."""
-    interpreter = Path(sys.executable)
-    if interpreter.is_relative_to(Path.cwd()):
-        interpreter = interpreter.relative_to(Path.cwd())
-    prefix = f"PYTHONPATH={os.environ['PYTHONPATH']} " if os.environ.get("PYTHONPATH") else ""
-    return f"{prefix}{interpreter} -m benchmarks.{NAME} {' '.join(argv)}".strip()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m benchmarks.{NAME}", description=__doc__.split("\n")[0])
     parser.add_argument("--config", type=Path, help="settings file (TOML); default: the built-in tiny profile")
@@ -284,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ablations", action="store_true", help="also run dense+bm25 and dense+graph")
     parser.add_argument("--output", type=Path, default=None, help="results folder (default: benchmarks/results)")
     args = parser.parse_args(argv)
-    command = invocation(argv if argv is not None else sys.argv[1:])
+    command = invocation(NAME, argv if argv is not None else sys.argv[1:])
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="thinkserve-quality-") as scratch:
         work = Path(scratch)

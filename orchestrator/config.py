@@ -199,15 +199,26 @@ class RetrievalSettings(_Section):
     """Hybrid retrieval: dense + sparse + graph candidates, fused, then reranked."""
 
     max_top_k: int = Field(50, ge=1)  # upper limit of every top-K a request may ask for
-    dense: bool = True  # FAISS over chunks and units (off: the semantic signal is reported but not weighed)
-    sparse: bool = True  # BM25 over chunks and units
+    dense: bool = True  # FAISS over passages and units (off: the semantic signal is reported but not weighed)
+    sparse: bool = True  # BM25 over passages and units
+    # BM25 over whole pages: the best page_lexical_top_k pages bring all their passages and units in as
+    # candidates, and every candidate carries its page's score. Questions spread their words over the page
+    # that answers them: on real documents the page is the strongest lexical unit there is.
+    page_lexical: bool = True
+    page_lexical_top_k: int = Field(10, ge=0)
     graph: bool = True  # neighbourhood expansion + personalized PageRank from the matched entities
     rerank: bool = True  # cross-encoder through Triton (where the route allows it)
-    # Fusion: score = weighted mean of the signals of the enabled stages, each in [0, 1].
-    semantic_weight: float = Field(0.5, ge=0)  # cosine of the question and the evidence
-    lexical_weight: float = Field(0.2, ge=0)  # BM25, divided by the best BM25 score among the candidates
-    structural_weight: float = Field(0.2, ge=0)  # graph score (PageRank mass of its entities), normalised
-    modality_weight: float = Field(0.1, ge=0)  # match with the question's preferred block types
+    # Fusion (pipeline/fusion.py): "rrf" ranks the candidates by each signal and sums weight / (rrf_k + rank);
+    # "weighted" takes the weighted mean of the signals' values. Every signal is in [0, 1] and reported either way.
+    fusion: Literal["rrf", "weighted"] = "rrf"
+    rrf_k: float = Field(60.0, gt=0)  # the usual constant of reciprocal rank fusion: a top rank is not a landslide
+    semantic_weight: float = Field(1.0, ge=0)  # cosine of the question and the evidence
+    lexical_weight: float = Field(1.0, ge=0)  # BM25 over the question's IDF mass (how much of it a passage matches)
+    page_lexical_weight: float = Field(1.0, ge=0)  # the same for the candidate's whole page
+    # Graph score (mean PageRank of the entities extracted from it). 0: on the real-document benchmark the graph
+    # changed page recall by less than its noise (benchmarks/results/document_qa.md); it still runs and is reported.
+    structural_weight: float = Field(0.0, ge=0)
+    modality_weight: float = Field(0.5, ge=0)  # match with the question's preferred block types
     # Final score = (1 - w) * fused + w * sigmoid(rerank score). None: the profile's default (tiny: 0, since
     # its cross-encoder has random weights and would scramble the real embedder's ranking; otherwise 1).
     rerank_weight: Optional[float] = Field(None, ge=0, le=1)
@@ -288,11 +299,15 @@ class IndexSettings(_Section):
 
 
 class IngestSettings(_Section):
-    # Text stream: windows of the embedder's tokens (LightRAG's 1,200 / 100).
+    # Retrieval units: passages of at most this many of the embedder's tokens, never crossing a page. 128 on
+    # the real-document benchmark: 96 ranked pages as well, 256-token windows worse (benchmarks/results/document_qa.md).
+    passage_tokens: int = Field(128, ge=8)
+    # The embedder reads at most this many tokens (all-MiniLM-L6-v2: 256 with its two special tokens); a passage
+    # longer than this could not be embedded whole.
+    embed_window_tokens: int = Field(254, ge=8)
+    # What the entity extractor reads: windows of the embedder's tokens (LightRAG's 1,200 / 100).
     chunk_tokens: int = Field(1200, ge=16)
     chunk_overlap_tokens: int = Field(100, ge=0)
-    # The embedder reads at most this many tokens: longer chunks are embedded as the mean of such pieces.
-    embed_window_tokens: int = Field(254, ge=8)
     # The embedder's tokenizer.json; empty: the one the model repository's text_embedder_tokenize serves.
     tokenizer: Optional[Path] = None
     # Entities and relations: "cooccurrence" (model-free, GraphRAG's fast mode) or "llm" (through Triton).
@@ -368,6 +383,11 @@ class Settings(_Section):
             object.__setattr__(self, "triton", self.triton.model_copy(update={"model_repository": repository}))
         if self.ingest.chunk_overlap_tokens >= self.ingest.chunk_tokens:
             raise ValueError("ingest.chunk_overlap_tokens must be smaller than ingest.chunk_tokens")
+        if self.ingest.passage_tokens > self.ingest.embed_window_tokens:
+            raise ValueError(
+                f"ingest.passage_tokens ({self.ingest.passage_tokens}) must fit the embedder's window "
+                f"(ingest.embed_window_tokens = {self.ingest.embed_window_tokens})"
+            )
         defaults = PROFILE_DEFAULTS.get(self.profile, TRAINED_MODEL_DEFAULTS)
         for section, field, value in defaults:
             current = getattr(self, section)

@@ -62,12 +62,13 @@ class QueryPrinter:
             where = item.document_name + (f" > {item.section}" if item.section else "")
             if item.page >= 0:
                 where += f", page {item.page + 1}"
-            if item.kind != "chunk":
+            if item.block_type != "text":
                 where += f" [{item.block_type}]"
             write(f"  [{item.rank}] {item.score:.3f}  {where}\n")
             if self.signals:
                 s = item.signals
-                parts = [f"semantic {s.semantic:.2f}", f"lexical {s.lexical:.2f}", f"graph {s.structural:.2f}", f"modality {s.modality:.2f}"]
+                parts = [f"semantic {s.semantic:.2f}", f"lexical {s.lexical:.2f}", f"page lexical {s.page_lexical:.2f}",
+                         f"graph {s.structural:.2f}", f"modality {s.modality:.2f}"]
                 if s.HasField("rerank"):
                     parts.append(f"rerank {s.rerank:.2f}")
                 if s.HasField("page_relevance"):

@@ -156,3 +156,29 @@ def write_empty_pdf(path: Path) -> Path:
         document.close()
     path.write_bytes(buffer.getvalue())
     return path
+
+
+FILLER_TOPICS = ["depot maintenance", "staff rota", "fleet inspection", "supplier audit", "safety drill", "canteen menu",
+                 "parking permits", "archive storage", "visitor badges", "printer leases"]
+DEEP_FACT = "The Halvorsen turbine contract was signed for 7.4 million kroner on 12 March 2025."
+
+
+def write_long_chunk_report(path: Path, fact_page: int = 2, pages: int = 4) -> Path:
+    """`pages` pages of running prose (one section, so one 1,200-token chunk spans them all) with DEEP_FACT as
+    a paragraph of its own in the middle of page `fact_page` (0-based), and a last page holding only a picture
+    (no text MinerU's flash tier can extract)."""
+    styles = getSampleStyleSheet()
+    story: list = [Paragraph("Operations review", styles["Title"]), Spacer(1, 0.4 * cm)]
+    for page in range(pages):
+        for n in range(3):
+            if page == fact_page and n == 1:
+                story += [Paragraph(DEEP_FACT, styles["BodyText"]), Spacer(1, 0.3 * cm)]
+            topic = FILLER_TOPICS[(page * 3 + n) % len(FILLER_TOPICS)]
+            sentence = (f"The committee reviewed the {topic} for period {page * 3 + n + 1} and agreed that the routine "
+                        f"checks continue as planned, with the usual weekly notes kept in the shared binder.")
+            story += [Paragraph(" ".join([sentence] * 2), styles["BodyText"]), Spacer(1, 0.3 * cm)]
+        story.append(PageBreak())
+    chart = draw_bar_chart(path.with_name(path.stem + "-picture.png"))
+    story.append(FlowImage(str(chart), width=14 * cm, height=8.75 * cm))
+    SimpleDocTemplate(str(path), pagesize=A4, title="Operations review").build(story)
+    return path

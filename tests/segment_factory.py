@@ -16,12 +16,17 @@ def unit_vectors(n: int, dim: int = 8, seed: int = 0) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-def make_segment(name: str, texts: list[str], entities: dict[str, list[str]] | None = None, dim: int = 8, seed: int = 0, content: str = "") -> Segment:
-    """One document: a chunk per text; `entities` maps a chunk text to entity names mentioned in it."""
+def make_segment(
+    name: str, texts: list[str], entities: dict[str, list[str]] | None = None, dim: int = 8, seed: int = 0, content: str = "",
+    pages: list[int] | None = None,
+) -> Segment:
+    """One document: a passage per text, on page i (or pages[i]); `entities` maps a text to the entity names in it."""
     document_id = hashlib.sha256((content or name + "|".join(texts)).encode()).hexdigest()[:24]
-    blocks = [Block("text", text, page=i, bbox=(0, 0, 1000, 100)) for i, text in enumerate(texts)]
+    pages = list(range(len(texts))) if pages is None else pages
+    blocks = [Block("text", text, page=pages[i], bbox=(0, 0, 1000, 100)) for i, text in enumerate(texts)]
     evidence = [
-        EvidenceRecord(f"{document_id}:c{i}", document_id, name, "chunk", "text", text, "", (Span(i, i, (0, 0, 1000, 100)),))
+        EvidenceRecord(f"{document_id}:t{i}", document_id, name, "passage", "text", text, "",
+                       (Span(i, pages[i], (0, 0, 1000, 100), 0, len(text)),))
         for i, text in enumerate(texts)
     ]
     mentions, relations = [], []
@@ -35,8 +40,8 @@ def make_segment(name: str, texts: list[str], entities: dict[str, list[str]] | N
         ]
     entity_keys = list(dict.fromkeys(m.key for m in mentions))
     relation_keys = list(dict.fromkeys((r.source, r.target) for r in relations))
-    document = DocumentRecord(document_id, name, "text/plain", "test", len(texts), len(blocks), len(texts), 0,
-                              len(entity_keys), len(relation_keys), sum(map(len, texts)), 0.0)
+    document = DocumentRecord(document_id, name, "text/plain", "test", len(set(pages)), len(blocks), len(texts), 0,
+                              len(entity_keys), len(relation_keys), sum(map(len, texts)), 0.0, passages=len(texts))
     return Segment(
         document=document,
         blocks=blocks,

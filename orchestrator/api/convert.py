@@ -6,6 +6,7 @@ import logging
 from dataclasses import fields as dataclass_fields
 from typing import Sequence
 
+from ..knowledge.chunking import Span
 from ..knowledge.ingest import IngestResult
 from ..knowledge.segments import DocumentRecord
 from ..pipeline.accounting import CostReport
@@ -60,7 +61,7 @@ def signals(value: Signals) -> "pb.Signals":
     }
     return pb.Signals(
         semantic=value.semantic, lexical=value.lexical, structural=value.structural, modality=value.modality,
-        fused=value.fused, final=value.final, found_by=list(value.found_by), **optional,
+        fused=value.fused, final=value.final, found_by=list(value.found_by), page_lexical=value.page_lexical, **optional,
     )
 
 
@@ -76,13 +77,18 @@ def evidence_item(item: EvidenceItem) -> "pb.EvidenceItem":
         text=record.text,
         score=item.score,
         rank=item.rank,
-        regions=[pb.Region(page=s.page, bbox=list(s.bbox) if any(s.bbox) else []) for s in record.spans if s.page >= 0],
+        regions=regions(record.spans),
         asset=record.asset,
         kind=record.kind,
         signals=signals(item.signals),
         context=list(item.context),
         perception=item.perception,
     )
+
+
+def regions(spans: Sequence[Span]) -> list["pb.Region"]:
+    """The page regions of spans (sources without pages have none); an unknown bbox is sent empty."""
+    return [pb.Region(page=s.page, bbox=list(s.bbox) if any(s.bbox) else []) for s in spans if s.page >= 0]
 
 
 def cost(report: CostReport) -> "pb.Cost":
@@ -110,7 +116,10 @@ def final_answer(event: FinalAnswerEvent) -> "pb.FinalAnswer":
     final = pb.FinalAnswer(
         text=event.text,
         citations=[
-            pb.Citation(evidence_rank=c.evidence_rank, passage_id=c.passage_id, document_name=c.document_name, page=c.page)
+            pb.Citation(
+                evidence_rank=c.evidence_rank, passage_id=c.passage_id, document_name=c.document_name, page=c.page,
+                regions=regions(c.regions), quote=c.quote,
+            )
             for c in event.citations
         ],
         finish_reason=event.finish_reason,
@@ -159,6 +168,7 @@ def document_info(document: DocumentRecord) -> "pb.DocumentInfo":
         bytes=document.bytes,
         added_at=document.added_at,
         warnings=list(document.warnings),
+        passages=document.passages,
     )
 
 
@@ -166,7 +176,7 @@ def ingest_report(result: IngestResult) -> "pb.IngestReport":
     return pb.IngestReport(
         collection=result.collection,
         document_id=result.document.document_id,
-        passages=result.document.chunks + result.document.units,
+        passages=indexed_text(result.document) + result.document.units,
         already_present=result.already_present,
         seconds=result.seconds,
         document=document_info(result.document),
@@ -175,13 +185,18 @@ def ingest_report(result: IngestResult) -> "pb.IngestReport":
     )
 
 
+def indexed_text(document: DocumentRecord) -> int:
+    """Text evidence records of a document: its passages (its chunks, if ingested before passages existed)."""
+    return document.passages or document.chunks
+
+
 def log_ingest(request_id: str, collection: str, result: IngestResult) -> None:
     document = result.document
     log.info(
-        "ingest %s: %s into %s: %s, %d pages, %d chunks, %d units, %d entities in %.2f s",
+        "ingest %s: %s into %s: %s, %d pages, %d passages, %d units, %d entities in %.2f s",
         request_id, document.name, collection,
         "already present" if result.already_present else ("replaced" if result.replaced else "added"),
-        document.pages, document.chunks, document.units, document.entities, result.seconds,
+        document.pages, indexed_text(document), document.units, document.entities, result.seconds,
     )
 
 

@@ -242,4 +242,5 @@ def _collection_info(name: str, snapshot: Snapshot) -> "pb.CollectionInfo":
         entities=len(snapshot.entity_key_set),
         relations=relations,
         bytes=sum(d.bytes for d in documents),
+        passages=sum(convert.indexed_text(d) for d in documents),
     )

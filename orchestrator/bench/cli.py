@@ -8,6 +8,9 @@
                                                           FAISS kinds and graph paths in process (orchestrator/bench/micro.py)
     thinkserve bench ingest|micro [--args "ARGS"]          the checkout's ingest / micro benchmarks (micro: with --args,
                                                           or --micro query_latency|triton_overhead|gpu_graph)
+    thinkserve bench documents [--args "ARGS"]            real PDFs with evidence pages (benchmarks/document_qa.py:
+                                                          retrieval, citations, answers, refusals against BM25 and
+                                                          dense baselines; default: ../shared/benchmarks/mmlongbench-dev)
     thinkserve bench standins --from-cost bench-cost.json  a cost run's model calls timed on realistic-size stand-in
                                                           models in PyTorch (the GPU when present; modes/standins.py)
 
@@ -29,7 +32,7 @@ from typing import Any, Optional
 
 from ..errors import ConfigurationError
 
-MODES = ("latency", "load", "cost", "ceiling", "ablations", "workload", "ingest", "micro", "standins")
+MODES = ("latency", "load", "cost", "ceiling", "ablations", "workload", "ingest", "micro", "standins", "documents")
 MICRO_IN_PROCESS = ("faiss", "graph")
 WRAPPED_MICRO = {"query_latency": "benchmarks.query_latency", "triton_overhead": "benchmarks.triton_overhead",
                  "gpu_graph": "benchmarks.gpu_graph"}
@@ -102,7 +105,7 @@ def add_bench_command(commands) -> None:
     standins.add_argument("--preset", choices=("hf", "test"), default="hf",
                           help="standins: hf = the hf profile's architectures; test = toy sizes (smoke tests)")
     run.add_argument("--args", dest="passthrough", default="",
-                     help='ingest/micro: arguments for the wrapped benchmark, e.g. "--documents 4 --pages 8"; micro '
+                     help='ingest/documents/micro: arguments for the wrapped benchmark, e.g. "--documents 4 --pages 8"; micro '
                           'may name one of its benchmarks first: "triton_overhead --rounds 3"')
     bench.set_defaults(run=cmd_bench)
 
@@ -144,7 +147,7 @@ def parse_mix(text: Optional[str]) -> Optional[dict[str, float]]:
 def cmd_bench(args) -> int:
     from ..cli import _settings
 
-    if args.mode == "ingest" or (args.mode == "micro" and args.passthrough and not args.micro):
+    if args.mode in ("ingest", "documents") or (args.mode == "micro" and args.passthrough and not args.micro):
         return run_wrapped(args.mode, args.passthrough)
     if args.mode == "micro":
         return run_micro(args, _settings(args))
@@ -193,12 +196,13 @@ async def run_mode(args, settings) -> int:
 WRAPPED = {
     # mode -> the checkout's benchmark modules it runs (each writes its own results under benchmarks/results/)
     "ingest": ["benchmarks.ingest"],
+    "documents": ["benchmarks.document_qa"],
     "micro": ["benchmarks.query_latency", "benchmarks.triton_overhead", "benchmarks.gpu_graph"],
 }
 
 
 def run_wrapped(mode: str, passthrough: str) -> int:
-    """Ingest and micro benchmarks already exist in the checkout's benchmarks/: run them as they are."""
+    """Ingest, document-QA and micro benchmarks already exist in the checkout's benchmarks/: run them as they are."""
     if not Path("benchmarks").is_dir():
         raise ConfigurationError(f"bench {mode} runs the checkout's benchmarks/: run it from the ThinkServe checkout")
     extra = shlex.split(passthrough)

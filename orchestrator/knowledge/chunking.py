@@ -1,9 +1,10 @@
-"""The text stream: token windows (1,200 tokens, 100 overlap by default) counted with the embedder's tokenizer;
-a window that is at least half full ends before a heading instead of running into the next section.
+"""The text stream the entity extractor reads: token windows (1,200 tokens, 100 overlap by default, the paper's)
+counted with the embedder's tokenizer; a window that is at least half full ends before a heading instead of
+running into the next section. Retrieval indexes passages instead (passages.py): chunks cross pages.
 
-Every chunk remembers the blocks it spans (page + bbox each), so an answer can cite the exact page region.
-Chunk text is cut from the original block text by character offsets (never detokenised: the embedder's
-tokenizer is lower-cased), and a window never ends inside a word.
+Every chunk remembers the blocks it spans (page + bbox each). Chunk text is cut from the original block text by
+character offsets (never detokenised: the embedder's tokenizer is lower-cased), and a window never ends inside
+a word.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ class Span:
     block: int
     page: int
     bbox: tuple[int, int, int, int]
+    # the block's characters in the evidence text ([start, end)); 0, 0 where not recorded (chunks, units)
+    start: int = 0
+    end: int = 0
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,6 @@ class TextChunk:
     tokens: int
     section: str  # heading path at the chunk's start ("Results > Revenue"), "" before the first title
     spans: tuple[Span, ...]
-    embedding_texts: tuple[str, ...]  # the chunk cut into pieces the embedder takes whole (see embed_window)
 
 
 @dataclass(frozen=True)
@@ -42,9 +45,7 @@ class _Token:
     word: int  # word number within the document: windows never split one
 
 
-def chunk_blocks(
-    blocks: Sequence[Block], tokenizer: PlainTokenizer, size: int, overlap: int, embed_window: int
-) -> list[TextChunk]:
+def chunk_blocks(blocks: Sequence[Block], tokenizer: PlainTokenizer, size: int, overlap: int) -> list[TextChunk]:
     """Token windows over the text blocks in reading order; visual blocks belong to the multimodal stream."""
     if overlap >= size:
         raise ConfigurationError(f"chunk overlap ({overlap}) must be smaller than the chunk size ({size})")
@@ -86,10 +87,6 @@ def chunk_blocks(
                 spans=tuple(
                     Span(i, blocks[i].page, blocks[i].bbox) for i in dict.fromkeys(token.block for token in window)
                 ),
-                embedding_texts=tuple(
-                    _text_of(blocks, window[i : _word_boundary(window, min(i + embed_window, len(window)), i)])
-                    for i in _piece_starts(window, embed_window)
-                ),
             )
         )
         if end == len(tokens):
@@ -120,14 +117,6 @@ def _word_start(tokens: Sequence[_Token], position: int) -> int:
 def _is_punctuation(blocks: Sequence[Block], token: _Token) -> bool:
     text = blocks[token.block].content[token.start : token.end]
     return bool(text) and not any(character.isalnum() for character in text)
-
-
-def _piece_starts(window: Sequence[_Token], embed_window: int) -> list[int]:
-    starts, position = [], 0
-    while position < len(window):
-        starts.append(position)
-        position = _word_boundary(window, min(position + embed_window, len(window)), position)
-    return starts
 
 
 def _text_of(blocks: Sequence[Block], tokens: Sequence[_Token]) -> str:

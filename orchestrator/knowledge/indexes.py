@@ -159,14 +159,24 @@ class BM25Index:
         self.size = len(texts)
 
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
-        """(row, score) of the k best texts for the query, best first; texts sharing no term are left out.
+        """(row, score) of the k best texts for the query, best first; texts sharing no term are left out."""
+        return self.best(self.scores(query), k)
+
+    def scores(self, query: str) -> np.ndarray:
+        """The BM25 score of every text for the query (0 where it shares no term with it).
 
         The query's stop words are dropped ("how", "was", "which"): rare in documents, so of high IDF, they
         would otherwise rank texts for matching the question's grammar instead of its content."""
         columns = self.query_columns(query)
-        if not columns or k <= 0:
+        if not columns:
+            return np.zeros(self.size, dtype=np.float32)
+        return np.asarray(self._weights[:, columns] @ self.idf[columns]).ravel()
+
+    @staticmethod
+    def best(scores: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """(row, score) of the k highest positive scores, best first (ties: lower row first)."""
+        if k <= 0:
             return []
-        scores = np.asarray(self._weights[:, columns] @ self.idf[columns]).ravel()
         candidates = np.flatnonzero(scores > 0)
         if len(candidates) > k:
             candidates = candidates[np.argpartition(-scores[candidates], k - 1)[:k]]

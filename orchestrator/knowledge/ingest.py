@@ -1,4 +1,5 @@
-"""Document bytes -> blocks -> text chunks + multimodal units -> entities and relations -> vectors -> one commit.
+"""Document bytes -> blocks -> text passages + multimodal units (the evidence) and chunks (what the entity
+extractor reads) -> entities and relations -> vectors -> one commit.
 
 The stages that wait on Triton (descriptions, extraction with the LLM, every embedding) send their inputs in
 batches, several requests in flight at once, so Triton's dynamic batcher sees full batches; parsing and page
@@ -27,11 +28,12 @@ from ..triton import contracts
 from ..tokens import PlainTokenizer
 from ..triton.models import GenerationOptions, TritonModels
 from . import sources
-from .chunking import Span, chunk_blocks
+from .chunking import Span, TextChunk, chunk_blocks
 from .content_list import read_content_list
 from .documents import Block, ParsedDocument
 from .extraction import CooccurrenceExtractor, Extraction, LlmExtractor, describe_fallback, normalize_entity_name
 from .mineru import MineruOptions, MineruParser
+from .passages import Passage, passages_of
 from .pdf import inspect_pdf, render_pages
 from .segments import DocumentRecord, EntityMention, EvidenceRecord, PageRecord, RelationMention, Segment
 from .store import KnowledgeBase
@@ -197,15 +199,16 @@ class Ingestor:
     ) -> Segment:
         settings = self.settings
         with stages.timed("chunk"):
+            passages = await asyncio.to_thread(passages_of, parsed.blocks, self.tokenizer, settings.passage_tokens)
             chunks = await asyncio.to_thread(
-                chunk_blocks, parsed.blocks, self.tokenizer, settings.chunk_tokens, settings.chunk_overlap_tokens, settings.embed_window_tokens
+                chunk_blocks, parsed.blocks, self.tokenizer, settings.chunk_tokens, settings.chunk_overlap_tokens
             )
         units = [i for i, block in enumerate(parsed.blocks) if block.is_visual]
         with stages.timed("describe"):
             descriptions = await self._describe(parsed, units, staging, timeout_s)
         evidence = [
-            EvidenceRecord(f"{document_id}:c{n}", document_id, name, "chunk", "text", c.text, c.section, c.spans, tokens=c.tokens)
-            for n, c in enumerate(chunks)
+            EvidenceRecord(f"{document_id}:t{n}", document_id, name, "passage", "text", p.text, p.section, p.spans, tokens=p.tokens)
+            for n, p in enumerate(passages)
         ]
         for n, (index, text) in enumerate(zip(units, descriptions)):
             block = parsed.blocks[index]
@@ -218,10 +221,14 @@ class Ingestor:
             )
         if not evidence:
             raise InvalidRequestError(f"{name!r}: no text, table or figure was found in it ({parsed.parser})")
+        parsed.warnings.extend(_textless_pages(parsed))
 
+        # The extractor reads chunks (and units); what it finds is filed under the passages that name it.
+        unit_records = evidence[len(passages) :]
         with stages.timed("extract"):
-            extractions = await self._extract([e.text for e in evidence], timeout_s)
-        entities, relations = _mentions(evidence, extractions)
+            extractions = await self._extract([c.text for c in chunks] + [u.text for u in unit_records], timeout_s)
+        readers = [_passages_in(chunk, passages, evidence) for chunk in chunks] + [[u] for u in unit_records]
+        entities, relations = _mentions(readers, extractions)
         entity_keys = list(dict.fromkeys(m.key for m in entities))
         first_mention = {}
         for mention in entities:
@@ -233,17 +240,14 @@ class Ingestor:
 
         with stages.timed("embed"):
             texts = [
-                [piece for c in chunks for piece in c.embedding_texts],
-                [e.text for e in evidence[len(chunks) :]],
+                [e.text for e in evidence],
                 [f"{first_mention[k].name}: {first_mention[k].description}" for k in entity_keys],
                 [_relation_text(first_mention, first_relation[k]) for k in relation_keys],
             ]
             families = list(contracts.PAGE_ENCODER_FAMILIES) if parsed.page_images else []
             images = [path.read_bytes() for path in parsed.page_images] if families else []
             jobs = [self._embed_by_length(texts, timeout_s)] + [self._embed_images(f, images, timeout_s) for f in families]
-            (pieces, unit_vectors, entity_vectors, relation_vectors), *page_vectors = await asyncio.gather(*jobs)
-            chunk_vectors = _mean_per_chunk(pieces, [len(c.embedding_texts) for c in chunks])
-            evidence_vectors = _concat(chunk_vectors, unit_vectors)
+            (evidence_vectors, entity_vectors, relation_vectors), *page_vectors = await asyncio.gather(*jobs)
 
         document = DocumentRecord(
             document_id=document_id,
@@ -254,6 +258,7 @@ class Ingestor:
             blocks=len(parsed.blocks),
             chunks=len(chunks),
             units=len(units),
+            passages=len(passages),
             entities=len(entity_keys),
             relations=len(relation_keys),
             bytes=size,
@@ -403,21 +408,63 @@ def _description_request(blocks: Sequence[Block], index: int, window: int) -> st
     return "\n\n".join(parts)
 
 
-def _mentions(evidence: Sequence[EvidenceRecord], extractions: Sequence[Extraction]):
-    entities: list[EntityMention] = []
+def _passages_in(chunk: TextChunk, passages: Sequence[Passage], evidence: Sequence[EvidenceRecord]) -> list[EvidenceRecord]:
+    """The passages sharing a block with the chunk, in reading order (a long block may give several)."""
+    blocks = {span.block for span in chunk.spans}
+    return [evidence[n] for n, passage in enumerate(passages) if any(span.block in blocks for span in passage.spans)]
+
+
+def _naming(records: Sequence[EvidenceRecord], *names: str) -> list[EvidenceRecord]:
+    wanted = [name.casefold() for name in names if name]
+    return [record for record in records if all(name in record.text.casefold() for name in wanted)]
+
+
+def _mentions(readers: Sequence[Sequence[EvidenceRecord]], extractions: Sequence[Extraction]):
+    """Entity and relation mentions, each filed under the evidence that names it.
+
+    `readers[i]` are the evidence records text i covers (a chunk: its passages; a unit: itself). An entity is
+    filed under every one of them that contains its name, a relation under the first containing both names
+    (then either); one the extractor paraphrased goes to the first record, so none is lost."""
+    entities: dict[tuple[str, str], EntityMention] = {}
     relations: list[RelationMention] = []
-    for record, extraction in zip(evidence, extractions):
+    for records, extraction in zip(readers, extractions):
+        if not records:
+            continue
+        names: dict[str, str] = {}
         for entity in extraction.entities:
             key = normalize_entity_name(entity.name)
-            if key:
-                entities.append(EntityMention(key, entity.name.strip(), entity.type, entity.description, record.evidence_id))
+            if not key:
+                continue
+            names.setdefault(key, entity.name.strip())
+            for record in _naming(records, entity.name.strip()) or records[:1]:
+                entities.setdefault((key, record.evidence_id), EntityMention(key, entity.name.strip(), entity.type, entity.description, record.evidence_id))
         for relation in extraction.relations:
             source, target = sorted((normalize_entity_name(relation.source), normalize_entity_name(relation.target)))
             if source and target and source != target:
+                pair = (relation.source.strip(), relation.target.strip())
+                record = (_naming(records, *pair) or _naming(records, pair[0]) or _naming(records, pair[1]) or records)[0]
                 relations.append(
                     RelationMention(source, target, relation.description, relation.keywords, relation.weight, record.evidence_id)
                 )
-    return entities, relations
+    return list(entities.values()), relations
+
+
+def _textless_pages(parsed: ParsedDocument) -> list[str]:
+    """A warning naming the pages without any text the parser could extract (scans, slides of pictures):
+    silently, they would be indexed as nothing but page images."""
+    if parsed.page_count <= 0:
+        return []
+    with_text = {block.page for block in parsed.blocks if block.content.strip() or block.caption.strip()}
+    missing = [page for page in range(parsed.page_count) if page not in with_text]
+    if not missing:
+        return []
+    shown = ", ".join(str(page + 1) for page in missing[:10]) + (", ..." if len(missing) > 10 else "")
+    why = ("scanned or image-only pages, and MinerU's flash tier does no OCR" if parsed.parser.endswith("/flash")
+           else f"the parser ({parsed.parser}) found none on them")
+    return [
+        f"{len(missing)} of {parsed.page_count} pages have no extractable text (page {shown}): {why}; "
+        "only their page images and captions can be found"
+    ]
 
 
 # A relation is embedded as its two names, keywords and the start of its description: co-occurrence relations
@@ -429,17 +476,3 @@ def _relation_text(first_mention: dict[str, EntityMention], relation: RelationMe
     names = [first_mention[k].name if k in first_mention else k for k in (relation.source, relation.target)]
     description = relation.description[:RELATION_DESCRIPTION_CHARS]
     return f"{names[0]} - {names[1]}: {relation.keywords} {description}".strip()
-
-
-def _mean_per_chunk(pieces: np.ndarray, counts: Sequence[int]) -> np.ndarray:
-    """A chunk longer than the embedder's window is the normalised mean of its pieces' embeddings."""
-    if not counts:
-        return pieces
-    ends = np.cumsum(counts)
-    vectors = np.stack([pieces[end - count : end].mean(axis=0) for count, end in zip(counts, ends)])
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-
-
-def _concat(*arrays: np.ndarray) -> np.ndarray:
-    present = [a for a in arrays if len(a)]
-    return np.concatenate(present).astype(np.float32) if present else np.zeros((0, 0), dtype=np.float32)

@@ -3,7 +3,7 @@
     seg-<document id>-<nonce>/
         document.json    the DocumentRecord (name, content hash, counts, parser, warnings)
         blocks.jsonl     parsed blocks with page, bbox and asset
-        evidence.jsonl   text chunks and multimodal units: what retrieval returns and answers cite
+        evidence.jsonl   text passages and multimodal units: what retrieval returns and answers cite
         entities.jsonl   entity mentions (normalised key, name, type, description, evidence id)
         relations.jsonl  relation mentions between entity keys
         pages.jsonl      page renders
@@ -40,24 +40,25 @@ class DocumentRecord:
     parser: str
     pages: int
     blocks: int
-    chunks: int
+    chunks: int  # the 1,200-token windows the entity extractor read
     units: int  # images, tables, equations, charts
     entities: int
     relations: int
     bytes: int
     added_at: float
     warnings: tuple[str, ...] = ()
+    passages: int = 0  # text passages indexed (0 in documents ingested before passages: their chunks are indexed)
 
 
 @dataclass(frozen=True)
 class EvidenceRecord:
-    """A retrievable piece of a document: a text chunk, or a multimodal unit (caption + description)."""
+    """A retrievable piece of a document: a text passage, or a multimodal unit (caption + description)."""
 
-    evidence_id: str  # "<document id>:c<n>" for chunks, ":u<n>" for units
+    evidence_id: str  # "<document id>:t<n>" for passages, ":u<n>" for units (":c<n>": a chunk, before passages)
     document_id: str
     document_name: str
-    kind: str  # "chunk" | "unit"
-    block_type: str  # "text" for chunks; image, table, equation, chart for units
+    kind: str  # "passage" | "unit" | "chunk" (text evidence of documents ingested before passages)
+    block_type: str  # "text" for passages and chunks; image, table, equation, chart for units
     text: str
     section: str
     spans: tuple[Span, ...]
@@ -79,7 +80,7 @@ class EntityMention:
     name: str
     type: str
     description: str
-    evidence_id: str  # the chunk or unit it was extracted from
+    evidence_id: str  # the passage or unit it was found in
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,7 @@ def _block(row: dict[str, Any]) -> Block:
 
 
 def _evidence(row: dict[str, Any]) -> EvidenceRecord:
-    row["spans"] = tuple(Span(s["block"], s["page"], tuple(s["bbox"])) for s in row["spans"])
+    row["spans"] = tuple(Span(s["block"], s["page"], tuple(s["bbox"]), s.get("start", 0), s.get("end", 0)) for s in row["spans"])
     return EvidenceRecord(**row)
 
 

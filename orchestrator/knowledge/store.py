@@ -48,7 +48,7 @@ class Snapshot:
     """One immutable state of a collection: its documents' records merged, with their indexes.
 
     The vector indexes are built when the snapshot is made (appending to the previous snapshot's when the
-    commit only added a document); the graph and the BM25 index are built on first use.
+    commit only added a document); the graph and the BM25 indexes are built on first use.
     """
 
     def __init__(self, generation: int, segments: Sequence[Segment], spec: IndexSpec, base: Optional["Snapshot"] = None):
@@ -103,6 +103,29 @@ class Snapshot:
     def lexical(self) -> BM25Index:
         with self._lock:
             return BM25Index([e.text for e in self.evidence])
+
+    @functools.cached_property
+    def page_of_row(self) -> np.ndarray:
+        """Each evidence row's text page: the number of its (document, page) in `page_rows`. A source without
+        pages (Markdown, plain text) is one page."""
+        with self._lock:
+            keys: dict[tuple[str, int], int] = {}
+            return np.asarray([keys.setdefault((e.document_id, e.page), len(keys)) for e in self.evidence], dtype=np.int64)
+
+    @functools.cached_property
+    def page_rows(self) -> list[np.ndarray]:
+        """The evidence rows on each text page, in reading order (what a page's lexical score reaches)."""
+        pages = self.page_of_row
+        order = np.argsort(pages, kind="stable")
+        return np.split(order, np.flatnonzero(np.diff(pages[order])) + 1) if len(order) else []
+
+    @functools.cached_property
+    def page_lexical(self) -> BM25Index:
+        """BM25 over whole pages (all their passages and units): on real documents the page is the strongest
+        lexical unit there is, since a question's words are spread over the page that answers it."""
+        rows = self.page_rows
+        with self._lock:
+            return BM25Index(["\n".join(self.evidence[row].text for row in page) for page in rows])
 
     @functools.cached_property
     def evidence_rows(self) -> dict[str, int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ..knowledge.chunking import Span
 from ..knowledge.segments import EvidenceRecord
 from .accounting import CostReport
 from .router import RouteDecision
@@ -24,18 +25,19 @@ class Signals:
     structural: float = 0.0
     modality: float = 0.0
     fused: float = 0.0
+    page_lexical: float = 0.0
     rerank: Optional[float] = None
     page_similarity: Optional[float] = None  # page evidence: encoder families' averaged similarity
     page_relevance: Optional[float] = None  # page evidence: the VLM filter's P(yes)
     final: float = 0.0
-    found_by: tuple[str, ...] = ()  # dense | sparse | graph | page
+    found_by: tuple[str, ...] = ()  # dense | sparse | page_lexical | graph; page for page-image evidence
 
 
 @dataclass(frozen=True)
 class EvidenceItem:
     rank: int  # 1-based, as cited in the answer ([1], [2], ...)
     score: float  # the final score the ranking used
-    record: EvidenceRecord  # kind "chunk", "unit", or "page" for a page image
+    record: EvidenceRecord  # kind "passage", "unit", "page" for a page image ("chunk": an older document's text)
     signals: Signals = Signals()
     context: tuple[str, ...] = ()  # adjacent blocks on the page (units)
     perception: str = ""  # the VLM's textual account of the image, table or page (DPR)
@@ -65,6 +67,8 @@ class Citation:
     passage_id: str
     document_name: str
     page: int
+    regions: tuple[Span, ...] = ()  # the quoted sentence's block, or every block of the cited evidence
+    quote: str = ""  # the sentence an extractive answer quotes
 
 
 @dataclass(frozen=True)

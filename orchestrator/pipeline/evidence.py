@@ -1,5 +1,6 @@
-"""The evidence a query hands its answerer: ranked chunks and units with their signals and adjacent context,
-then the pages the page-image path kept, numbered as the answer cites them."""
+"""The evidence a query hands its answerer: ranked passages and units with their signals and adjacent context
+("small to big": the blocks around a passage or a unit on its page), then the pages the page-image path kept,
+numbered as the answer cites them."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ WHOLE_PAGE = (0, 0, 1000, 1000)
 def evidence_items(
     snapshot: Snapshot, selected: Sequence[ScoredCandidate], pages: Sequence[PageHit], context_blocks: int
 ) -> list[EvidenceItem]:
-    """Ranks 1.. for the selected candidates, best first (units with the blocks next to them on their page,
-    leaving out blocks the selection already holds), then the pages."""
+    """Ranks 1.. for the selected candidates, best first (passages and units with the blocks next to them on
+    their page, leaving out blocks the selection already holds), then the pages."""
     records = [snapshot.evidence[c.row] for c in selected]
     covered: dict[str, set[int]] = {}
     for record in records:
@@ -28,13 +29,13 @@ def evidence_items(
     items = []
     for rank, (candidate, record) in enumerate(zip(selected, records), 1):
         context: tuple[str, ...] = ()
-        if record.kind == "unit" and record.spans:
+        if record.kind in ("passage", "unit") and record.spans:
             blocks = snapshot.segment(record.document_id).blocks
             near = adjacent_blocks(blocks, record.spans[0].block, context_blocks, frozenset(covered[record.document_id]))
             context = context_texts(blocks, near)
         signals = Signals(
             candidate.semantic, candidate.lexical, candidate.structural, candidate.modality, candidate.fused,
-            candidate.rerank, final=candidate.final, found_by=candidate.found_by,
+            candidate.page_lexical, candidate.rerank, final=candidate.final, found_by=candidate.found_by,
         )
         items.append(EvidenceItem(rank, candidate.final, record, signals, context))
     for rank, hit in enumerate(pages, len(items) + 1):

@@ -1,10 +1,11 @@
-"""The extractive answerer: the evidence sentences closest to the question, with their citations.
+"""The extractive answerer: the evidence sentences closest to the question, each cited where it sits.
 
 Sentences (of the evidence text and of the VLM's descriptions) are embedded with the text embedder in one
 call and scored by cosine with the question, plus a small bonus for sharing its content words; the best
-few above a floor are returned in evidence order. It is the tiny profile's answer, and every profile's
-fallback when the LLM is down or the deadline is near; without the embedder it ranks by the shared words
-alone, and says so.
+few above a floor are returned in evidence order. Every sentence is cut from one block of its evidence, so
+its citation names that block's page and bbox. It is the tiny profile's answer, and every profile's fallback
+when the LLM is down or the deadline is near; without the embedder it ranks by the shared words alone, and
+says so.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ import numpy as np
 
 from ..config import AnswerSettings
 from ..errors import ThinkServeError
+from ..knowledge.chunking import Span
 from ..knowledge.extraction import STOP_WORDS, split_sentences
 from ..knowledge.indexes import lexical_terms
+from ..knowledge.segments import EvidenceRecord
 from .accounting import StageModels
-from .events import EvidenceItem
+from .events import Citation, EvidenceItem
 
 LEXICAL_BONUS = 0.15  # added for sharing every content word of the question
 MAX_SENTENCE_CHARS = 400
@@ -31,6 +34,7 @@ class Sentence:
     text: str
     rank: int  # evidence rank it comes from
     position: int  # order within that evidence
+    span: Optional[Span] = None  # the block of the evidence it is cut from (page, bbox)
 
 
 @dataclass(frozen=True)
@@ -41,22 +45,38 @@ class ExtractiveAnswer:
     note: str = ""  # set when the embedder could not be used
 
 
+Located = tuple[str, Optional[Span]]  # a text and the block it comes from, when known
+
+
 def candidate_sentences(items: Sequence[EvidenceItem], headings: Collection[str] = ()) -> list[Sentence]:
     """Every sentence of the evidence (and of its visual descriptions) that can answer something: headings
     (the titles the evidence spans, and its section path) and fragments are left out."""
     seen = {" ".join(h.split()).casefold() for h in headings}
     seen |= {part.strip().casefold() for item in items for part in item.record.section.split(">")}
-    ranked = [(item.rank, [item.record.text, item.perception] if item.perception else [item.record.text]) for item in items]
+    ranked = [(item.rank, located_texts(item)) for item in items]
     return sentences_of(ranked, seen)
 
 
-def sentences_of(ranked_texts: Iterable[tuple[int, Sequence[str]]], seen: set[str]) -> list[Sentence]:
+def located_texts(item: EvidenceItem) -> list[Located]:
+    """The item's text block by block (a passage records where each of its blocks sits in its text; older
+    records do not, and are one text at their first block), then the VLM's description at the first block."""
+    record = item.record
+    first = record.spans[0] if record.spans else None
+    texts: list[Located] = [(record.text[s.start : s.end], s) for s in record.spans if s.end > s.start]
+    if not texts:
+        texts = [(record.text, first)]
+    if item.perception:
+        texts.append((item.perception, first))
+    return texts
+
+
+def sentences_of(ranked_texts: Iterable[tuple[int, Sequence[Located]]], seen: set[str]) -> list[Sentence]:
     """The sentences of each rank's texts, in order: fragments (under MIN_SENTENCE_WORDS words) and anything in
     `seen` (which grows) left out, long sentences cut to MAX_SENTENCE_CHARS."""
     sentences: list[Sentence] = []
     for rank, texts in ranked_texts:
         position = 0
-        for text in texts:
+        for text, span in texts:
             for sentence in split_sentences(text or ""):
                 sentence = " ".join(sentence.split())
                 if len(sentence.split()) < MIN_SENTENCE_WORDS or sentence.casefold() in seen:
@@ -64,7 +84,7 @@ def sentences_of(ranked_texts: Iterable[tuple[int, Sequence[str]]], seen: set[st
                 seen.add(sentence.casefold())
                 if len(sentence) > MAX_SENTENCE_CHARS:
                     sentence = sentence[: MAX_SENTENCE_CHARS - 1].rstrip() + "…"
-                sentences.append(Sentence(sentence, rank, position))
+                sentences.append(Sentence(sentence, rank, position, span))
                 position += 1
     return sentences
 
@@ -110,6 +130,17 @@ def choose(
 def compose(chosen: Sequence[tuple[Sentence, float]]) -> tuple[str, tuple[int, ...]]:
     text = " ".join(f"{sentence.text} [{sentence.rank}]" for sentence, _ in chosen)
     return text, tuple(dict.fromkeys(sentence.rank for sentence, _ in chosen))
+
+
+def sentence_citations(chosen: Sequence[tuple[Sentence, float]], records: dict[int, EvidenceRecord]) -> tuple[Citation, ...]:
+    """One citation per quoted sentence, in answer order: its evidence, and the page and bbox of its block."""
+    citations = []
+    for sentence, _ in chosen:
+        record = records[sentence.rank]
+        regions = (sentence.span,) if sentence.span is not None else record.spans
+        page = sentence.span.page if sentence.span is not None else record.page
+        citations.append(Citation(sentence.rank, record.evidence_id, record.document_name, page, regions, sentence.text))
+    return tuple(citations)
 
 
 async def extractive_answer(

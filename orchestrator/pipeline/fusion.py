@@ -1,13 +1,19 @@
 """Fusion of the retrieval signals into one score per candidate (RAG-Anything's hybrid ranking).
 
 Every signal arrives in [0, 1] with a meaning of its own, not relative to the other candidates: semantic =
-cosine (negative clipped to 0), lexical = how much of the question's content a text matches (BM25 over the
-question's IDF mass), structural = the mean PageRank of the graph nodes extracted from it, modality = how much
-the question prefers its block type. Scaling by the best candidate instead would give a weak signal's best hit
-full marks (a text sharing one word with a paraphrased question, a table with many loosely related entities),
-which the retrieval-quality benchmark showed costs more than it brings. The fused score is their weighted mean
-over the signals that ran, so it stays in [0, 1] whatever is switched off, and the final score blends in the
-cross-encoder when it ran.
+cosine (negative clipped to 0), lexical = how much of the question's content a passage matches (BM25 over the
+question's IDF mass), page_lexical = the same for the whole page the candidate is on, structural = the mean
+PageRank of the graph nodes extracted from it, modality = how much the question prefers its block type.
+
+Two ways to combine them (retrieval.fusion):
+- "rrf", reciprocal rank fusion, the default: each signal ranks the candidates it found (a score above 0) and a
+  candidate scores the weighted sum of 1 / (rrf_k + rank) over them; modality adds its weight times the
+  preference at rank 1. Rank fusion needs no common scale, and the scales differ: MiniLM's cosines of a
+  question and its answer sit between 0.3 and 0.7, BM25 fractions anywhere in [0, 1]. On the real-document
+  benchmark it ranked pages better than the weighted mean with the same signals.
+- "weighted": the weighted mean of the signals' values.
+Either way the fused score is divided by the most a candidate could score, so it lies in [0, 1] whatever is
+switched off, and the final score blends in the cross-encoder when it ran.
 """
 
 from __future__ import annotations
@@ -16,15 +22,21 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
+import numpy as np
+
+FUSION_METHODS = ("rrf", "weighted")
+SIGNALS = ("semantic", "lexical", "page_lexical", "structural")
+
 
 @dataclass
 class CandidateSignals:
     """Raw signals of one evidence record, as the retrieval stages found them."""
 
     semantic: float = 0.0  # best cosine with the question or a sub-question
-    lexical: float = 0.0  # best BM25 score over the question's IDF mass, at most 1
+    lexical: float = 0.0  # best BM25 score over the question's IDF mass (reported clipped to 1)
+    page_lexical: float = 0.0  # the same for the page it is on
     structural: float = 0.0  # mean PageRank of the graph nodes extracted from it
-    found_by: set[str] = field(default_factory=set)  # dense | sparse | graph
+    found_by: set[str] = field(default_factory=set)  # dense | sparse | page_lexical | graph
 
 
 @dataclass(frozen=True)
@@ -33,6 +45,9 @@ class FusionWeights:
     lexical: float
     structural: float
     modality: float
+    page_lexical: float = 0.0
+    method: str = "rrf"  # rrf | weighted
+    rrf_k: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -46,6 +61,7 @@ class ScoredCandidate:
     found_by: tuple[str, ...]
     rerank: Optional[float] = None  # the cross-encoder's raw score, when it ran
     final: float = 0.0  # what the ranking uses: fused, blended with sigmoid(rerank) when it ran
+    page_lexical: float = 0.0
 
 
 def fuse(
@@ -57,23 +73,46 @@ def fuse(
     """Candidates best first (ties: lower row first, so the order is deterministic)."""
     if not candidates:
         return []
-    total = weights.semantic + weights.lexical + weights.structural + (weights.modality if modality_preference else 0.0)
-    scored = []
-    for row, signals in candidates.items():
-        semantic = min(1.0, max(0.0, signals.semantic))
-        lexical = min(1.0, max(0.0, signals.lexical))
-        structural = min(1.0, max(0.0, signals.structural))
-        modality = float(modality_preference.get(block_types[row], 0.0))
-        weighted = (
-            weights.semantic * semantic
-            + weights.lexical * lexical
-            + weights.structural * structural
-            + (weights.modality * modality if modality_preference else 0.0)
+    if weights.method not in FUSION_METHODS:
+        raise ValueError(f"unknown fusion method {weights.method!r} ({', '.join(FUSION_METHODS)})")
+    rows = list(candidates)
+    raw = {name: np.asarray([getattr(candidates[row], name) for row in rows], dtype=np.float64) for name in SIGNALS}
+    values = {name: np.clip(raw[name], 0.0, 1.0) for name in SIGNALS}
+    values["modality"] = np.asarray([float(modality_preference.get(block_types[row], 0.0)) for row in rows])
+    signal_weights = {name: getattr(weights, name) for name in SIGNALS}
+    signal_weights["modality"] = weights.modality if modality_preference else 0.0
+    total = sum(signal_weights.values())
+    if total <= 0:
+        fused = np.zeros(len(rows))
+    elif weights.method == "rrf":
+        # ranks come from the raw values: two passages matching more than the question's IDF mass are both 1.0
+        # once clipped, but the one matching more still ranks first
+        top = 1.0 / (weights.rrf_k + 1)  # what rank 1 earns
+        fused = sum(
+            weight * (values[name] * top if name == "modality" else reciprocal_ranks(raw[name], weights.rrf_k))
+            for name, weight in signal_weights.items() if weight > 0
+        ) / (total * top)
+    else:
+        fused = sum(weight * values[name] for name, weight in signal_weights.items()) / total
+    scored = [
+        ScoredCandidate(
+            row, float(values["semantic"][i]), float(values["lexical"][i]), float(values["structural"][i]),
+            float(values["modality"][i]), float(fused[i]), tuple(sorted(candidates[row].found_by)), final=float(fused[i]),
+            page_lexical=float(values["page_lexical"][i]),
         )
-        fused = weighted / total if total > 0 else 0.0
-        scored.append(ScoredCandidate(row, semantic, lexical, structural, modality, fused, tuple(sorted(signals.found_by)), final=fused))
+        for i, row in enumerate(rows)
+    ]
     scored.sort(key=lambda c: (-c.final, c.row))
     return scored
+
+
+def reciprocal_ranks(scores: np.ndarray, k: float) -> np.ndarray:
+    """1 / (k + rank) of every score above 0 (rank 1 the highest; ties share the better rank), 0 for the rest."""
+    scores = np.asarray(scores, dtype=np.float64)
+    found = scores > 0
+    ordered = np.sort(scores[found])[::-1]
+    ranks = np.searchsorted(-ordered, -scores, side="left") + 1  # how many score strictly higher, plus one
+    return np.where(found, 1.0 / (k + ranks), 0.0)
 
 
 def sigmoid(x: float) -> float:
@@ -87,7 +126,7 @@ def blend_rerank(candidates: Sequence[ScoredCandidate], scores: Sequence[float],
     blended = [
         ScoredCandidate(
             c.row, c.semantic, c.lexical, c.structural, c.modality, c.fused, c.found_by, float(score),
-            (1.0 - weight) * c.fused + weight * sigmoid(float(score)),
+            (1.0 - weight) * c.fused + weight * sigmoid(float(score)), c.page_lexical,
         )
         for c, score in zip(candidates, scores)
     ]

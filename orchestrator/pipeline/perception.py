@@ -19,7 +19,7 @@ from .prompts import perception_prompt
 
 def visual_items(items: Sequence[EvidenceItem], limit: int) -> list[EvidenceItem]:
     """Evidence with an image to look at (units with an asset, pages), best first, at most `limit`."""
-    return [item for item in items if item.record.kind != "chunk" and item.record.asset][:limit]
+    return [item for item in items if item.record.kind in ("unit", "page") and item.record.asset][:limit]
 
 
 def load_image(snapshot: Snapshot, item: EvidenceItem) -> Optional[bytes]:

@@ -33,6 +33,7 @@ class QueryOptions:
     router: Optional[str] = None  # features | model
     dense: Optional[bool] = None
     sparse: Optional[bool] = None
+    page_lexical: Optional[bool] = None
     graph: Optional[bool] = None
     rerank: Optional[bool] = None
     page_images: Optional[bool] = None
@@ -56,6 +57,8 @@ class QueryPlan:
     graph_hops: int
     dense: bool
     sparse: bool
+    page_lexical: bool
+    page_lexical_top_k: int
     graph: bool
     rerank: bool
     rerank_weight: float
@@ -126,6 +129,8 @@ def make_plan(route: str, options: QueryOptions, settings: Settings) -> QueryPla
         graph_hops=policy.graph_hops if options.graph_hops is None else options.graph_hops,
         dense=switch(options.dense, retrieval.dense),
         sparse=switch(options.sparse, retrieval.sparse),
+        page_lexical=switch(options.page_lexical, retrieval.page_lexical),
+        page_lexical_top_k=retrieval.page_lexical_top_k,
         graph=switch(options.graph, retrieval.graph),
         rerank=switch(options.rerank, retrieval.rerank, policy.rerank),
         rerank_weight=retrieval.rerank_weight if retrieval.rerank_weight is not None else 1.0,

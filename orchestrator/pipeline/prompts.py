@@ -34,7 +34,7 @@ def evidence_block(item: EvidenceItem) -> str:
         source += f", page {record.page + 1}"
     if record.section:
         source += f", {record.section}"
-    if record.kind != "chunk":
+    if record.block_type != "text":
         source += f", {_VISUAL_NAMES.get(record.block_type, record.block_type)}"
     lines = [f"[{item.rank}] ({source})"]
     if record.text:

@@ -21,6 +21,7 @@ from opentelemetry.context import Context
 
 from ..config import ROUTE_NAMES, Settings
 from ..errors import DeadlineExceededError, InvalidRequestError, ModelExecutionError, TritonUnavailableError
+from ..knowledge.segments import EvidenceRecord
 from ..knowledge.store import KnowledgeBase, Snapshot
 from ..tokens import PlainTokenizer
 from ..triton import contracts
@@ -39,7 +40,7 @@ from .events import (
     Usage,
 )
 from .evidence import evidence_items, headings
-from .extractive import extractive_answer
+from .extractive import extractive_answer, sentence_citations
 from .fusion import ScoredCandidate, blend_rerank
 from .pages import PageHit, filter_pages, search_pages
 from .perception import load_image, perceive, visual_items
@@ -82,7 +83,7 @@ class _Query:
     text: str = ""
     source: str = ""
     finish_reason: str = ""
-    ranks: tuple[int, ...] = ()  # evidence ranks cited, when the answerer knows them
+    citations: tuple[Citation, ...] = ()  # set by an answerer that knows what it quotes (the extractive one)
     parts: list[str] = field(default_factory=list)  # streamed text
     degradations: list[str] = field(default_factory=list)  # stages skipped or replaced, and why
     uncertainty: Optional[UncertaintyReport] = None
@@ -256,7 +257,8 @@ class QueryPipeline:
                 self._models(q, "answer"), q.question, q.vector, q.items, self.settings.answer, max(0.05, q.left()),
                 headings(q.snapshot, q.items),
             )
-        q.text, q.source, q.finish_reason, q.ranks = extracted.text or NO_SENTENCE, "extractive", "extracted", extracted.ranks
+        q.text, q.source, q.finish_reason = extracted.text or NO_SENTENCE, "extractive", "extracted"
+        q.citations = sentence_citations(extracted.sentences, {item.rank: item.record for item in q.items})
         q.degradations += [reason for reason in (standing_in_because, extracted.note) if reason]
         if not extracted.sentences:
             yield q.first_text(q.text)
@@ -322,9 +324,7 @@ class QueryPipeline:
         q.finish_reason = last.finish_reason if last else "length"
 
     def _final(self, q: _Query) -> FinalAnswerEvent:
-        by_rank = {item.rank: item.record for item in q.items}
-        ranks = q.ranks or tuple(cited_ranks(q.text, set(by_rank)))
-        citations = tuple(Citation(r, by_rank[r].evidence_id, by_rank[r].document_name, by_rank[r].page) for r in ranks if r in by_rank)
+        citations = q.citations or evidence_citations(q.text, {item.rank: item.record for item in q.items})
         timings = q.timer.report()
         answering = [c for c in q.ledger.calls if c.model in (contracts.LLM.name, contracts.VLM.name) and c.stage != "perception"]
         return FinalAnswerEvent(
@@ -386,3 +386,12 @@ class QueryPipeline:
             )
         context, per_image = self._limits[model]
         return context - max_tokens - images * per_image
+
+
+def evidence_citations(text: str, records: dict[int, EvidenceRecord]) -> tuple[Citation, ...]:
+    """The evidence a generated answer cites ([n]), in order of first mention: its page and every region of it."""
+    return tuple(
+        Citation(rank, records[rank].evidence_id, records[rank].document_name, records[rank].page,
+                 tuple(span for span in records[rank].spans if span.page >= 0))
+        for rank in cited_ranks(text, set(records))
+    )

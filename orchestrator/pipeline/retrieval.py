@@ -1,11 +1,12 @@
-"""Hybrid retrieval over one collection snapshot: dense + sparse + graph candidates, fused.
+"""Hybrid retrieval over one collection snapshot: dense + sparse + page + graph candidates, fused.
 
-Per question and sub-question: dense FAISS search over chunks and units (chunk_top_k) and over entities
-(entity_top_k: the graph's seeds, with the entities the question names outright), BM25 over chunks
-and units (chunk_top_k; its score divided by the question's own weight, so a text matching one of five words
-is not a full match), then graph expansion from the seeds, which adds its best evidence (graph_top_k).
-Every candidate gets every signal: a candidate only BM25 or the graph found still gets its exact cosine
-from the stored vectors, so fusion compares like with like. Pure CPU work on the snapshot: run it in a
+Per question and sub-question: dense FAISS search over passages and units (chunk_top_k) and over entities
+(entity_top_k: the graph's seeds, with the entities the question names outright), BM25 over passages and
+units (chunk_top_k; its score divided by the question's own weight, so a text matching one of five words is
+not a full match), BM25 over whole pages (page_lexical_top_k pages, whose passages and units all join), then
+graph expansion from the seeds, which adds its best evidence (graph_top_k). Every candidate gets every
+signal: a candidate only BM25 or the graph found still gets its exact cosine from the stored vectors, and its
+BM25 score and its page's, so fusion compares like with like. Pure CPU work on the snapshot: run it in a
 thread; no model is called here (the question vectors come in).
 """
 
@@ -17,6 +18,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..config import RetrievalSettings
+from ..knowledge.indexes import BM25Index
 from ..knowledge.store import Snapshot
 from .fusion import CandidateSignals, FusionWeights, ScoredCandidate, fuse
 from .graph_search import GraphExpansion, expand, hubs, seed_nodes
@@ -38,6 +40,9 @@ def fusion_weights(settings: RetrievalSettings, plan: QueryPlan) -> FusionWeight
         lexical=settings.lexical_weight if plan.sparse else 0.0,
         structural=settings.structural_weight if plan.graph else 0.0,
         modality=settings.modality_weight,
+        page_lexical=settings.page_lexical_weight if plan.page_lexical else 0.0,
+        method=settings.fusion,
+        rrf_k=settings.rrf_k,
     )
 
 
@@ -66,14 +71,21 @@ def retrieve(
             seeds = _entity_seeds(snapshot, vectors, plan.entity_top_k, settings.min_seed_similarity, settings.relation_seeds)
             for key in named_entities:
                 seeds[key] = 1.0  # named outright: the strongest seed there is
+    lexical: list[np.ndarray] = []
     if plan.sparse:
         with timer.stage("sparse"):
-            for question in questions:
-                weight = snapshot.lexical.query_weight(question)
-                for row, score in snapshot.lexical.search(question, plan.chunk_top_k):
-                    signals = candidates.setdefault(row, CandidateSignals())
-                    signals.lexical = max(signals.lexical, min(1.0, score / weight))
-                    signals.found_by.add("sparse")
+            lexical = [_lexical_fractions(snapshot.lexical, question) for question in questions]
+            for fractions in lexical:
+                for row, _ in snapshot.lexical.best(fractions, plan.chunk_top_k):
+                    candidates.setdefault(row, CandidateSignals()).found_by.add("sparse")
+    page_fractions = np.zeros(0)
+    if plan.page_lexical:
+        with timer.stage("page_lexical"):
+            page_fractions = np.max([_lexical_fractions(snapshot.page_lexical, question) for question in questions], axis=0)
+            page_rows = snapshot.page_rows
+            for page, _ in snapshot.page_lexical.best(page_fractions, plan.page_lexical_top_k):
+                for row in page_rows[page].tolist():
+                    candidates.setdefault(row, CandidateSignals()).found_by.add("page_lexical")
     expansion = GraphExpansion()
     if plan.graph and seeds:
         with timer.stage("graph"):
@@ -93,9 +105,26 @@ def retrieve(
             similarities = snapshot.evidence_vectors(missing) @ np.asarray(vectors, dtype=np.float32).T
             for row, best in zip(missing, similarities.max(axis=1)):
                 candidates[row].semantic = float(best)
+        if lexical:
+            best_lexical = np.max(lexical, axis=0)
+            for row, signals in candidates.items():
+                signals.lexical = float(best_lexical[row])
+        if len(page_fractions):
+            pages = snapshot.page_of_row
+            for row, signals in candidates.items():
+                signals.page_lexical = float(page_fractions[pages[row]])
         block_types = {row: snapshot.evidence[row].block_type for row in candidates}
         fused = fuse(candidates, block_types, modality_preference, fusion_weights(settings, plan))
     return Retrieval(fused, seeds, expansion, timer.stages)
+
+
+def _lexical_fractions(index: BM25Index, question: str) -> np.ndarray:
+    """Every text's BM25 score over the question's own weight: how much of the question it matches (above 1 for
+    a text repeating its words; fusion ranks by the value and reports it clipped to 1)."""
+    weight = index.query_weight(question)
+    if weight <= 0:
+        return np.zeros(index.size, dtype=np.float32)
+    return index.scores(question) / weight
 
 
 def _entity_seeds(snapshot: Snapshot, vectors: np.ndarray, k: int, min_similarity: float, relations: bool) -> dict[str, float]:

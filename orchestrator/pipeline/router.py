@@ -26,8 +26,9 @@ INSTRUCTIONS = {
 _INTENT_PATTERNS = {
     "causal": r"\bwhy\b|\bcaus\w*|\breasons?\b|\bbecause\b|\blead to\b|\bled to\b|\bresult(?:ed)? in\b|\bdue to\b"
     r"|\bimpact\w*|\beffects?\b|\baffect\w*|\bexplain\w*|\bdrivers?\b",
-    "calculation": r"\bcalculate\w*|\bcompute\w*|\bsum of\b|\bin total\b|\baverage\b|\bmean\b|\bmedian\b|\bratio\b"
-    r"|\bpercentage\b|\bpercent\b|\bgrowth rate\b|\bhow much (?:more|less|higher|lower)\b|\bcombined\b|\bproportion\b"
+    # operations, not the quantities a lookup asks for: "What percentage of adults ...?" reads a value
+    "calculation": r"\bcalculate\w*|\bcompute\w*|\bsum of\b|\bin total\b|\baverage\b|\bmedian\b|\bratio\b"
+    r"|\bgrowth rate\b|\bhow much (?:more|less|higher|lower)\b|\bcombined\b|\bgap\b|\brounded? to\b"
     r"|\bdifference in\b|\bby how much\b|\bchange(?:d)? (?:in|from|between)\b",
     "comparison": r"\bcompar\w*|\bversus\b|\bvs\.?\b|\bdiffer\w*|\b(?:higher|lower|more|less|larger|smaller|better|worse|"
     r"faster|slower) than\b|\b(?:fast|slow|high|low|larg|small|bigg|great|strong|weak|long|short|cheap|"
@@ -116,16 +117,22 @@ def query_features(question: str, entity_keys: Collection[str] = frozenset()) ->
     constraints = len(_CONSTRAINTS.findall(text))
     dependency = len(_DEPENDENCY.findall(text))
     questions = max(1, len(_WH.findall(text)))
-    score = (
+    reasoning = (
         _INTENT_WEIGHT[intent]
         + 0.5 * max(0, len(intents) - 1)
-        + 0.5 * max(0, len(entities) - 1)
-        + 0.75 * min(visual, 2)
-        + 0.5 * min(constraints, 2)
         + 1.0 * min(dependency, 2)
         + 2.0 * min(questions - 1, 2)
+    )
+    elements = (
+        0.5 * max(0, len(entities) - 1)
+        + 0.75 * min(visual, 2)
+        + 0.5 * min(constraints, 2)
         + (1.0 if len(words) > 25 else 0.0)
     )
+    # What a question names (entities, a date, a number, a chart) says how precisely it must match, not how much
+    # it must reason: it raises the route of a question that compares, calculates, explains or asks several
+    # things, and leaves a lookup Simple ("What was the total of X as of December 31, 2022?").
+    score = reasoning + (elements if reasoning > 0 else 0.0)
     return QueryFeatures(intent, intents, entities, visual, constraints, dependency, questions, modalities, score)
 
 

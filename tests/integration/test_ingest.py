@@ -58,9 +58,12 @@ def test_a_pdf_becomes_blocks_chunks_units_pages_and_vectors(client, running_orc
         assert snapshot.asset_file(unit.asset) is not None  # the image is stored with the document
         (span,) = unit.spans
         assert 0 <= span.bbox[0] < span.bbox[2] <= 1000 and 0 <= span.bbox[1] < span.bbox[3] <= 1000
-    chunk_pages = {page for e in snapshot.evidence if e.kind == "chunk" for page in e.pages}
-    assert chunk_pages == {0, 1, 2}  # every page has text (page 2: the "Shipments" heading)
-    assert any(report_pdf.sentences[0][:40] in e.text for e in snapshot.evidence if e.kind == "chunk")
+    passages = [e for e in snapshot.evidence if e.kind == "passage"]
+    assert len(passages) == document.passages and all(len(e.pages) == 1 for e in passages)  # never across a page
+    assert {e.page for e in passages} == {0, 1, 2}  # every page has text (page 2: the "Shipments" heading)
+    assert any(report_pdf.sentences[0][:40] in e.text for e in passages)
+    for passage in passages:
+        assert all(passage.text[s.start : s.end].strip() for s in passage.spans)  # each block's place in the text
     assert [p.page for p in snapshot.pages] == [0, 1, 2]
     assert {family: index.size for family, index in snapshot.page_indexes.items()} == {"clip": 3, "siglip": 3}
 
@@ -237,7 +240,11 @@ def test_a_content_list_with_its_original_takes_pages_and_page_images_from_it(cl
         return buffer.getvalue()
 
     report = client.ingest("origins", archive(items, origin), "long")
-    assert report.document.pages == 3 and not report.document.warnings
+    assert report.document.pages == 3
+    assert list(report.document.warnings) == [  # the content list says nothing of the original's last two pages
+        "2 of 3 pages have no extractable text (page 2, 3): the parser (content_list_v1) found none on them; "
+        "only their page images and captions can be found"
+    ]
     snapshot = stored(running_orchestrator, "origins")
     assert [p.page for p in snapshot.pages] == [0, 1, 2]
     assert {family: index.size for family, index in snapshot.page_indexes.items()} == {"clip": 3, "siglip": 3}

@@ -14,7 +14,7 @@ from benchmarks.retrieval_quality import CONFIGURATIONS, KS, TOP_K, evaluate
 pytestmark = pytest.mark.integration
 
 # The retrieval signals each configuration may report in an item's found_by.
-ALLOWED_SIGNALS = {"hybrid": {"dense", "sparse", "graph"}, "dense": {"dense"}, "bm25": {"sparse"}}
+ALLOWED_SIGNALS = {"hybrid": {"dense", "sparse", "page_lexical", "graph"}, "dense": {"dense"}, "bm25": {"sparse", "page_lexical"}}
 
 
 def test_the_benchmark_scores_every_configuration(running_orchestrator, tmp_path):

@@ -1,4 +1,5 @@
-"""Token chunks: sizes and overlap in the embedder's tokens, exact page/bbox spans, text cut from the source."""
+"""Token chunks (what the extractor reads): sizes and overlap in the embedder's tokens, exact page/bbox spans,
+text cut from the source."""
 
 import pytest
 
@@ -30,16 +31,13 @@ def numbered_blocks(pages=3, per_page=4, words=30):
 
 def test_windows_respect_size_and_overlap_and_never_split_words(tokenizer):
     blocks = numbered_blocks()
-    chunks = chunk_blocks(blocks, tokenizer, size=120, overlap=20, embed_window=50)
+    chunks = chunk_blocks(blocks, tokenizer, size=120, overlap=20)
     assert len(chunks) > 3
     for chunk in chunks:
         assert chunk.tokens <= 120
         assert tokenizer.count(chunk.text) <= 120 + 2 * len(chunk.spans)  # block separators add no words
         for word in chunk.text.split():
             assert word == "Annual" or word == "Report" or word.startswith("p"), word
-        assert all(len(piece) for piece in chunk.embedding_texts)
-        assert all(tokenizer.count(piece) <= 50 for piece in chunk.embedding_texts)
-        assert " ".join(chunk.embedding_texts).split() == chunk.text.split()
     for first, second in zip(chunks, chunks[1:]):
         tail = first.text.split()[-3:]
         assert second.text.split()[:3] != first.text.split()[:3]
@@ -48,24 +46,23 @@ def test_windows_respect_size_and_overlap_and_never_split_words(tokenizer):
 
 def test_chunks_know_their_pages_and_bboxes(tokenizer):
     blocks = numbered_blocks(pages=3, per_page=2, words=10)
-    (chunk,) = chunk_blocks(blocks, tokenizer, size=1200, overlap=100, embed_window=254)
+    (chunk,) = chunk_blocks(blocks, tokenizer, size=1200, overlap=100)
     assert [span.block for span in chunk.spans] == [0, 1, 2, 3, 4, 5, 6]  # the image (block 7) is not text
     assert [span.page for span in chunk.spans] == [0, 0, 0, 1, 1, 2, 2]
     assert all(span.bbox == blocks[span.block].bbox for span in chunk.spans)
     assert chunk.section == "Annual Report"
     assert chunk.text.split("\n\n") == [b.content for b in blocks[:7]]
 
-    long_chunks = chunk_blocks(numbered_blocks(), tokenizer, size=1200, overlap=100, embed_window=254)
+    long_chunks = chunk_blocks(numbered_blocks(), tokenizer, size=1200, overlap=100)
     assert len(long_chunks) == 2
     assert long_chunks[0].spans[0].page == 0 and long_chunks[-1].spans[-1].page == 2
-    assert len(long_chunks[0].embedding_texts) > 1  # longer than the embedder's window: embedded in pieces
 
 
 def test_sections_follow_markdown_headings(tokenizer):
     parsed = parse_text("# Report\n\nIntro text.\n\n## Revenue\n\nRevenue grew 12%.\n\n- a\n- b\n", markdown=True)
     assert [b.type for b in parsed.blocks] == ["title", "text", "title", "text", "list"]
     assert [b.level for b in parsed.blocks if b.type == "title"] == [1, 2]
-    chunks = chunk_blocks(parsed.blocks, tokenizer, size=4, overlap=1, embed_window=4)
+    chunks = chunk_blocks(parsed.blocks, tokenizer, size=4, overlap=1)
     by_text = {c.text: c.section for c in chunks}
     assert [section for text, section in by_text.items() if "12%" in text] == ["Report > Revenue"]
     assert all(span.page == -1 for c in chunks for span in c.spans)
@@ -80,7 +77,7 @@ def test_non_utf8_text_is_refused_with_the_offset():
 def test_a_half_full_window_ends_before_a_heading(tokenizer):
     words = " ".join(f"word{i}" for i in range(40))
     parsed = parse_text(f"# One\n\n{words}\n\n# Two\n\n{words}\n\n{words}", markdown=True)
-    chunks = chunk_blocks(parsed.blocks, tokenizer, size=150, overlap=20, embed_window=254)
+    chunks = chunk_blocks(parsed.blocks, tokenizer, size=150, overlap=20)
     assert chunks[0].section == "One" and chunks[1].section == "Two"
     assert chunks[1].text.startswith("Two\n\n")  # no overlap carried across the section break
     assert "Two" not in chunks[0].text.split()

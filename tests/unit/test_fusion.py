@@ -2,9 +2,10 @@ import math
 
 import pytest
 
-from orchestrator.pipeline.fusion import CandidateSignals, FusionWeights, blend_rerank, fuse, sigmoid
+from orchestrator.pipeline.fusion import CandidateSignals, FusionWeights, blend_rerank, fuse, reciprocal_ranks, sigmoid
 
-WEIGHTS = FusionWeights(semantic=0.5, lexical=0.2, structural=0.2, modality=0.1)
+WEIGHTS = FusionWeights(semantic=0.5, lexical=0.2, structural=0.2, modality=0.1, method="weighted")
+RRF = FusionWeights(semantic=0.5, lexical=0.2, structural=0.2, modality=0.1, method="rrf", rrf_k=60)
 
 
 def candidates():
@@ -37,13 +38,42 @@ def test_a_modality_preference_lifts_the_preferred_block_types():
 
 
 def test_switched_off_signals_weigh_nothing_and_ties_keep_row_order():
-    only_lexical = FusionWeights(semantic=0.0, lexical=1.0, structural=0.0, modality=0.0)
+    only_lexical = FusionWeights(semantic=0.0, lexical=1.0, structural=0.0, modality=0.0, method="weighted")
     scored = fuse(
         {2: CandidateSignals(lexical=1.0), 1: CandidateSignals(lexical=1.0), 0: CandidateSignals(semantic=1.0)},
         {0: "text", 1: "text", 2: "text"}, {}, only_lexical,
     )
     assert [(c.row, c.fused) for c in scored] == [(1, 1.0), (2, 1.0), (0, 0.0)]
     assert fuse({}, {}, {}, WEIGHTS) == []
+
+
+def test_reciprocal_rank_fusion_sums_each_signal_rank_over_the_candidates_it_found():
+    scored = fuse(candidates(), {7: "text", 3: "table", 5: "image"}, {}, RRF)
+    by_row = {c.row: c for c in scored}
+    best = 0.9 / 61  # what a candidate first by every weighed signal would get: the fused score's 1.0
+    # semantic: 7 first, 3 second, 5 not found (cosine clipped to 0); lexical: 7, then 5; structural: 5, then 3
+    assert by_row[7].fused == pytest.approx((0.5 / 61 + 0.2 / 61) / best)
+    assert by_row[3].fused == pytest.approx((0.5 / 62 + 0.2 / 62) / best)
+    assert by_row[5].fused == pytest.approx((0.2 / 62 + 0.2 / 61) / best)
+    assert [c.row for c in scored] == [7, 3, 5]
+    # the signals themselves are reported as they were, whatever the method
+    assert (by_row[5].semantic, by_row[5].lexical, by_row[5].structural) == (0.0, 0.6, 0.7)
+
+
+def test_rrf_ranks_ties_together_and_page_scores_reach_every_candidate_on_the_page():
+    assert reciprocal_ranks([0.5, 0.9, 0.0, 0.5, 0.1], 60).tolist() == pytest.approx([1 / 62, 1 / 61, 0.0, 1 / 62, 1 / 64])
+    pages = FusionWeights(semantic=1.0, lexical=0.0, structural=0.0, modality=0.5, page_lexical=1.0, method="rrf", rrf_k=60)
+    scored = fuse(
+        {1: CandidateSignals(semantic=0.3, page_lexical=0.9), 2: CandidateSignals(semantic=0.6, page_lexical=0.9),
+         3: CandidateSignals(semantic=0.5, page_lexical=0.2)},
+        {1: "text", 2: "text", 3: "table"}, {"table": 1.0}, pages,
+    )
+    by_row = {c.row: c for c in scored}
+    best = 2.5 / 61
+    assert by_row[2].fused == pytest.approx((1 / 61 + 1 / 61) / best)  # rows 1 and 2 share their page's first rank
+    assert by_row[1].fused == pytest.approx((1 / 63 + 1 / 61) / best)
+    assert by_row[3].fused == pytest.approx((1 / 62 + 1 / 63 + 0.5 / 61) / best)  # a preferred table: modality at rank 1
+    assert [c.row for c in scored] == [3, 2, 1] and by_row[3].page_lexical == 0.2
 
 
 def test_the_reranker_blends_into_the_final_score():

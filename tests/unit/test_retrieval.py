@@ -50,8 +50,9 @@ def test_dense_sparse_and_graph_candidates_fuse_with_every_signal():
     result = retrieve(collection, ["alpha revenue"], E[:1], plan(), Settings().retrieval)
     by_row = {c.row: c for c in result.candidates}
     # dense: chunks 0 and 3; BM25: 0 and 3 (both say alpha); the graph adds chunk 1 (Beta Ltd, one hop from Alpha)
+    # (every chunk is a page of its own, so BM25 over pages finds chunks 0 and 3 again)
     assert set(by_row) == {0, 1, 3}
-    assert by_row[0].found_by == ("dense", "graph", "sparse") and by_row[1].found_by == ("graph",)
+    assert by_row[0].found_by == ("dense", "graph", "page_lexical", "sparse") and by_row[1].found_by == ("graph",)
     assert result.entity_seeds == {"alpha corp": pytest.approx(1.0)}
 
     alpha, beta = two_node_pagerank()  # the neighbourhood's PageRank sums to 1
@@ -66,26 +67,55 @@ def test_dense_sparse_and_graph_candidates_fuse_with_every_signal():
     assert weight == pytest.approx(sum(index.idf[index.vocabulary[t]] for t in ("alpha", "revenue")))
     assert by_row[0].lexical == pytest.approx(min(1.0, scores[0] / weight)) and by_row[3].lexical == pytest.approx(scores[3] / weight)
     assert by_row[3].lexical < by_row[0].lexical < 1.0 + 1e-9  # chunk 3 matches "alpha" only
-    for c in result.candidates:
+    assert [c.page_lexical for c in result.candidates] == pytest.approx([c.lexical for c in result.candidates])  # a page = a chunk
+    # reciprocal rank fusion of semantic, lexical and page_lexical (structural weight 0: reported, not weighed):
+    # chunk 0 is first by all three, chunk 3 second by all three, chunk 1 found by none of them
+    assert [(c.row, c.fused) for c in result.candidates] == [(0, pytest.approx(1.0)), (3, pytest.approx(61 / 62)), (1, 0.0)]
+    assert set(result.timings_ms) == {"dense", "sparse", "page_lexical", "graph", "fusion"}
+
+    weighted = Settings.load(None, {"retrieval.fusion": "weighted", "retrieval.semantic_weight": 0.5, "retrieval.lexical_weight": 0.2,
+                                    "retrieval.page_lexical_weight": 0.0, "retrieval.structural_weight": 0.2}).retrieval
+    for c in retrieve(collection, ["alpha revenue"], E[:1], plan(), weighted).candidates:
         assert c.fused == pytest.approx((0.5 * c.semantic + 0.2 * c.lexical + 0.2 * c.structural) / 0.9)
-    assert [c.row for c in result.candidates] == [0, 3, 1]
-    assert set(result.timings_ms) == {"dense", "sparse", "graph", "fusion"}
 
 
 def test_each_switch_takes_its_signal_out():
     collection = snapshot()
     settings = Settings().retrieval
-    dense_only = retrieve(collection, ["alpha revenue"], E[:1], plan(sparse=False, graph=False), settings)
+    dense_only = retrieve(collection, ["alpha revenue"], E[:1], plan(sparse=False, graph=False, page_lexical=False), settings)
     assert {c.row: c.found_by for c in dense_only.candidates} == {0: ("dense",), 3: ("dense",)}
-    assert all(c.lexical == 0 and c.structural == 0 for c in dense_only.candidates)
+    assert all(c.lexical == 0 and c.page_lexical == 0 and c.structural == 0 for c in dense_only.candidates)
 
     bm25_only = retrieve(collection, ["alpha revenue"], E[:1], plan(dense=False, graph=False), settings)
-    assert {c.row: c.found_by for c in bm25_only.candidates} == {0: ("sparse",), 3: ("sparse",)}
+    assert {c.row: c.found_by for c in bm25_only.candidates} == {0: ("page_lexical", "sparse"), 3: ("page_lexical", "sparse")}
     assert bm25_only.candidates[1].semantic == pytest.approx(1 / np.sqrt(2))  # still reported ...
-    assert all(c.fused == pytest.approx(c.lexical) for c in bm25_only.candidates)  # ... but not weighed
+    weighed = [(c.row, c.fused) for c in bm25_only.candidates]
+    assert weighed == [(0, pytest.approx(1.0)), (3, pytest.approx(61 / 62))]  # ... but not weighed: the same as above
 
     no_seed = retrieve(collection, ["delta"], -E[:1], plan(), settings)  # similar to no entity: the graph stays out
     assert no_seed.entity_seeds == {} and all("graph" not in c.found_by for c in no_seed.candidates)
+
+
+def test_the_best_pages_bring_all_their_passages_and_lend_them_their_score():
+    texts = ["fiscal year totals", "net revenue 412 million", "alpha beta", "unrelated words here", "revenue footnote"]
+    segment = replace(make_segment("filing.pdf", texts, dim=4, pages=[0, 0, 1, 1, 2]),
+                      evidence_vectors=np.stack([E[2], E[3], E[1], E[1], E[0]]))
+    collection = Snapshot(1, [segment], IndexSpec())
+    assert [rows.tolist() for rows in collection.page_rows] == [[0, 1], [2, 3], [4]]
+    question = "fiscal year net revenue"
+    only_pages = retrieve(collection, [question], E[:1], plan(dense=False, sparse=False, graph=False), Settings().retrieval)
+    by_row = {c.row: c for c in only_pages.candidates}
+    # page 0 holds every word of the question, page 2 only "revenue"; page 1 none: its passages stay out
+    assert set(by_row) == {0, 1, 4} and all(c.found_by == ("page_lexical",) for c in by_row.values())
+    pages = BM25Index(["fiscal year totals\nnet revenue 412 million", "alpha beta\nunrelated words here", "revenue footnote"])
+    expected = pages.scores(question) / pages.query_weight(question)
+    assert by_row[0].page_lexical == by_row[1].page_lexical == pytest.approx(min(1.0, expected[0]))
+    assert by_row[4].page_lexical == pytest.approx(expected[2]) and expected[2] < expected[0]
+    assert [c.row for c in only_pages.candidates] == [0, 1, 4]  # the tie between 0 and 1 keeps row order
+    one_page = Settings.load(None, {"retrieval.page_lexical_top_k": 1})
+    top1 = retrieve(collection, [question], E[:1], make_plan("simple", QueryOptions(dense=False, sparse=False, graph=False), one_page),
+                    one_page.retrieval)
+    assert {c.row for c in top1.candidates} == {0, 1}
 
 
 def test_relations_seed_their_entities_when_asked():

@@ -9,10 +9,28 @@ def test_a_plain_lookup_is_simple():
     features = query_features("Who became chief executive in 2024?", ENTITIES)
     assert (features.intent, features.intents, features.entities) == ("lookup", (), ())
     assert (features.visual_references, features.constraints, features.dependency_cues, features.questions) == (0, 1, 0, 1)
-    assert features.score == 0.5 and features.modalities == {}
+    assert features.score == 0.0 and features.modalities == {}  # a date alone makes no lookup harder
     decision = decide("Who became chief executive in 2024?", features, "features")
     assert (decision.label, decision.source, decision.probabilities) == ("simple", "features", (1.0, 0.0, 0.0))
     assert decision.sub_questions == () and decision.instruction == INSTRUCTIONS["simple"]
+
+
+def test_written_lookups_with_dates_numbers_entities_and_charts_stay_simple():
+    for question in (
+        "What was the total amount of accrued liabilities of Northwind as of December 31, 2022?",
+        "How much revenue did the Aurora Spectrometer line earn in Brno in fiscal 2023, in millions of dollars?",
+        "According to the chart on page 14, how much time was spent with family and friends in 2010?",
+        "What is the value of the Asia-Pacific segment in Table 3 for the year ended 2021?",
+    ):
+        features = query_features(question, ENTITIES)
+        assert features.intent == "lookup" and features.questions == 1, question
+        assert features.constraints >= 1 and features.score == 0.0, question  # reported, but no reasoning to weigh
+        assert decide(question, features, "features").label == "simple", question
+    # the same elements raise a question that reasons: a comparison naming a year, two entities and a table
+    comparison = query_features("Did Northwind earn more than Brno in 2023, according to Table 3?", ENTITIES)
+    assert comparison.intent == "comparison" and comparison.entities == ("northwind", "brno")
+    assert comparison.score == pytest.approx(1.5 + 0.5 + 0.75 + 1.0)  # intent, a second entity, a table, constraints
+    assert decide("Did Northwind earn more than Brno in 2023, according to Table 3?", comparison, "features").label == "moderate"
 
 
 def test_causal_and_superlative_cues_make_a_question_complex():

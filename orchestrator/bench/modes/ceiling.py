@@ -187,7 +187,7 @@ def answer_sentences(question: str, texts: Sequence[str], descriptions: Sequence
     question, so it is embedded only when too few evidence sentences are left, as end to end."""
     from ...pipeline.extractive import sentences_of, shortlist
 
-    sentences = sentences_of(enumerate([[text] for text in [*texts, *descriptions]]), set())
+    sentences = sentences_of(enumerate([[(text, None)] for text in [*texts, *descriptions]]), set())
     return [s.text for s in shortlist(question, sentences, limit)]
 
 

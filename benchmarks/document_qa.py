@@ -1,0 +1,428 @@
+"""Retrieval, citations, answers and refusals on real PDFs, through the real service, against plain baselines.
+
+    python -m benchmarks.document_qa [--dataset ../shared/benchmarks/mmlongbench-dev] [--documents N]
+                                     [--top-k 20] [--ablations] [--config FILE] [--data-dir DIR]
+                                     [--output DIR] [--name NAME]
+
+The dataset is a folder in MMLongBench-Doc's layout (benchmarks/qa_dataset.py): real PDFs and questions with
+1-based evidence pages. In one run, on this machine:
+1. MinerU alone parses every PDF (the settings' tier, in a subprocess per document, as the service runs it):
+   the parse-only pages/s, and the page text both baselines read.
+2. A full deployment (the real tritonserver with every model, the orchestrator's gRPC server, default
+   settings of the profile) ingests every PDF over gRPC into a collection of its own (the questions are about
+   one document each, as in MMLongBench-Doc).
+3. Every question is asked in its document's collection with `Retrieve` (top_k as given, everything else
+   default) and with `Query` (all defaults), one at a time.
+4. The baselines rank the same document's pages: BM25 over whole pages (`bm25s`) and dense all-MiniLM-L6-v2
+   over 254-token passages with page = best passage, embedded by the deployment's own text embedder.
+
+With --ablations, every question is also retrieved with one signal switched off per request (the graph, BM25
+over pages, BM25 over passages, dense search), in the same deployment. With --data-dir the collections are
+kept there, and a later run with the same folder finds its documents already ingested (its ingest figures then
+say so; everything else is measured again).
+
+Reported: page Recall@1/5/10 and MRR@10 (the distinct pages of the evidence items in rank order, the page each
+item names; any evidence page counts) overall and by evidence source; the first citation of the answer on an
+evidence page; extractive answer accuracy on short answers (normalised containment, see
+qa_dataset.normalize_answer); refusal precision and recall on the unanswerable questions; the routes taken;
+Retrieve and Query latency; ingest pages/s against MinerU's parse-only pages/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from orchestrator.client import AsyncThinkServeClient
+from orchestrator.config import Settings
+from orchestrator.deployment import Deployment
+from orchestrator.knowledge.ingest import mineru_options
+from orchestrator.knowledge.mineru import MineruParser
+from orchestrator.tokens import PlainTokenizer
+from orchestrator.triton.client import TritonClient
+from orchestrator.triton.models import TritonModels
+
+from .measure import invocation, machine_info, uncommitted_changes, write_results
+from .page_baselines import Bm25Pages, DensePassages, page_texts
+from .qa_dataset import KS, Question, contains_answer, load_questions, page_hits, refusal_scores
+
+NAME = "document_qa"
+DEFAULT_DATASET = Path("../shared/benchmarks/mmlongbench-dev")
+SYSTEMS = ("thinkserve", "bm25_pages", "dense_passages")
+# Retrieve with one signal off per request (QueryOptions), against the same collections
+ABLATIONS = {
+    "graph off": {"graph": False},
+    "BM25 over pages off": {"page_lexical": False},
+    "BM25 over passages off": {"sparse": False},
+    "dense off": {"dense": False},
+}
+SYSTEM_LABELS = {
+    "thinkserve": "ThinkServe `Retrieve`",
+    "thinkserve_spanned": "ThinkServe, every page an item spans",
+    "bm25_pages": "BM25 over whole pages (bm25s)",
+    "dense_passages": "dense MiniLM, 254-token passages, page = max",
+}
+_CITATION_MARK = re.compile(r"\[\d{1,3}\]")
+Progress = Callable[[str], None]
+
+
+def collection_name(number: int, document: str) -> str:
+    """A valid collection name per document: its number and a slug of its file name."""
+    slug = re.sub(r"[^a-z0-9]+", "-", Path(document).stem.casefold()).strip("-")
+    return f"d{number:02d}-{slug}"[:64].rstrip("-_")
+
+
+def parse_only(settings: Settings, paths: list[Path], work: Path, progress: Progress) -> dict[str, dict]:
+    """MinerU alone on every PDF, one at a time, as the service runs it: page texts and seconds per document."""
+    parser = MineruParser(mineru_options(settings.ingest))
+    parsed = {}
+    for path in paths:
+        started = time.monotonic()
+        document = parser.parse(path, work / path.stem)
+        parsed[path.name] = {"texts": page_texts(document), "pages": document.page_count, "seconds": time.monotonic() - started}
+        progress(f"parsed {path.name}: {document.page_count} pages in {parsed[path.name]['seconds']:.1f} s")
+    return parsed
+
+
+async def ingest_all(client: AsyncThinkServeClient, paths: list[Path], collections: dict[str, str], concurrency: int,
+                     progress: Progress) -> tuple[dict[str, dict], float]:
+    limit = asyncio.Semaphore(concurrency)
+    reports: dict[str, dict] = {}
+
+    async def one(path: Path) -> None:
+        async with limit:
+            report = await client.ingest_file(collections[path.name], path)
+        document = report.document
+        reports[path.name] = {
+            "collection": collections[path.name], "pages": document.pages, "passages": report.passages,
+            "chunks": document.chunks, "units": document.units, "entities": document.entities,
+            "relations": document.relations, "seconds": report.seconds, "warnings": list(document.warnings),
+            "stages": {stage.stage: stage.milliseconds / 1000 for stage in report.stages},
+            "already_present": report.already_present,
+        }
+        progress(f"ingested {path.name}: {document.pages} pages, {report.passages} passages in {report.seconds:.1f} s")
+
+    started = time.monotonic()
+    await asyncio.gather(*(one(path) for path in paths))
+    return reports, time.monotonic() - started
+
+
+def _pages_of(items, spanned: bool) -> list[int]:
+    pages: list[int] = []
+    for item in sorted(items, key=lambda item: item.rank):
+        if spanned and item.regions:
+            pages.extend(region.page for region in item.regions)
+        else:
+            pages.append(item.page)
+    return [page for page in dict.fromkeys(pages) if page >= 0]
+
+
+async def ask(client: AsyncThinkServeClient, question: Question, collection: str, top_k: int,
+              ablations: dict[str, dict[str, bool]]) -> dict[str, Any]:
+    """Retrieve, then Query; the evidence, the answer and their wall times; then Retrieve once per ablation."""
+    started = time.monotonic()
+    retrieved = await client.retrieve(collection, question.text, top_k=top_k)
+    retrieve_ms = (time.monotonic() - started) * 1000
+    items = list(retrieved.evidence.items)
+    started = time.monotonic()
+    final = None
+    async for event in client.query(collection, question.text):
+        if event.WhichOneof("event") == "final":
+            final = event.final
+    query_ms = (time.monotonic() - started) * 1000
+    citations = list(final.citations) if final is not None else []
+    ablated = {}
+    for name, switches in ablations.items():
+        response = await client.retrieve(collection, question.text, top_k=top_k, **switches)
+        ablated[name] = _pages_of(response.evidence.items, spanned=False)
+    return {
+        "ablations": ablated,
+        "route": retrieved.route.label,
+        "retrieve_ms": retrieve_ms,
+        "ranked_pages": _pages_of(items, spanned=False),
+        "best_semantic": max((item.signals.semantic for item in items), default=0.0),  # what refusal thresholds
+        "spanned_pages": _pages_of(items, spanned=True),
+        "top_evidence": [
+            {"kind": item.kind, "page": item.page, "block_type": item.block_type, "found_by": list(item.signals.found_by),
+             "signals": {name: round(float(getattr(item.signals, name, 0.0)), 4)
+                         for name in ("semantic", "lexical", "page_lexical", "structural", "modality", "fused", "final")}}
+            for item in sorted(items, key=lambda item: item.rank)[:5]
+        ],
+        "query_ms": query_ms,
+        "answer": final.text if final is not None else "",
+        "answer_source": final.answer_source if final is not None else "",
+        "degraded": bool(final.degraded) if final is not None else False,
+        "citations": [
+            {"page": citation.page, "passage": citation.passage_id,
+             "regions": [list(region.bbox) for region in getattr(citation, "regions", ())]}
+            for citation in citations
+        ],
+    }
+
+
+async def baselines(models: TritonModels, parsed: dict[str, dict], questions: list[Question], tokenizer: PlainTokenizer,
+                    timeout_s: float) -> dict[int, dict[str, list[int]]]:
+    """Each question's page ranking by each baseline, over its document's MinerU page text."""
+    rankings: dict[int, dict[str, list[int]]] = {}
+    by_document = collections.defaultdict(list)
+    for question in questions:
+        by_document[question.document].append(question)
+    for document, asked in by_document.items():
+        texts = parsed[document]["texts"]
+        bm25 = Bm25Pages(texts)
+        dense = DensePassages(texts, tokenizer)
+        await dense.embed(lambda batch: models.embed(batch, timeout_s))
+        vectors = await models.embed([q.text for q in asked], timeout_s)
+        for question, vector in zip(asked, vectors):
+            rankings[question.id] = {"bm25_pages": bm25.rank(question.text), "dense_passages": dense.rank(vector)}
+    return rankings
+
+
+def score(questions: list[Question], runs: dict[int, dict], rankings: dict[int, dict[str, list[int]]]) -> dict[str, Any]:
+    answerable = [q for q in questions if q.answerable and q.evidence_pages]
+    systems = {
+        "thinkserve": lambda q: runs[q.id]["ranked_pages"],
+        "thinkserve_spanned": lambda q: runs[q.id]["spanned_pages"],
+        "bm25_pages": lambda q: rankings[q.id]["bm25_pages"],
+        "dense_passages": lambda q: rankings[q.id]["dense_passages"],
+        **{f"ablation: {name}": (lambda q, name=name: runs[q.id]["ablations"][name])
+           for name in (runs[questions[0].id]["ablations"] if questions else {})},
+    }
+
+    def table(members: list[Question]) -> dict[str, dict[str, float]]:
+        out = {}
+        for system, ranked in systems.items():
+            hits = [page_hits(ranked(q), q.evidence_pages) for q in members]
+            out[system] = {key: float(np.mean([h[key] for h in hits])) if hits else 0.0 for key in hits[0]} if hits else {}
+        return out
+
+    sources = sorted({s for q in answerable for s in q.evidence_sources})
+    cited = [q for q in answerable if runs[q.id]["citations"]]
+    first_on_evidence = [runs[q.id]["citations"][0]["page"] in q.evidence_pages for q in cited]
+    short = [q for q in questions if q.short_answer]
+    correct = [contains_answer(_CITATION_MARK.sub(" ", runs[q.id]["answer"]), q.answer) for q in short]
+    declined = [runs[q.id]["answer_source"] == "refusal" or not runs[q.id]["citations"] for q in questions]
+    refused = [runs[q.id]["answer_source"] == "refusal" for q in questions]
+    unanswerable = [not q.answerable for q in questions]
+    routes = collections.Counter(runs[q.id]["route"] for q in questions)
+    return {
+        "questions": len(questions),
+        "answerable_with_pages": len(answerable),
+        "retrieval": {"all": {"questions": len(answerable), **table(answerable)},
+                      **{source: {"questions": len(m), **table(m)}
+                         for source in sources if (m := [q for q in answerable if source in q.evidence_sources])}},
+        "first_citation": {
+            "answerable": len(answerable),
+            "cited": len(cited),
+            "on_evidence_page_of_cited": float(np.mean(first_on_evidence)) if cited else None,
+            "on_evidence_page_of_answerable": sum(first_on_evidence) / len(answerable) if answerable else None,
+        },
+        "answer_accuracy": {
+            "short_answers": len(short),
+            "contains_answer": float(np.mean(correct)) if short else None,
+            "by_format": {fmt: float(np.mean([c for q, c in zip(short, correct) if q.answer_format == fmt]))
+                          for fmt in sorted({q.answer_format for q in short})},
+        },
+        "refusal": {"declined (refusal or nothing cited)": refusal_scores(declined, unanswerable),
+                    "refusal answer only": refusal_scores(refused, unanswerable)},
+        "routes": dict(routes),
+        "routes_answerable_short": dict(collections.Counter(runs[q.id]["route"] for q in short)),
+        "latency_ms": {
+            name: {"p50": float(np.percentile(values, 50)), "p95": float(np.percentile(values, 95))}
+            for name, values in (("retrieve", [runs[q.id]["retrieve_ms"] for q in questions]),
+                                 ("query", [runs[q.id]["query_ms"] for q in questions]))
+        },
+    }
+
+
+async def evaluate(address: str, triton_url: str, settings: Settings, paths: list[Path], questions: list[Question],
+                   parsed: dict[str, dict], top_k: int, concurrency: int, ablations: bool, progress: Progress) -> dict[str, Any]:
+    """Against a running deployment: ingest every PDF into a collection of its own, rank with the baselines,
+    ask every question; the scores and every run."""
+    collections_of = {path.name: collection_name(number, path.name) for number, path in enumerate(paths)}
+    async with AsyncThinkServeClient(address, timeout_s=settings.server.default_deadline_s * 10) as client, \
+            TritonClient(triton_url, settings.triton.call_timeout_s) as triton:
+        progress(f"ingesting {len(paths)} PDFs, {concurrency} at a time")
+        reports, ingest_seconds = await ingest_all(client, paths, collections_of, concurrency, progress)
+        progress("baselines")
+        tokenizer = PlainTokenizer(settings.tokenizer_file, "ingest.tokenizer")
+        rankings = await baselines(TritonModels(triton), parsed, questions, tokenizer, settings.triton.call_timeout_s)
+        progress(f"{len(questions)} questions, Retrieve then Query each")
+        runs = {}
+        started = time.monotonic()
+        for number, question in enumerate(questions, 1):
+            runs[question.id] = await ask(client, question, collections_of[question.document], top_k,
+                                          ABLATIONS if ablations else {})
+            if number % 25 == 0:
+                progress(f"{number}/{len(questions)} questions")
+        query_seconds = time.monotonic() - started
+    pages = sum(report["pages"] for report in reports.values())
+    ingested = [report for report in reports.values() if not report["already_present"]]
+    return {
+        "ingested_documents": len(ingested),
+        "documents": {path.name: {**reports[path.name], "parse_only_seconds": parsed[path.name]["seconds"]} for path in paths},
+        "pages": pages,
+        "ingest_seconds": ingest_seconds,
+        "ingest_pages_per_s": pages / ingest_seconds if len(ingested) == len(reports) else None,
+        "query_seconds": query_seconds,
+        "runs": {str(k): v for k, v in runs.items()},
+        "baselines": {str(k): v for k, v in rankings.items()},
+        "scores": score(questions, runs, rankings),
+    }
+
+
+async def measure(settings: Settings, dataset: Path, names: list[str], questions: list[Question], top_k: int,
+                  concurrency: int, ablations: bool, work: Path, progress: Progress) -> dict[str, Any]:
+    """MinerU alone first (nothing else running), then a deployment of our own for the rest."""
+    paths = [dataset / "documents" / name for name in names]
+    progress(f"MinerU alone on {len(paths)} PDFs")
+    started = time.monotonic()
+    parsed = await asyncio.to_thread(parse_only, settings, paths, work / "parse-only", progress)
+    parse_seconds = time.monotonic() - started
+    deployment = Deployment(settings)
+    address = await deployment.start(progress=progress)
+    try:
+        stats = await evaluate(address, deployment.triton_url, settings, paths, questions, parsed, top_k, concurrency,
+                               ablations, progress)
+    finally:
+        await deployment.stop()
+    return {**stats, "parse_only_seconds": parse_seconds, "parse_only_pages_per_s": stats["pages"] / parse_seconds}
+
+
+def _f(value: Optional[float], digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def report(stats: dict, settings: Settings, dataset: Path, command: str, top_k: int, concurrency: int,
+           wall_seconds: float) -> tuple[dict, str]:
+    scores = stats["scores"]
+    machine = machine_info()
+    retrieval = scores["retrieval"]
+    overall = retrieval["all"]
+    lines = [
+        "# Document QA on real PDFs: retrieval, citations, answers, refusals",
+        "",
+        f"Command: `{command}`  ",
+        f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores, {machine['memory_gib']} GiB, GPU: "
+        f"{machine['gpu']}, Python {machine['python']}  ",
+        f"Dataset: `{dataset.name}`, {len(stats['documents'])} PDFs, {stats['pages']} pages, {scores['questions']} questions "
+        f"({overall['questions']} answerable with evidence pages). Profile `{settings.profile}`, default settings; one "
+        f"collection per document; Retrieve with top_k={top_k}, Query with every option at its default.  ",
+        f"Wall time {wall_seconds:.0f} s: MinerU parse-only {stats['parse_only_seconds']:.0f} s, ingest "
+        f"{stats['ingest_seconds']:.0f} s ({concurrency} documents at a time), questions {stats['query_seconds']:.0f} s.",
+        "",
+        "## Page retrieval (answerable questions; any evidence page counts)",
+        "",
+        "| system | R@1 | R@5 | R@10 | MRR@10 |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    labels = {**SYSTEM_LABELS, **{name: f"Retrieve, {name.removeprefix('ablation: ')}" for name in overall if name.startswith("ablation: ")}}
+    for system, label in labels.items():
+        row = overall[system]
+        lines.append(f"| {label} | {row['recall@1']:.3f} | {row['recall@5']:.3f} | {row['recall@10']:.3f} | {row['mrr@10']:.3f} |")
+    bm25 = overall["bm25_pages"]
+    ours = overall["thinkserve"]
+    lines += [
+        "",
+        f"Retrieve minus BM25 over pages: R@1 {ours['recall@1'] - bm25['recall@1']:+.3f}, R@5 "
+        f"{ours['recall@5'] - bm25['recall@5']:+.3f}, R@10 {ours['recall@10'] - bm25['recall@10']:+.3f}.",
+        "",
+        "By evidence source (R@1 / R@5):",
+        "",
+        "| source | n | " + " | ".join(SYSTEM_LABELS[s] for s in SYSTEMS) + " |",
+        "|---|---:|" + "---:|" * len(SYSTEMS),
+    ]
+    for source, row in retrieval.items():
+        if source == "all":
+            continue
+        cells = [f"{row[s]['recall@1']:.2f} / {row[s]['recall@5']:.2f}" for s in SYSTEMS]
+        lines.append(f"| {source} | {row['questions']} | " + " | ".join(cells) + " |")
+    citation, accuracy, refusal = scores["first_citation"], scores["answer_accuracy"], scores["refusal"]
+    declined = refusal["declined (refusal or nothing cited)"]
+    lines += [
+        "",
+        "## Answers (Query, default settings)",
+        "",
+        f"- First citation on an evidence page: {_f(citation['on_evidence_page_of_cited'])} of the {citation['cited']} "
+        f"answerable questions whose answer cites something ({_f(citation['on_evidence_page_of_answerable'])} of all "
+        f"{citation['answerable']} answerable).",
+        f"- Answer contains the expected answer (normalised: NFKC, case folded, thousands separators dropped, "
+        f"punctuation, $ and % ignored, whole words): {_f(accuracy['contains_answer'])} of {accuracy['short_answers']} "
+        "short answers (Int, Float, Str of at most 5 words); "
+        + ", ".join(f"{fmt} {_f(value)}" for fmt, value in accuracy["by_format"].items()) + ".",
+        f"- Declining to answer (a refusal, or an answer citing nothing) on the {declined['unanswerable']} unanswerable "
+        f"questions: precision {_f(declined['precision'])}, recall {_f(declined['recall'])} ({declined['declined']} declined); "
+        f"refusals alone: precision {_f(refusal['refusal answer only']['precision'])}, recall "
+        f"{_f(refusal['refusal answer only']['recall'])} ({refusal['refusal answer only']['declined']} refused).",
+        "- Routes: " + ", ".join(f"{route} {count}" for route, count in sorted(scores["routes"].items()))
+        + " (short-answer questions: " + ", ".join(f"{route} {count}" for route, count in sorted(scores["routes_answerable_short"].items())) + ").",
+        f"- Latency, one query at a time: Retrieve p50 {scores['latency_ms']['retrieve']['p50']:.0f} ms / p95 "
+        f"{scores['latency_ms']['retrieve']['p95']:.0f} ms; Query p50 {scores['latency_ms']['query']['p50']:.0f} ms / p95 "
+        f"{scores['latency_ms']['query']['p95']:.0f} ms.",
+        "",
+        "## Ingest",
+        "",
+        f"MinerU parse-only {stats['parse_only_pages_per_s']:.2f} pages/s; " + (
+            f"ingest through the service {stats['ingest_pages_per_s']:.2f} pages/s "
+            f"({stats['ingest_pages_per_s'] / stats['parse_only_pages_per_s']:.0%} of parse-only)."
+            if stats["ingest_pages_per_s"] is not None else
+            f"ingest not measured: {len(stats['documents']) - stats['ingested_documents']} documents were already in --data-dir."
+        ),
+        "",
+    ]
+    warned = {name: d["warnings"] for name, d in stats["documents"].items() if d["warnings"]}
+    if warned:
+        lines += ["Document warnings:", ""] + [f"- {name}: {'; '.join(w)}" for name, w in warned.items()] + [""]
+    payload = {
+        "benchmark": NAME, "command": command, "machine": machine, "uncommitted_changes": uncommitted_changes(),
+        "wall_seconds": wall_seconds, "dataset": str(dataset.name), "top_k": top_k,
+        "settings": {"profile": settings.profile, "ingest": settings.ingest.model_dump(mode="json"),
+                     "retrieval": settings.retrieval.model_dump(mode="json"), "router": settings.router.model_dump(mode="json")},
+        "stats": stats,
+    }
+    return payload, "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog=f"python -m benchmarks.{NAME}", description=__doc__.split("\n")[0])
+    parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="folder with documents/ and questions.json")
+    parser.add_argument("--documents", type=int, default=0, help="only the first N documents (by name) and their questions")
+    parser.add_argument("--top-k", type=int, default=20, help="Retrieve's top_k: evidence items ranked per question")
+    parser.add_argument("--ingest-concurrency", type=int, default=2, help="documents ingested at once")
+    parser.add_argument("--ablations", action="store_true", help="also Retrieve with each signal switched off")
+    parser.add_argument("--data-dir", type=Path, help="keep the collections here (and reuse those already there)")
+    parser.add_argument("--config", type=Path, help="settings file (TOML); default: the built-in tiny profile")
+    parser.add_argument("--output", type=Path, default=None, help="results folder (default: benchmarks/results)")
+    parser.add_argument("--name", default=NAME, help="result file name")
+    args = parser.parse_args(argv)
+    command = invocation(NAME, argv if argv is not None else sys.argv[1:])
+    questions = load_questions(args.dataset)
+    names = sorted({q.document for q in questions})
+    if args.documents:
+        names = names[: args.documents]
+    questions = [q for q in questions if q.document in set(names)]
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="thinkserve-docqa-") as scratch:
+        work = Path(scratch)
+        settings = Settings.load(args.config).scratch(args.data_dir or work / "data")
+        stats = asyncio.run(measure(settings, args.dataset, names, questions, args.top_k, args.ingest_concurrency,
+                                    args.ablations, work, lambda message: print(f"* {message}", file=sys.stderr, flush=True)))
+    payload, markdown = report(stats, settings, args.dataset, command, args.top_k, args.ingest_concurrency,
+                               time.monotonic() - started)
+    paths = write_results(args.name, payload, markdown, *([args.output] if args.output else []))
+    print(markdown)
+    print(f"written: {', '.join(map(str, paths))}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
