@@ -160,7 +160,7 @@ def _ef_sweep(snapshot: Snapshot, questions, exact: list[set[int]], configured: 
 async def measure_pipeline(rounds: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="thinkserve-bench-") as folder:
         work = Path(folder)
-        settings = Settings().scratch(work / "data", chunk_tokens=200)
+        settings = Settings().scratch(work / "data")
         documents = [
             Path("samples/northwind-2024-annual-report.md"),
             write_sample_report(work / "northwind-report.pdf").path,

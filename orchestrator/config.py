@@ -208,17 +208,21 @@ class RetrievalSettings(_Section):
     page_lexical_top_k: int = Field(10, ge=0)
     graph: bool = True  # neighbourhood expansion + personalized PageRank from the matched entities
     rerank: bool = True  # cross-encoder through Triton (where the route allows it)
-    # Fusion (pipeline/fusion.py): "rrf" ranks the candidates by each signal and sums weight / (rrf_k + rank);
-    # "weighted" takes the weighted mean of the signals' values. Every signal is in [0, 1] and reported either way.
-    fusion: Literal["rrf", "weighted"] = "rrf"
+    # Fusion (pipeline/fusion.py): "weighted" is the weighted mean of the signals' values (the lexical ones raised
+    # to lexical_exponent); "rrf" sums weight / (rrf_k + rank) over the signals that found a candidate. Every signal
+    # is in [0, 1] and reported either way. The weights and exponent were chosen on the dev PDFs and the generated
+    # corpus together (benchmarks/results/document_qa.md, retrieval_quality.md): the lexical signals together weigh
+    # as much as the semantic one; squared, a partial match counts little.
+    fusion: Literal["weighted", "rrf"] = "weighted"
     rrf_k: float = Field(60.0, gt=0)  # the usual constant of reciprocal rank fusion: a top rank is not a landslide
+    lexical_exponent: float = Field(2.0, gt=0)
     semantic_weight: float = Field(1.0, ge=0)  # cosine of the question and the evidence
-    lexical_weight: float = Field(1.0, ge=0)  # BM25 over the question's IDF mass (how much of it a passage matches)
-    page_lexical_weight: float = Field(1.0, ge=0)  # the same for the candidate's whole page
+    lexical_weight: float = Field(0.5, ge=0)  # BM25 over the question's IDF mass (how much of it a passage matches)
+    page_lexical_weight: float = Field(0.5, ge=0)  # the same for the candidate's whole page
     # Graph score (mean PageRank of the entities extracted from it). 0: on the real-document benchmark the graph
     # changed page recall by less than its noise (benchmarks/results/document_qa.md); it still runs and is reported.
     structural_weight: float = Field(0.0, ge=0)
-    modality_weight: float = Field(0.5, ge=0)  # match with the question's preferred block types
+    modality_weight: float = Field(0.2, ge=0)  # match with the question's preferred block types
     # Final score = (1 - w) * fused + w * sigmoid(rerank score). None: the profile's default (tiny: 0, since
     # its cross-encoder has random weights and would scramble the real embedder's ranking; otherwise 1).
     rerank_weight: Optional[float] = Field(None, ge=0, le=1)
@@ -299,9 +303,11 @@ class IndexSettings(_Section):
 
 
 class IngestSettings(_Section):
-    # Retrieval units: passages of at most this many of the embedder's tokens, never crossing a page. 128 on
-    # the real-document benchmark: 96 ranked pages as well, 256-token windows worse (benchmarks/results/document_qa.md).
-    passage_tokens: int = Field(128, ge=8)
+    # Retrieval units: passages of at most this many of the embedder's tokens, never crossing a page; by default
+    # the embedder's whole window. On the dev PDFs 254 ranked pages better than 192 or 128 (R@1 0.40 against 0.39
+    # and 0.38, R@5 0.66 against 0.64 and 0.63; the default fusion replayed in process) with a third fewer vectors
+    # than 128.
+    passage_tokens: int = Field(254, ge=8)
     # The embedder reads at most this many tokens (all-MiniLM-L6-v2: 256 with its two special tokens); a passage
     # longer than this could not be embedded whole.
     embed_window_tokens: int = Field(254, ge=8)
@@ -395,19 +401,14 @@ class Settings(_Section):
                 object.__setattr__(self, section, current.model_copy(update={field: value}))
         return self
 
-    def scratch(self, data_dir: Path, chunk_tokens: Optional[int] = None, chunk_overlap_tokens: int = 20) -> "Settings":
+    def scratch(self, data_dir: Path) -> "Settings":
         """These settings for a throw-away deployment (demo, benchmarks) that must not disturb a running one: any
-        free gRPC and HTTP ports, its own data folder, and optionally smaller chunks (short samples would
-        otherwise be one chunk each, leaving retrieval nothing to choose)."""
-        update: dict[str, Any] = {
+        free gRPC and HTTP ports and its own data folder."""
+        return self.model_copy(update={
             "server": self.server.model_copy(update={"port": 0}),
             "http": self.http.model_copy(update={"port": 0}),
             "storage": self.storage.model_copy(update={"data_dir": data_dir}),
-        }
-        if chunk_tokens is not None:
-            update["ingest"] = self.ingest.model_copy(
-                update={"chunk_tokens": chunk_tokens, "chunk_overlap_tokens": chunk_overlap_tokens})
-        return self.model_copy(update=update)
+        })
 
     @property
     def tokenizer_file(self) -> Path:

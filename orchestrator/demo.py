@@ -12,7 +12,6 @@ from .deployment import Deployment
 from .presentation import QueryPrinter
 
 DEMO_COLLECTION = "demo"
-DEMO_CHUNK_TOKENS = 200
 
 
 async def run_demo(settings: Settings, samples: list[Path], questions_file: Path) -> int:
@@ -22,10 +21,8 @@ async def run_demo(settings: Settings, samples: list[Path], questions_file: Path
 
 
 def _demo_settings(settings: Settings, data_dir: Path) -> Settings:
-    """Free ports (a running `thinkserve serve` is not disturbed), a throw-away data folder, and chunks of
-    DEMO_CHUNK_TOKENS: the one-page sample would otherwise be a single 1,200-token chunk, leaving retrieval
-    nothing to choose."""
-    return settings.scratch(data_dir, chunk_tokens=DEMO_CHUNK_TOKENS)
+    """Free ports (a running `thinkserve serve` is not disturbed) and a throw-away data folder."""
+    return settings.scratch(data_dir)
 
 
 async def _run(settings: Settings, samples: list[Path], questions: list[str]) -> int:
@@ -40,7 +37,7 @@ async def _run(settings: Settings, samples: list[Path], questions: list[str]) ->
             for sample in samples:
                 report = await client.ingest_file(DEMO_COLLECTION, sample)
                 state = "already indexed" if report.already_present else f"{report.passages} passages indexed in {report.seconds:.2f}s"
-                print(f"* ingested {sample.name}: {state} (chunks of {DEMO_CHUNK_TOKENS} tokens for the demo)")
+                print(f"* ingested {sample.name}: {state}")
             if settings.profile == "tiny":
                 print(
                     "* tiny profile: the embedder is the real all-MiniLM-L6-v2, so retrieval and the extractive answers\n"

@@ -282,7 +282,11 @@ def _extension(call: Call, route: str, final: FinalAnswerEvent) -> dict:
         "degraded": final.degraded,
         "degraded_reason": final.degraded_reason,
         "citations": [
-            {"evidence_rank": c.evidence_rank, "passage_id": c.passage_id, "document_name": c.document_name, "page": c.page}
+            {
+                "evidence_rank": c.evidence_rank, "passage_id": c.passage_id, "document_name": c.document_name, "page": c.page,
+                "regions": [{"page": s.page, "bbox": list(s.bbox)} for s in c.regions if s.page >= 0 and any(s.bbox)],
+                "quote": c.quote,
+            }
             for c in final.citations
         ],
         "timings_ms": final.timings_ms,

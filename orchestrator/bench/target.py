@@ -86,9 +86,8 @@ async def own_deployment(settings: Settings, progress: Callable[[str], None] = p
 
 def bench_settings_for(settings: Settings, data_dir: Path) -> Settings:
     """The deployment settings a self-started benchmark uses: any free ports (gRPC and HTTP: the ablations run
-    several deployments at once), a throw-away data folder, and 200-token chunks (so a chunk rarely spans two
-    pages and page-level recall means something)."""
-    return settings.scratch(data_dir, chunk_tokens=200)
+    several deployments at once) and a throw-away data folder."""
+    return settings.scratch(data_dir)
 
 
 def checkout_module(name: str):

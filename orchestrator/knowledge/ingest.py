@@ -227,7 +227,7 @@ class Ingestor:
         unit_records = evidence[len(passages) :]
         with stages.timed("extract"):
             extractions = await self._extract([c.text for c in chunks] + [u.text for u in unit_records], timeout_s)
-        readers = [_passages_in(chunk, passages, evidence) for chunk in chunks] + [[u] for u in unit_records]
+        readers = _passages_by_chunk(chunks, passages, evidence) + [[u] for u in unit_records]
         entities, relations = _mentions(readers, extractions)
         entity_keys = list(dict.fromkeys(m.key for m in entities))
         first_mention = {}
@@ -408,15 +408,16 @@ def _description_request(blocks: Sequence[Block], index: int, window: int) -> st
     return "\n\n".join(parts)
 
 
-def _passages_in(chunk: TextChunk, passages: Sequence[Passage], evidence: Sequence[EvidenceRecord]) -> list[EvidenceRecord]:
-    """The passages sharing a block with the chunk, in reading order (a long block may give several)."""
-    blocks = {span.block for span in chunk.spans}
-    return [evidence[n] for n, passage in enumerate(passages) if any(span.block in blocks for span in passage.spans)]
-
-
-def _naming(records: Sequence[EvidenceRecord], *names: str) -> list[EvidenceRecord]:
-    wanted = [name.casefold() for name in names if name]
-    return [record for record in records if all(name in record.text.casefold() for name in wanted)]
+def _passages_by_chunk(chunks: Sequence[TextChunk], passages: Sequence[Passage], evidence: Sequence[EvidenceRecord]) -> list[list[EvidenceRecord]]:
+    """Each chunk's passages (those sharing a block with it), in reading order; a long block may give several."""
+    by_block: dict[int, list[int]] = {}
+    for number, passage in enumerate(passages):
+        for span in passage.spans:
+            by_block.setdefault(span.block, []).append(number)
+    return [
+        [evidence[n] for n in dict.fromkeys(n for span in chunk.spans for n in by_block.get(span.block, ()))]
+        for chunk in chunks
+    ]
 
 
 def _mentions(readers: Sequence[Sequence[EvidenceRecord]], extractions: Sequence[Extraction]):
@@ -430,19 +431,22 @@ def _mentions(readers: Sequence[Sequence[EvidenceRecord]], extractions: Sequence
     for records, extraction in zip(readers, extractions):
         if not records:
             continue
-        names: dict[str, str] = {}
+        folded = [record.text.casefold() for record in records]
+
+        def naming(*names: str) -> list[EvidenceRecord]:
+            wanted = [name.casefold() for name in names]
+            return [record for record, text in zip(records, folded) if all(name in text for name in wanted)]
+
         for entity in extraction.entities:
-            key = normalize_entity_name(entity.name)
-            if not key:
-                continue
-            names.setdefault(key, entity.name.strip())
-            for record in _naming(records, entity.name.strip()) or records[:1]:
-                entities.setdefault((key, record.evidence_id), EntityMention(key, entity.name.strip(), entity.type, entity.description, record.evidence_id))
+            key, name = normalize_entity_name(entity.name), entity.name.strip()
+            if key:
+                for record in naming(name) or records[:1]:
+                    entities.setdefault((key, record.evidence_id), EntityMention(key, name, entity.type, entity.description, record.evidence_id))
         for relation in extraction.relations:
             source, target = sorted((normalize_entity_name(relation.source), normalize_entity_name(relation.target)))
             if source and target and source != target:
-                pair = (relation.source.strip(), relation.target.strip())
-                record = (_naming(records, *pair) or _naming(records, pair[0]) or _naming(records, pair[1]) or records)[0]
+                names = (relation.source.strip(), relation.target.strip())
+                record = (naming(*names) or naming(names[0]) or naming(names[1]) or records)[0]
                 relations.append(
                     RelationMention(source, target, relation.description, relation.keywords, relation.weight, record.evidence_id)
                 )

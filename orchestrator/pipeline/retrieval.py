@@ -43,6 +43,7 @@ def fusion_weights(settings: RetrievalSettings, plan: QueryPlan) -> FusionWeight
         page_lexical=settings.page_lexical_weight if plan.page_lexical else 0.0,
         method=settings.fusion,
         rrf_k=settings.rrf_k,
+        lexical_exponent=settings.lexical_exponent,
     )
 
 

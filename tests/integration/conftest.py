@@ -63,7 +63,8 @@ def running_orchestrator(triton, triton_settings, tmp_path_factory):
         triton_settings.model_copy(update={"url": triton.endpoints.grpc}),
         data_dir,
         server={"port": 0, "max_upload_bytes": TEST_UPLOAD_LIMIT},
-        # Chunks smaller than the 1,200-token default, so the sample document spans several and retrieval chooses.
+        # The entity extractor reads chunks smaller than the 1,200-token default: the sample's entities then come
+        # from several chunks (retrieval indexes passages whatever the chunk size).
         ingest={"chunk_tokens": 200, "chunk_overlap_tokens": 20},
     )
     loop = BackgroundLoop()

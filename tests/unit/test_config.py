@@ -56,10 +56,8 @@ def test_the_readme_settings_example_is_valid():
     assert settings.server.max_concurrent_queries == 4 and settings.http.port == 50052
 
 
-def test_scratch_settings_take_free_ports_their_own_folder_and_optionally_small_chunks(tmp_path):
+def test_scratch_settings_take_free_ports_and_their_own_folder(tmp_path):
     base = Settings()
     scratch = base.scratch(tmp_path / "data")
     assert (scratch.server.port, scratch.http.port, scratch.storage.data_dir) == (0, 0, tmp_path / "data")
     assert scratch.ingest == base.ingest and base.server.port != 0  # the original is untouched
-    small = base.scratch(tmp_path / "data", chunk_tokens=200)
-    assert (small.ingest.chunk_tokens, small.ingest.chunk_overlap_tokens) == (200, 20)

@@ -47,6 +47,18 @@ def test_switched_off_signals_weigh_nothing_and_ties_keep_row_order():
     assert fuse({}, {}, {}, WEIGHTS) == []
 
 
+def test_the_lexical_signals_are_raised_to_their_exponent_before_weighing():
+    squared = FusionWeights(semantic=1.0, lexical=0.5, structural=0.0, modality=0.0, page_lexical=0.5, lexical_exponent=2.0)
+    scored = fuse(
+        {1: CandidateSignals(semantic=0.5, lexical=0.3, page_lexical=0.4), 2: CandidateSignals(semantic=0.4, lexical=1.5, page_lexical=0.9)},
+        {1: "text", 2: "text"}, {}, squared,
+    )
+    by_row = {c.row: c for c in scored}
+    assert by_row[1].fused == pytest.approx((0.5 + 0.5 * 0.09 + 0.5 * 0.16) / 2.0)  # a partial match counts little
+    assert by_row[2].fused == pytest.approx((0.4 + 0.5 * 1.0 + 0.5 * 0.81) / 2.0)  # clipped to 1 first, then squared
+    assert (by_row[2].lexical, by_row[2].page_lexical) == (1.0, 0.9) and [c.row for c in scored] == [2, 1]  # reported as found
+
+
 def test_reciprocal_rank_fusion_sums_each_signal_rank_over_the_candidates_it_found():
     scored = fuse(candidates(), {7: "text", 3: "table", 5: "image"}, {}, RRF)
     by_row = {c.row: c for c in scored}

@@ -68,12 +68,18 @@ def test_dense_sparse_and_graph_candidates_fuse_with_every_signal():
     assert by_row[0].lexical == pytest.approx(min(1.0, scores[0] / weight)) and by_row[3].lexical == pytest.approx(scores[3] / weight)
     assert by_row[3].lexical < by_row[0].lexical < 1.0 + 1e-9  # chunk 3 matches "alpha" only
     assert [c.page_lexical for c in result.candidates] == pytest.approx([c.lexical for c in result.candidates])  # a page = a chunk
-    # reciprocal rank fusion of semantic, lexical and page_lexical (structural weight 0: reported, not weighed):
-    # chunk 0 is first by all three, chunk 3 second by all three, chunk 1 found by none of them
-    assert [(c.row, c.fused) for c in result.candidates] == [(0, pytest.approx(1.0)), (3, pytest.approx(61 / 62)), (1, 0.0)]
+    # the default fusion: semantic 1, each lexical signal 0.5 and squared; structural weight 0 (reported, not weighed)
+    for c in result.candidates:
+        assert c.fused == pytest.approx((c.semantic + 0.5 * c.lexical**2 + 0.5 * c.page_lexical**2) / 2.0)
+    assert [c.row for c in result.candidates] == [0, 3, 1]
     assert set(result.timings_ms) == {"dense", "sparse", "page_lexical", "graph", "fusion"}
 
-    weighted = Settings.load(None, {"retrieval.fusion": "weighted", "retrieval.semantic_weight": 0.5, "retrieval.lexical_weight": 0.2,
+    # reciprocal rank fusion: chunk 0 is first by all three signals, chunk 3 second by all three, chunk 1 by none
+    rrf = Settings.load(None, {"retrieval.fusion": "rrf"}).retrieval
+    ranked = retrieve(collection, ["alpha revenue"], E[:1], plan(), rrf).candidates
+    assert [(c.row, c.fused) for c in ranked] == [(0, pytest.approx(1.0)), (3, pytest.approx(61 / 62)), (1, 0.0)]
+
+    weighted = Settings.load(None, {"retrieval.semantic_weight": 0.5, "retrieval.lexical_weight": 0.2, "retrieval.lexical_exponent": 1,
                                     "retrieval.page_lexical_weight": 0.0, "retrieval.structural_weight": 0.2}).retrieval
     for c in retrieve(collection, ["alpha revenue"], E[:1], plan(), weighted).candidates:
         assert c.fused == pytest.approx((0.5 * c.semantic + 0.2 * c.lexical + 0.2 * c.structural) / 0.9)
@@ -89,8 +95,9 @@ def test_each_switch_takes_its_signal_out():
     bm25_only = retrieve(collection, ["alpha revenue"], E[:1], plan(dense=False, graph=False), settings)
     assert {c.row: c.found_by for c in bm25_only.candidates} == {0: ("page_lexical", "sparse"), 3: ("page_lexical", "sparse")}
     assert bm25_only.candidates[1].semantic == pytest.approx(1 / np.sqrt(2))  # still reported ...
-    weighed = [(c.row, c.fused) for c in bm25_only.candidates]
-    assert weighed == [(0, pytest.approx(1.0)), (3, pytest.approx(61 / 62))]  # ... but not weighed: the same as above
+    # ... but not weighed: the two lexical signals alone (equal here: every chunk is a page of its own), squared
+    assert [(c.row, c.fused) for c in bm25_only.candidates] == [(c.row, pytest.approx(c.lexical**2)) for c in bm25_only.candidates]
+    assert [c.row for c in bm25_only.candidates] == [0, 3]
 
     no_seed = retrieve(collection, ["delta"], -E[:1], plan(), settings)  # similar to no entity: the graph stays out
     assert no_seed.entity_seeds == {} and all("graph" not in c.found_by for c in no_seed.candidates)
