@@ -304,11 +304,12 @@ def _f(value: Optional[float], digits: int = 3) -> str:
 
 
 def report(stats: dict, settings: Settings, dataset: Path, command: str, top_k: int, concurrency: int,
-           wall_seconds: float) -> tuple[dict, str]:
+           wall_seconds: float, overrides: dict[str, str]) -> tuple[dict, str]:
     scores = stats["scores"]
     machine = machine_info()
     retrieval = scores["retrieval"]
     overall = retrieval["all"]
+    changed = "settings changed: " + ", ".join(f"`{k} = {v}`" for k, v in overrides.items()) if overrides else "default settings"
     lines = [
         "# Document QA on real PDFs: retrieval, citations, answers, refusals",
         "",
@@ -316,7 +317,8 @@ def report(stats: dict, settings: Settings, dataset: Path, command: str, top_k: 
         f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores, {machine['memory_gib']} GiB, GPU: "
         f"{machine['gpu']}, Python {machine['python']}  ",
         f"Dataset: `{dataset.name}`, {len(stats['documents'])} PDFs, {stats['pages']} pages, {scores['questions']} questions "
-        f"({overall['questions']} answerable with evidence pages). Profile `{settings.profile}`, default settings; one "
+        f"({overall['questions']} answerable with evidence pages). Profile `{settings.profile}`, "
+        f"{changed}; one "
         f"collection per document; Retrieve with top_k={top_k}, Query with every option at its default.  ",
         f"Wall time {wall_seconds:.0f} s: MinerU parse-only {stats['parse_only_seconds']:.0f} s, ingest "
         f"{stats['ingest_seconds']:.0f} s ({concurrency} documents at a time), questions {stats['query_seconds']:.0f} s.",
@@ -410,9 +412,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--ablations", action="store_true", help="also Retrieve with each signal switched off")
     parser.add_argument("--data-dir", type=Path, help="keep the collections here (and reuse those already there)")
     parser.add_argument("--config", type=Path, help="settings file (TOML); default: the built-in tiny profile")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting over the config, e.g. retrieval.structural_weight=0.5 (repeatable)")
     parser.add_argument("--output", type=Path, default=None, help="results folder (default: benchmarks/results)")
     parser.add_argument("--name", default=NAME, help="result file name")
     args = parser.parse_args(argv)
+    malformed = [item for item in args.set if "=" not in item]
+    if malformed:
+        parser.error(f"--set takes KEY=VALUE, got {', '.join(malformed)}")
+    overrides = dict(item.split("=", 1) for item in args.set)
     command = invocation(NAME, argv if argv is not None else sys.argv[1:])
     questions = load_questions(args.dataset)
     names = sorted({q.document for q in questions})
@@ -422,11 +430,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="thinkserve-docqa-") as scratch:
         work = Path(scratch)
-        settings = Settings.load(args.config).scratch(args.data_dir or work / "data")
+        settings = Settings.load(args.config, overrides).scratch(args.data_dir or work / "data")
         stats = asyncio.run(measure(settings, args.dataset, names, questions, args.top_k, args.ingest_concurrency,
                                     args.ablations, work, lambda message: print(f"* {message}", file=sys.stderr, flush=True)))
     payload, markdown = report(stats, settings, args.dataset, command, args.top_k, args.ingest_concurrency,
-                               time.monotonic() - started)
+                               time.monotonic() - started, overrides)
     paths = write_results(args.name, payload, markdown, *([args.output] if args.output else []))
     print(markdown)
     print(f"written: {', '.join(map(str, paths))}", file=sys.stderr)
