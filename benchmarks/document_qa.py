@@ -2,7 +2,8 @@
 
     python -m benchmarks.document_qa [--dataset ../shared/benchmarks/mmlongbench-dev] [--documents N]
                                      [--top-k 20] [--ablations] [--config FILE] [--data-dir DIR]
-                                     [--output DIR] [--name NAME]
+                                     [--set KEY=VALUE ...] [--output DIR] [--name NAME]
+    python -m benchmarks.document_qa --rescore benchmarks/results/document_qa.json   # score a run again
 
 The dataset is a folder in MMLongBench-Doc's layout (benchmarks/qa_dataset.py): real PDFs and questions with
 1-based evidence pages. In one run, on this machine:
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import json
 import re
 import signal
 import sys
@@ -54,9 +56,11 @@ from orchestrator.triton.models import TritonModels
 
 from .measure import invocation, machine_info, uncommitted_changes, write_results
 from .page_baselines import Bm25Pages, DensePassages, page_texts
-from .qa_dataset import KS, Question, contains_answer, load_questions, page_hits, refusal_scores
+from .qa_dataset import KS, Question, contains_answer, load_questions, page_hits, refusal_scores, separation_auc
 
 NAME = "document_qa"
+# best-cosine thresholds the refusal figures are swept over (retrieval.min_similarity is the product's)
+REFUSAL_THRESHOLDS = (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)
 DEFAULT_DATASET = Path("../shared/benchmarks/mmlongbench-dev")
 SYSTEMS = ("thinkserve", "bm25_pages", "dense_passages")
 # Retrieve with one signal off per request (QueryOptions), against the same collections
@@ -214,6 +218,7 @@ def score(questions: list[Question], runs: dict[int, dict], rankings: dict[int, 
     declined = [runs[q.id]["answer_source"] == "refusal" or not runs[q.id]["citations"] for q in questions]
     refused = [runs[q.id]["answer_source"] == "refusal" for q in questions]
     unanswerable = [not q.answerable for q in questions]
+    best = [runs[q.id]["best_semantic"] or 0.0 for q in questions]
     routes = collections.Counter(runs[q.id]["route"] for q in questions)
     return {
         "questions": len(questions),
@@ -235,6 +240,10 @@ def score(questions: list[Question], runs: dict[int, dict], rankings: dict[int, 
         },
         "refusal": {"declined (refusal or nothing cited)": refusal_scores(declined, unanswerable),
                     "refusal answer only": refusal_scores(refused, unanswerable)},
+        "refusal_by_best_cosine": {
+            "auc": separation_auc(best, unanswerable),
+            "thresholds": {str(t): refusal_scores([b < t for b in best], unanswerable) for t in REFUSAL_THRESHOLDS},
+        },
         "routes": dict(routes),
         "routes_answerable_short": dict(collections.Counter(runs[q.id]["route"] for q in short)),
         "latency_ms": {
@@ -273,6 +282,7 @@ async def evaluate(address: str, triton_url: str, settings: Settings, paths: lis
         "documents": {path.name: {**reports[path.name], "parse_only_seconds": parsed[path.name]["seconds"]} for path in paths},
         "pages": pages,
         "ingest_seconds": ingest_seconds,
+        "ingest_concurrency": concurrency,
         "ingest_pages_per_s": pages / ingest_seconds if len(ingested) == len(reports) else None,
         "query_seconds": query_seconds,
         "runs": {str(k): v for k, v in runs.items()},
@@ -303,7 +313,21 @@ def _f(value: Optional[float], digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-def report(stats: dict, settings: Settings, dataset: Path, command: str, top_k: int, concurrency: int,
+def _threshold_line(sweep: Optional[dict]) -> list[str]:
+    if not sweep:
+        return []
+    cells = "; ".join(f"{t}: P {_f(v['precision'], 2)} R {_f(v['recall'], 2)}" for t, v in sweep["thresholds"].items())
+    return [f"- Refusing when Retrieve's best cosine is below t (what `retrieval.min_similarity` sets): {cells}. A low best cosine "
+            f"separates unanswerable questions from the others with AUC {_f(sweep['auc'])} (0.5: no better than chance)."]
+
+
+def settings_record(settings: Settings) -> dict[str, Any]:
+    """The settings a result depends on, as written into its JSON (and read back by --rescore)."""
+    return {"profile": settings.profile, "ingest": settings.ingest.model_dump(mode="json"),
+            "retrieval": settings.retrieval.model_dump(mode="json"), "router": settings.router.model_dump(mode="json")}
+
+
+def report(stats: dict, settings: dict[str, Any], dataset: Path, command: str, top_k: int, concurrency: int,
            wall_seconds: float, overrides: dict[str, str]) -> tuple[dict, str]:
     scores = stats["scores"]
     machine = machine_info()
@@ -317,7 +341,7 @@ def report(stats: dict, settings: Settings, dataset: Path, command: str, top_k: 
         f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores, {machine['memory_gib']} GiB, GPU: "
         f"{machine['gpu']}, Python {machine['python']}  ",
         f"Dataset: `{dataset.name}`, {len(stats['documents'])} PDFs, {stats['pages']} pages, {scores['questions']} questions "
-        f"({overall['questions']} answerable with evidence pages). Profile `{settings.profile}`, "
+        f"({overall['questions']} answerable with evidence pages). Profile `{settings['profile']}`, "
         f"{changed}; one "
         f"collection per document; Retrieve with top_k={top_k}, Query with every option at its default.  ",
         f"Wall time {wall_seconds:.0f} s: MinerU parse-only {stats['parse_only_seconds']:.0f} s, ingest "
@@ -366,6 +390,7 @@ def report(stats: dict, settings: Settings, dataset: Path, command: str, top_k: 
         f"questions: precision {_f(declined['precision'])}, recall {_f(declined['recall'])} ({declined['declined']} declined); "
         f"refusals alone: precision {_f(refusal['refusal answer only']['precision'])}, recall "
         f"{_f(refusal['refusal answer only']['recall'])} ({refusal['refusal answer only']['declined']} refused).",
+        *_threshold_line(scores.get("refusal_by_best_cosine")),
         "- Routes: " + ", ".join(f"{route} {count}" for route, count in sorted(scores["routes"].items()))
         + " (short-answer questions: " + ", ".join(f"{route} {count}" for route, count in sorted(scores["routes_answerable_short"].items())) + ").",
         f"- Latency, one query at a time: Retrieve p50 {scores['latency_ms']['retrieve']['p50']:.0f} ms / p95 "
@@ -390,11 +415,30 @@ def report(stats: dict, settings: Settings, dataset: Path, command: str, top_k: 
     payload = {
         "benchmark": NAME, "command": command, "machine": machine, "uncommitted_changes": uncommitted_changes(),
         "wall_seconds": wall_seconds, "dataset": str(dataset.name), "top_k": top_k,
-        "settings": {"profile": settings.profile, "ingest": settings.ingest.model_dump(mode="json"),
-                     "retrieval": settings.retrieval.model_dump(mode="json"), "router": settings.router.model_dump(mode="json")},
-        "stats": stats,
+        "settings": settings, "overrides": overrides, "stats": stats,
     }
     return payload, "\n".join(lines)
+
+
+def rescore(path: Path, questions: list[Question], dataset: Path, command: str) -> tuple[dict, str]:
+    """A previous run's answers, rankings and timings scored again (a new figure without a new 50-minute run);
+    the report names both commands."""
+    try:
+        previous = json.loads(path.read_text())
+        stats = previous["stats"]
+        runs = {int(k): v for k, v in stats["runs"].items()}
+        rankings = {int(k): v for k, v in stats["baselines"].items()}
+    except (OSError, ValueError, KeyError) as error:
+        raise SystemExit(f"--rescore: {path} is not a {NAME} results file: {error}") from None
+    missing = [q.id for q in questions if q.id not in runs or q.id not in rankings]
+    if missing:
+        raise SystemExit(f"--rescore: {path} has no run of question {missing[0]} ({len(missing)} missing): "
+                         "give the --dataset and --documents of that run")
+    stats = {**stats, "scores": score(questions, runs, rankings)}
+    # the concurrency is not in older results files; 2 was the default then
+    concurrency = stats.get("ingest_concurrency", 2)
+    return report(stats, previous["settings"], dataset, f"{command}` (scored again; measured by `{previous['command']}",
+                  previous["top_k"], concurrency, previous["wall_seconds"], previous.get("overrides") or {})
 
 
 def _interrupt(signum, frame) -> None:
@@ -414,6 +458,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--config", type=Path, help="settings file (TOML); default: the built-in tiny profile")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a setting over the config, e.g. retrieval.structural_weight=0.5 (repeatable)")
+    parser.add_argument("--rescore", type=Path, metavar="JSON",
+                        help="measure nothing: score a previous run's results file again with this code's scoring")
     parser.add_argument("--output", type=Path, default=None, help="results folder (default: benchmarks/results)")
     parser.add_argument("--name", default=NAME, help="result file name")
     args = parser.parse_args(argv)
@@ -427,14 +473,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.documents:
         names = names[: args.documents]
     questions = [q for q in questions if q.document in set(names)]
-    started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="thinkserve-docqa-") as scratch:
-        work = Path(scratch)
-        settings = Settings.load(args.config, overrides).scratch(args.data_dir or work / "data")
-        stats = asyncio.run(measure(settings, args.dataset, names, questions, args.top_k, args.ingest_concurrency,
-                                    args.ablations, work, lambda message: print(f"* {message}", file=sys.stderr, flush=True)))
-    payload, markdown = report(stats, settings, args.dataset, command, args.top_k, args.ingest_concurrency,
-                               time.monotonic() - started, overrides)
+    if args.rescore:
+        payload, markdown = rescore(args.rescore, questions, args.dataset, command)
+    else:
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="thinkserve-docqa-") as scratch:
+            work = Path(scratch)
+            settings = Settings.load(args.config, overrides).scratch(args.data_dir or work / "data")
+            stats = asyncio.run(measure(settings, args.dataset, names, questions, args.top_k, args.ingest_concurrency,
+                                        args.ablations, work, lambda message: print(f"* {message}", file=sys.stderr, flush=True)))
+        payload, markdown = report(stats, settings_record(settings), args.dataset, command, args.top_k,
+                                   args.ingest_concurrency, time.monotonic() - started, overrides)
     paths = write_results(args.name, payload, markdown, *([args.output] if args.output else []))
     print(markdown)
     print(f"written: {', '.join(map(str, paths))}", file=sys.stderr)

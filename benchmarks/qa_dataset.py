@@ -113,3 +113,14 @@ def refusal_scores(declined: Sequence[bool], unanswerable: Sequence[bool]) -> di
         "precision": true_positive / declined_count if declined_count else None,
         "recall": true_positive / positives if positives else None,
     }
+
+
+def separation_auc(scores: Sequence[float], positive: Sequence[bool]) -> Optional[float]:
+    """How well a low score picks out the positives: the chance that a random positive scores below a random
+    negative (ties count half). 0.5 is a coin; a refusal threshold on the score can do no better than this."""
+    low = [s for s, p in zip(scores, positive) if p]
+    high = [s for s, p in zip(scores, positive) if not p]
+    if not low or not high:
+        return None
+    wins = sum((a < b) + 0.5 * (a == b) for a in low for b in high)
+    return wins / (len(low) * len(high))

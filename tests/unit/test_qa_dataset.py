@@ -5,7 +5,8 @@ import json
 import pytest
 
 from benchmarks.document_qa import collection_name
-from benchmarks.qa_dataset import contains_answer, load_questions, normalize_answer, page_hits, refusal_scores
+from benchmarks.qa_dataset import (contains_answer, load_questions, normalize_answer, page_hits, refusal_scores,
+                                   separation_auc)
 
 
 def test_questions_load_with_zero_based_pages_and_keep_pages_past_the_end(tmp_path):
@@ -56,3 +57,10 @@ def test_collection_names_are_valid_and_distinct():
                                                          "x" * 200 + ".pdf"])]
     assert names[:2] == ["d00-3m-2018-10k", "d01-pg-2021-03-04-us-views-on-china-final"]
     assert len(names[2]) == 64 and len(set(names)) == 3
+
+
+def test_separation_auc_counts_positives_scoring_below_negatives_with_ties_half():
+    # positives 0.1 and 0.5 against negatives 0.3 and 0.5: 0.1 wins both, 0.5 loses to 0.3 and ties 0.5
+    assert separation_auc([0.1, 0.5, 0.3, 0.5], [True, True, False, False]) == pytest.approx(2.5 / 4)
+    assert separation_auc([0.1, 0.2], [True, False]) == 1.0
+    assert separation_auc([0.1, 0.2], [True, True]) is None
