@@ -377,7 +377,7 @@ def report(stats: dict, settings: dict[str, Any], dataset: Path, command: str, t
     declined = refusal["declined (refusal or nothing cited)"]
     lines += [
         "",
-        "## Answers (Query, default settings)",
+        "## Answers (Query, every request option at its default)",
         "",
         f"- First citation on an evidence page: {_f(citation['on_evidence_page_of_cited'])} of the {citation['cited']} "
         f"answerable questions whose answer cites something ({_f(citation['on_evidence_page_of_answerable'])} of all "

@@ -219,8 +219,9 @@ class RetrievalSettings(_Section):
     semantic_weight: float = Field(1.0, ge=0)  # cosine of the question and the evidence
     lexical_weight: float = Field(0.5, ge=0)  # BM25 over the question's IDF mass (how much of it a passage matches)
     page_lexical_weight: float = Field(0.5, ge=0)  # the same for the candidate's whole page
-    # Graph score (mean PageRank of the entities extracted from it). 0: on the real-document benchmark the graph
-    # changed page recall by less than its noise (benchmarks/results/document_qa.md); it still runs and is reported.
+    # Graph score (mean PageRank of the entities extracted from it). 0: on the real-document benchmark a weight of
+    # 0.5 gave page R@1/R@5 0.400/0.664 against 0.404/0.664 at 0 (benchmarks/results/document_qa-structural.md);
+    # the graph still runs, brings candidates and is reported.
     structural_weight: float = Field(0.0, ge=0)
     modality_weight: float = Field(0.2, ge=0)  # match with the question's preferred block types
     # Final score = (1 - w) * fused + w * sigmoid(rerank score). None: the profile's default (tiny: 0, since
