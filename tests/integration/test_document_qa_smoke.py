@@ -1,5 +1,6 @@
 """The real-document benchmark's core on two generated PDFs in MMLongBench-Doc's layout: MinerU alone, ingest
-over gRPC, both baselines, Retrieve and Query per question, the ablations, and scores worked out by hand."""
+over gRPC, both baselines, Retrieve and Query per question, the ablations, scores worked out by hand, and the
+results file scored again by --rescore."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 
 import pytest
 
-from benchmarks.document_qa import ABLATIONS, evaluate, parse_only
+from benchmarks.document_qa import ABLATIONS, evaluate, parse_only, report, rescore, settings_record
 from benchmarks.qa_dataset import load_questions
 from orchestrator.config import Settings
 from tests import pdf_factory
@@ -59,3 +60,14 @@ def test_the_benchmark_scores_retrieval_answers_and_refusals(running_orchestrato
     refusal = scores["refusal"]["declined (refusal or nothing cited)"]
     assert refusal["unanswerable"] == 1 and refusal["declined"] == int(unanswerable["answer_source"] == "refusal" or not unanswerable["citations"])
     assert sum(scores["routes"].values()) == 3 and scores["latency_ms"]["retrieve"]["p50"] > 0
+    sweep = scores["refusal_by_best_cosine"]
+    assert sweep["thresholds"]["0.2"]["unanswerable"] == 1 and 0.0 <= sweep["auc"] <= 1.0
+
+    stats = {**stats, "parse_only_seconds": 1.0, "parse_only_pages_per_s": 8.0}  # what measure() adds
+    payload, markdown = report(stats, settings_record(settings), tmp_path / "dataset", "document_qa", 10, 2, 1.0, {})
+    assert "default settings" in markdown and "Refusing when Retrieve's best cosine is below t" in markdown
+    results = tmp_path / "document_qa.json"
+    results.write_text(json.dumps(payload))
+    again, markdown_again = rescore(results, questions, tmp_path / "dataset", "document_qa --rescore document_qa.json")
+    assert again["stats"]["scores"] == json.loads(json.dumps(scores))
+    assert "(scored again; measured by `document_qa`" in markdown_again
