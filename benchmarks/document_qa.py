@@ -467,6 +467,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if malformed:
         parser.error(f"--set takes KEY=VALUE, got {', '.join(malformed)}")
     overrides = dict(item.split("=", 1) for item in args.set)
+    if args.rescore and (overrides or args.config or args.data_dir or args.ablations):
+        parser.error("--rescore measures nothing: --set, --config, --data-dir and --ablations belong to the run it scores")
     command = invocation(NAME, argv if argv is not None else sys.argv[1:])
     questions = load_questions(args.dataset)
     names = sorted({q.document for q in questions})

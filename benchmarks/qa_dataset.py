@@ -117,7 +117,7 @@ def refusal_scores(declined: Sequence[bool], unanswerable: Sequence[bool]) -> di
 
 def separation_auc(scores: Sequence[float], positive: Sequence[bool]) -> Optional[float]:
     """How well a low score picks out the positives: the chance that a random positive scores below a random
-    negative (ties count half). 0.5 is a coin; a refusal threshold on the score can do no better than this."""
+    negative (ties count half). Near 0.5 the two groups' scores overlap: no threshold on them refuses well."""
     low = [s for s, p in zip(scores, positive) if p]
     high = [s for s, p in zip(scores, positive) if not p]
     if not low or not high:
