@@ -3,7 +3,7 @@
     python -m benchmarks.document_qa [--dataset ../shared/benchmarks/mmlongbench-dev] [--documents N]
                                      [--top-k 20] [--ablations] [--config FILE] [--data-dir DIR]
                                      [--set KEY=VALUE ...] [--output DIR] [--name NAME]
-    python -m benchmarks.document_qa --rescore benchmarks/results/document_qa.json   # score a run again
+    python -m benchmarks.document_qa --rescore benchmarks/results/mmlongbench-dev/document_qa.json   # score a run again
 
 The dataset is a folder in MMLongBench-Doc's layout (benchmarks/qa_dataset.py): real PDFs and questions with
 1-based evidence pages. In one run, on this machine:
@@ -54,7 +54,7 @@ from orchestrator.tokens import PlainTokenizer
 from orchestrator.triton.client import TritonClient
 from orchestrator.triton.models import TritonModels
 
-from .measure import invocation, machine_info, uncommitted_changes, write_results
+from .measure import RESULTS, invocation, machine_info, uncommitted_changes, write_results
 from .page_baselines import Bm25Pages, DensePassages, page_texts
 from .qa_dataset import KS, Question, contains_answer, load_questions, page_hits, refusal_scores, separation_auc
 
@@ -460,7 +460,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="a setting over the config, e.g. retrieval.structural_weight=0.5 (repeatable)")
     parser.add_argument("--rescore", type=Path, metavar="JSON",
                         help="measure nothing: score a previous run's results file again with this code's scoring")
-    parser.add_argument("--output", type=Path, default=None, help="results folder (default: benchmarks/results)")
+    parser.add_argument("--output", type=Path, default=None,
+                        help="results folder (default: benchmarks/results/<the dataset folder's name>)")
     parser.add_argument("--name", default=NAME, help="result file name")
     args = parser.parse_args(argv)
     malformed = [item for item in args.set if "=" not in item]
@@ -486,7 +487,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                                         args.ablations, work, lambda message: print(f"* {message}", file=sys.stderr, flush=True)))
         payload, markdown = report(stats, settings_record(settings), args.dataset, command, args.top_k,
                                    args.ingest_concurrency, time.monotonic() - started, overrides)
-    paths = write_results(args.name, payload, markdown, *([args.output] if args.output else []))
+    paths = write_results(args.name, payload, markdown, args.output or RESULTS / args.dataset.resolve().name)
     print(markdown)
     print(f"written: {', '.join(map(str, paths))}", file=sys.stderr)
     return 0

@@ -211,7 +211,7 @@ class RetrievalSettings(_Section):
     # Fusion (pipeline/fusion.py): "weighted" is the weighted mean of the signals' values (the lexical ones raised
     # to lexical_exponent); "rrf" sums weight / (rrf_k + rank) over the signals that found a candidate. Every signal
     # is in [0, 1] and reported either way. The weights and exponent were chosen on the dev PDFs and the generated
-    # corpus together (benchmarks/results/document_qa.md, retrieval_quality.md): the lexical signals together weigh
+    # corpus together (benchmarks/results/mmlongbench-dev/document_qa.md, retrieval_quality.md): the lexical signals together weigh
     # as much as the semantic one; squared, a partial match counts little.
     fusion: Literal["weighted", "rrf"] = "weighted"
     rrf_k: float = Field(60.0, gt=0)  # the usual constant of reciprocal rank fusion: a top rank is not a landslide
@@ -220,7 +220,7 @@ class RetrievalSettings(_Section):
     lexical_weight: float = Field(0.5, ge=0)  # BM25 over the question's IDF mass (how much of it a passage matches)
     page_lexical_weight: float = Field(0.5, ge=0)  # the same for the candidate's whole page
     # Graph score (mean PageRank of the entities extracted from it). 0: on the real-document benchmark a weight of
-    # 0.5 gave page R@1/R@5 0.400/0.664 against 0.404/0.664 at 0 (benchmarks/results/document_qa-structural.md);
+    # 0.5 gave page R@1/R@5 0.400/0.664 against 0.404/0.664 at 0 (benchmarks/results/mmlongbench-dev/document_qa-structural.md);
     # the graph still runs, brings candidates and is reported.
     structural_weight: float = Field(0.0, ge=0)
     modality_weight: float = Field(0.2, ge=0)  # match with the question's preferred block types
