@@ -301,7 +301,7 @@ def test_a_deadline_that_expires_in_the_queue_is_deadline_exceeded(secured):
         async with AsyncThinkServeClient(secured.address, token=TOKENS["alpha"][0], timeout_s=120) as client:
             # 1,000 tokens: long enough to hold the slot past the waiting query's deadline on a fast machine too
             slow = asyncio.ensure_future(_drain(client.query("alpha", QUESTION, answerer="llm", max_tokens=1000,
-                                                                 temperature=1.0, seed=0)))
+                                                            temperature=1.0, seed=0)))
             await asyncio.sleep(0.3)  # the slow query holds the only slot
             try:
                 await _drain(client.query("alpha", QUESTION, timeout_s=0.5))
