@@ -1,7 +1,8 @@
 """What one query will do: the request's options, checked, then combined with its route and the server settings.
 
 A stage runs only when the route's policy, the server's switch and the request's switch all allow it, so the
-benchmarks can turn any stage off per request (the ablations) without restarting anything.
+benchmarks can turn any stage off per request (the ablations) without restarting anything. A stage whose result
+cannot change the answer (the cross-encoder at rerank_weight 0) runs only when the request asks for it.
 """
 
 from __future__ import annotations
@@ -119,6 +120,9 @@ def make_plan(route: str, options: QueryOptions, settings: Settings) -> QueryPla
         return route_allows and server and (requested is None or requested)
 
     perception = options.perception or settings.perception.mode
+    # A cross-encoder with no say (weight 0: the tiny profile's, whose cross-encoder has random weights) cannot
+    # change the ranking, so it is not called unless the request asks for it (rerank=true: a benchmark of its cost).
+    rerank_weight = retrieval.rerank_weight if retrieval.rerank_weight is not None else 1.0
     if not policy.perception and perception == "dpr":
         perception = "off"
     return QueryPlan(
@@ -132,8 +136,8 @@ def make_plan(route: str, options: QueryOptions, settings: Settings) -> QueryPla
         page_lexical=switch(options.page_lexical, retrieval.page_lexical),
         page_lexical_top_k=retrieval.page_lexical_top_k,
         graph=switch(options.graph, retrieval.graph),
-        rerank=switch(options.rerank, retrieval.rerank, policy.rerank),
-        rerank_weight=retrieval.rerank_weight if retrieval.rerank_weight is not None else 1.0,
+        rerank=switch(options.rerank, retrieval.rerank, policy.rerank) and (rerank_weight > 0 or options.rerank is True),
+        rerank_weight=rerank_weight,
         page_images=switch(options.page_images, pages.enabled, policy.page_images),
         page_top_m=options.page_top_m or pages.top_m,
         page_top_k=pages.top_k if options.page_top_k is None else options.page_top_k,

@@ -56,7 +56,7 @@ def test_every_model_the_complex_route_configures_is_called(client, report, trit
     before = model_counts(triton)
     events = list(client.query(
         COLLECTION, "Compare the revenue of the regions in the table and explain why East leads.",
-        router="model", answerer="llm", max_tokens=8, page_top_m=3, page_top_k=3,
+        router="model", answerer="llm", max_tokens=8, page_top_m=3, page_top_k=3, rerank=True,
     ))
     called = {name for name, count in model_counts(triton).items() if count > before[name]}
 

@@ -1,8 +1,9 @@
 """Survival of Triton failures, with a real tritonserver killed for real (kill -9), never a mock.
 
 The deployment here launches its own Triton (not the session's, which other tests share) with only the models
-the tiny profile's default query path calls for a Markdown document: the text embedder and the reranker (the
-router decides by features, answers are extractive, a Markdown document has no page images). The supervisor
+the tiny profile's query path calls for a Markdown document once its cross-encoder has a say
+(retrieval.rerank_weight above 0): the text embedder and the reranker (the router decides by features, answers
+are extractive, a Markdown document has no page images). The supervisor
 restarts the server or reloads a model; the client's retries and circuit breakers keep requests from hanging.
 """
 
@@ -60,6 +61,8 @@ def faulty(triton_settings, tmp_path_factory):
         # the LLM's and VLM's files are not in this repository: the orchestrator still counts in their tokens
         ingest={"tokenizer": source / "text_embedder_tokenize" / "1" / "tokenizer.json"},
         generation={"llm_tokenizer": source / "llm" / "1" / "tokenizer.json", "vlm_tokenizer": source / "vlm" / "1" / "tokenizer.json"},
+        # an optional stage to fail: at the tiny profile's weight 0 the cross-encoder would not be called
+        retrieval={"rerank_weight": 0.1},
     )
     loop = BackgroundLoop()
     deployment = Deployment(settings, (contracts.TEXT_EMBEDDER, contracts.RERANKER))

@@ -24,6 +24,19 @@ def test_the_route_policy_decides_unless_the_request_or_server_say_otherwise():
     assert (chosen.evidence_k, chosen.chunk_top_k, chosen.entity_top_k, chosen.graph_hops, chosen.page_top_m) == (2, 7, 0, 3, 9)
 
 
+def test_a_cross_encoder_without_weight_runs_only_when_the_request_asks_for_it():
+    tiny = Settings()  # rerank_weight 0: its cross-encoder has random weights
+    assert make_plan("complex", QueryOptions(), tiny).rerank_weight == 0.0
+    assert not make_plan("complex", QueryOptions(), tiny).rerank
+    assert make_plan("complex", QueryOptions(rerank=True), tiny).rerank  # a benchmark of its cost asks for it
+    assert not make_plan("complex", QueryOptions(rerank=True), Settings.load(None, {"retrieval.rerank": False})).rerank
+    trained = Settings(profile="hf")
+    assert make_plan("simple", QueryOptions(), trained).rerank and make_plan("simple", QueryOptions(), trained).rerank_weight == 1.0
+    assert not make_plan("simple", QueryOptions(rerank=False), trained).rerank
+    weighted = Settings.load(None, {"retrieval.rerank_weight": 0.3})
+    assert make_plan("moderate", QueryOptions(), weighted).rerank
+
+
 def test_perception_is_off_where_the_route_says_so_but_end_to_end_stays_a_choice():
     settings = Settings.load(None, {"routes.simple": {**Settings().routes.simple.model_dump(), "perception": False}})
     assert make_plan("simple", QueryOptions(), settings).perception == "off"

@@ -27,18 +27,20 @@ from ..workload import WorkloadQuestion
 RECALL_K = 5
 DEPLOYMENT_VARIANTS = ("dynamic batching off", "int8 embedder")  # orchestrator/bench/variants.py
 BASELINE = "complex (all stages)"
+# rerank=True: a profile that gives its cross-encoder no weight (tiny) would not call it otherwise
+ALL_STAGES: dict[str, Any] = {"route": "complex", "rerank": True}
 ABLATIONS: dict[str, dict[str, Any]] = {
-    BASELINE: {"route": "complex"},
+    BASELINE: ALL_STAGES,
     "router decides": {},
-    "no graph": {"route": "complex", "graph": False},
-    "no sparse": {"route": "complex", "sparse": False},
-    "dense only": {"route": "complex", "sparse": False, "graph": False},
-    "no rerank": {"route": "complex", "rerank": False},
-    "no page images": {"route": "complex", "page_images": False},
-    "perception off": {"route": "complex", "perception": "off"},
-    "end-to-end VLM": {"route": "complex", "perception": "end_to_end"},
-    "LLM answerer": {"route": "complex", "answerer": "llm"},
-    "LLM, no uncertainty loop": {"route": "complex", "answerer": "llm", "uncertainty": False},
+    "no graph": {**ALL_STAGES, "graph": False},
+    "no sparse": {**ALL_STAGES, "sparse": False},
+    "dense only": {**ALL_STAGES, "sparse": False, "graph": False},
+    "no rerank": {**ALL_STAGES, "rerank": False},
+    "no page images": {**ALL_STAGES, "page_images": False},
+    "perception off": {**ALL_STAGES, "perception": "off"},
+    "end-to-end VLM": {**ALL_STAGES, "perception": "end_to_end"},
+    "LLM answerer": {**ALL_STAGES, "answerer": "llm"},
+    "LLM, no uncertainty loop": {**ALL_STAGES, "answerer": "llm", "uncertainty": False},
 }
 
 
