@@ -70,7 +70,9 @@ class Deployment:
                 self.supervisor.start()
             models = TritonModels(self.triton_client)
             knowledge = KnowledgeBase(self.settings.storage.data_dir, index_spec(self.settings.index))
-            ingestor = Ingestor(knowledge, models, self.settings.ingest, self.settings.tokenizer_file)
+            ingestor = Ingestor(
+                knowledge, models, self.settings.ingest, self.settings.tokenizer_file, self.settings.retrieval.relation_seeds
+            )
             self.tracing = setup_tracing(self.settings.observability, self._span_exporter)
             pipeline = QueryPipeline(self.settings, models, knowledge, ingestor.tokenizer, self.tracing.tracer)
             metrics = ServiceMetrics()

@@ -66,10 +66,16 @@ class _Stages:
 
 
 class Ingestor:
-    def __init__(self, knowledge: KnowledgeBase, models: TritonModels, settings: IngestSettings, tokenizer_file: Path):
+    def __init__(
+        self, knowledge: KnowledgeBase, models: TritonModels, settings: IngestSettings, tokenizer_file: Path,
+        embed_relations: bool = False,
+    ):
+        """`embed_relations`: embed the relations too (retrieval.relation_seeds reads them; nothing else does,
+        and a document names several times more relations than passages)."""
         self.knowledge = knowledge
         self.models = models
         self.settings = settings
+        self.embed_relations = embed_relations
         self.tokenizer = PlainTokenizer(tokenizer_file, "ingest.tokenizer")
         self.parser = MineruParser(mineru_options(settings))
         self.cooccurrence = CooccurrenceExtractor()
@@ -242,7 +248,7 @@ class Ingestor:
             texts = [
                 [e.text for e in evidence],
                 [f"{first_mention[k].name}: {first_mention[k].description}" for k in entity_keys],
-                [_relation_text(first_mention, first_relation[k]) for k in relation_keys],
+                [_relation_text(first_mention, first_relation[k]) for k in relation_keys] if self.embed_relations else [],
             ]
             families = list(contracts.PAGE_ENCODER_FAMILIES) if parsed.page_images else []
             images = [path.read_bytes() for path in parsed.page_images] if families else []
@@ -318,14 +324,16 @@ class Ingestor:
         """Embed several lists of texts in requests of similar length, returning one array per list.
 
         The encoder pads a batch to its longest text, and Triton merges concurrent requests into one batch:
-        sent in length order, a 10-token entity name is not padded to a 254-token chunk piece beside it.
+        sent in length order, a 10-token entity name is not padded to a 254-token chunk piece beside it. A text
+        that occurs twice (a repeated table row, an entity described alike) is embedded once.
         """
-        flat = [(len(text), group, row, text) for group, texts in enumerate(groups) for row, text in enumerate(texts)]
-        flat.sort(key=lambda item: item[0])
-        vectors = await self._batches([text for *_, text in flat], lambda batch: self.models.embed(batch, timeout_s))
+        unique = sorted(dict.fromkeys(text for texts in groups for text in texts), key=len)  # each text embedded once
+        vectors = await self._batches(unique, lambda batch: self.models.embed(batch, timeout_s))
+        row_of = {text: row for row, text in enumerate(unique)}
         results = [np.zeros((len(texts), vectors.shape[1] if vectors.size else 0), np.float32) for texts in groups]
-        for (_, group, row, _), vector in zip(flat, vectors):
-            results[group][row] = vector
+        for group, texts in enumerate(groups):
+            if len(texts):
+                results[group][:] = vectors[[row_of[text] for text in texts]]
         return [result if len(result) else np.zeros((0, 0), np.float32) for result in results]
 
     async def _embed_images(self, family: str, images: Sequence[bytes], timeout_s: Optional[float]) -> np.ndarray:

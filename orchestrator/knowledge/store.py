@@ -63,7 +63,9 @@ class Snapshot:
         appended = self.segments[len(base.segments) :] if base is not None and _is_prefix(base.segments, self.segments) else None
 
         self.entity_keys, entity_rows = _first_rows((s.entity_keys for s in self.segments))
-        self.relation_keys, relation_rows = _first_rows((s.relation_keys for s in self.segments))
+        # Relations searchable by vector: those of the documents ingested with relation vectors (only
+        # retrieval.relation_seeds reads them, so the ingestor embeds them only when it is on).
+        self.relation_keys, relation_rows = _first_rows((s.relation_keys if len(s.relation_vectors) else () for s in self.segments))
         if appended is not None and base is not None:
             self.evidence_index = base.evidence_index.extended(_stack(s.evidence_vectors for s in appended))
             self.entity_index = base.entity_index.extended(_rows(self.segments, "entity", entity_rows[len(base.entity_keys) :]))

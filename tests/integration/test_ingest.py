@@ -9,6 +9,7 @@ import json
 import zipfile
 
 import grpc
+import numpy as np
 import pytest
 
 from orchestrator.client import ThinkServeClient
@@ -47,6 +48,10 @@ def test_a_pdf_becomes_blocks_chunks_units_pages_and_vectors(client, running_orc
     assert {t.stage for t in report.stages} >= {"parse", "render_pages", "chunk", "extract", "embed", "commit"}
 
     snapshot = stored(running_orchestrator, "pdfs")
+    (segment,) = snapshot.segments
+    # relations are stored for the graph but not embedded: only retrieval.relation_seeds (off) reads their vectors
+    assert document.relations == len(segment.relation_keys) > 0 and len(segment.relation_vectors) == 0
+    assert len(segment.entity_vectors) == document.entities and snapshot.relation_keys == []
     units = {e.block_type: e for e in snapshot.evidence if e.kind == "unit"}
     assert set(units) == {"table", "image"}
     table, figure = units["table"], units["image"]
@@ -223,6 +228,25 @@ def test_llm_extraction_and_vlm_descriptions_go_through_triton(triton, tmp_path,
     snapshot = KnowledgeBase(tmp_path, read_only=True).collection("models").snapshot
     table = next(e for e in snapshot.evidence if e.block_type == "table")
     assert table.text.startswith("Table: " + report_pdf.table_caption)  # caption first, then the VLM's words
+
+
+def test_relations_are_embedded_when_relation_seeds_reads_them(triton, tmp_path, report_pdf):
+    from orchestrator.config import IngestSettings
+    from orchestrator.knowledge.ingest import Ingestor
+    from tests.conftest import MODEL_REPOSITORY
+
+    tokenizer = MODEL_REPOSITORY / "text_embedder_tokenize" / "1" / "tokenizer.json"
+
+    async def work(models):
+        ingestor = Ingestor(KnowledgeBase(tmp_path), models, IngestSettings(), tokenizer, embed_relations=True)
+        return await ingestor.ingest("relations", report_pdf.path.name, report_pdf.path.read_bytes())
+
+    document = call(triton, work).document
+    snapshot = KnowledgeBase(tmp_path, read_only=True).collection("relations").snapshot
+    (segment,) = snapshot.segments
+    assert document.relations == len(segment.relation_keys) == len(segment.relation_vectors) > 0
+    assert snapshot.relation_keys == segment.relation_keys and snapshot.relation_index.size == document.relations
+    assert np.allclose(np.linalg.norm(segment.relation_vectors, axis=1), 1.0, atol=1e-3)  # real embeddings
 
 
 def test_a_content_list_with_its_original_takes_pages_and_page_images_from_it(client, running_orchestrator, tmp_path):

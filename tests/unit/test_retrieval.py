@@ -132,6 +132,28 @@ def test_relations_seed_their_entities_when_asked():
     assert off.entity_seeds == {} and on.entity_seeds == {"alpha corp": pytest.approx(1.0), "beta ltd": pytest.approx(1.0)}
 
 
+def test_documents_ingested_without_relation_vectors_keep_their_graph_and_seed_no_relation():
+    """The ingestor embeds relations only for retrieval.relation_seeds: a collection mixing documents ingested
+    with and without their vectors searches the relations that have one, row-aligned with their keys."""
+    embedded = snapshot().segments[0]
+    unembedded = replace(
+        make_segment("other.pdf", ["delta delta", "delta epsilon"], {"delta epsilon": ["Delta Inc", "Epsilon AG"]}, dim=4, seed=5),
+        entity_vectors=np.stack([E[2], E[2]]),  # unlike the question: only a relation could seed them
+        relation_vectors=np.zeros((0, 0), np.float32),
+    )
+    for segments in ([unembedded, embedded], [embedded, unembedded]):
+        collection = Snapshot(1, segments, IndexSpec())
+        assert collection.relation_keys == [("alpha corp", "beta ltd")] and collection.relation_index.size == 1
+        graph = collection.graph  # the graph still has the unembedded document's relation
+        assert graph.node("epsilon ag") in graph.neighbors(graph.node("delta inc")).tolist()
+        on = retrieve(collection, ["merger"], E[3:4], plan(), Settings.load(None, {"retrieval.relation_seeds": True}).retrieval)
+        assert on.entity_seeds == {"alpha corp": pytest.approx(1.0), "beta ltd": pytest.approx(1.0)}
+    # appended to a snapshot (the commit path), the same
+    base = Snapshot(1, [unembedded], IndexSpec())
+    grown = Snapshot(2, [unembedded, embedded], IndexSpec(), base=base)
+    assert base.relation_keys == [] and grown.relation_keys == [("alpha corp", "beta ltd")] and grown.relation_index.size == 1
+
+
 def test_named_entities_seed_the_graph_and_sub_questions_each_retrieve():
     collection = snapshot()
     result = retrieve(
