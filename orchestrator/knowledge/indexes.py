@@ -88,6 +88,30 @@ class VectorIndex:
         index.add(vectors)
         return VectorIndex(self.spec, self.dimension, index, self.kind)
 
+    def write(self, path) -> None:
+        """The index as faiss writes it (from the CPU copy of a GPU index); an empty index writes nothing."""
+        if self._index is None:
+            return
+        cpu = faiss.index_gpu_to_cpu(self._index) if gpu_count() > 0 and self.kind != "hnsw" else self._index
+        faiss.write_index(cpu, str(path))
+
+    @classmethod
+    def read(cls, spec: IndexSpec, path, kind: str) -> "VectorIndex":
+        """An index `write` wrote, with the search settings of `spec` (efSearch, nprobe) and on a GPU as `build`
+        puts it. Raises RuntimeError for a file faiss cannot read (truncated, corrupt), ValueError for one of
+        another kind."""
+        index = faiss.read_index(str(path))
+        found = "hnsw" if isinstance(index, faiss.IndexHNSW) else "ivf" if isinstance(index, faiss.IndexIVF) else "flat"
+        if found != kind:
+            raise ValueError(f"{path} holds a {found} index, not {kind}")
+        if kind == "hnsw":
+            index.hnsw.efSearch = spec.hnsw_ef_search
+        elif kind == "ivf":
+            index.nprobe = spec.ivf_probe
+        if spec.use_gpu and kind != "hnsw" and gpu_count() > 0:
+            index = faiss.index_cpu_to_all_gpus(index)
+        return cls(spec, int(index.d), index, kind)
+
     def set_ef_search(self, ef_search: int) -> None:
         """HNSW's search breadth (recall against time), for indexes already built; other kinds ignore it."""
         if self._index is not None and self.kind == "hnsw":
@@ -126,13 +150,20 @@ def lexical_terms(text: str) -> list[str]:
     return [match.group(0).casefold() for match in _WORD.finditer(text)]
 
 
-class BM25Index:
-    """Okapi BM25 over a fixed list of texts, as a sparse term-document matrix (scipy CSR)."""
+@dataclass(frozen=True)
+class TermCounts:
+    """Texts tokenised once: their own vocabulary (term -> column, first-seen order), a [texts x vocabulary]
+    count matrix and their lengths. A document's are computed once and kept with its segment, so a
+    collection's BM25 index is assembled from them without tokenising the other documents again."""
 
-    def __init__(self, texts: Sequence[str], k1: float = 1.2, b: float = 0.75):
-        self.k1, self.b = k1, b
+    vocabulary: dict[str, int]
+    counts: sparse.csr_matrix  # float32
+    lengths: np.ndarray  # float32, terms per text
+
+    @classmethod
+    def of(cls, texts: Sequence[str]) -> "TermCounts":
         vocabulary: dict[str, int] = {}
-        rows, columns, counts = [], [], []
+        pointers, columns, counts = [0], [], []
         lengths = np.zeros(len(texts), dtype=np.float32)
         for row, text in enumerate(texts):
             terms = lexical_terms(text)
@@ -141,22 +172,71 @@ class BM25Index:
             for term in terms:
                 column = vocabulary.setdefault(term, len(vocabulary))
                 frequencies[column] = frequencies.get(column, 0) + 1
-            rows.extend([row] * len(frequencies))
             columns.extend(frequencies.keys())
             counts.extend(frequencies.values())
+            pointers.append(len(columns))
+        matrix = sparse.csr_matrix(
+            (np.asarray(counts, np.float32), np.asarray(columns, np.int64), np.asarray(pointers, np.int64)),
+            shape=(len(texts), len(vocabulary)),
+        )
+        return cls(vocabulary, matrix, lengths)
+
+    def grouped(self, groups: Sequence[np.ndarray]) -> "TermCounts":
+        """The counts of texts made by joining the rows of each group (a page from its passages): the sums."""
+        pointers = np.cumsum([0] + [len(g) for g in groups])
+        rows = np.concatenate(groups) if len(groups) else np.zeros(0, np.int64)
+        summing = sparse.csr_matrix(
+            (np.ones(len(rows), np.float32), rows.astype(np.int64), pointers), shape=(len(groups), self.counts.shape[0])
+        )
+        lengths = np.asarray([self.lengths[g].sum() for g in groups], dtype=np.float32)
+        return TermCounts(self.vocabulary, (summing @ self.counts).tocsr(), lengths)
+
+
+class BM25Index:
+    """Okapi BM25 over a fixed list of texts, as a sparse term-document matrix (scipy CSR)."""
+
+    def __init__(self, texts: Sequence[str], k1: float = 1.2, b: float = 0.75):
+        self._assemble([TermCounts.of(texts)], k1, b)
+
+    @classmethod
+    def of_parts(cls, parts: Sequence[TermCounts], k1: float = 1.2, b: float = 0.75) -> "BM25Index":
+        """The index of the parts' texts in order: the same as one built from all the texts, with no text
+        tokenised again (the vocabularies are merged in first-seen order, the counts re-columned)."""
+        index = cls.__new__(cls)
+        index._assemble(parts, k1, b)
+        return index
+
+    def _assemble(self, parts: Sequence[TermCounts], k1: float, b: float) -> None:
+        self.k1, self.b = k1, b
+        vocabulary: dict[str, int] = {}
+        matrices = []
+        for part in parts:
+            columns = np.fromiter((vocabulary.setdefault(term, len(vocabulary)) for term in part.vocabulary), np.int64,
+                                  len(part.vocabulary))
+            counts = part.counts
+            matrices.append((columns[counts.indices] if len(counts.indices) else counts.indices, counts.data, counts.indptr))
+        rows = sum(part.counts.shape[0] for part in parts)
+        shape = (rows, max(1, len(vocabulary)))
+        offsets = np.cumsum([0] + [len(data) for _, data, _ in matrices])
+        indptr = np.concatenate([[0]] + [pointers[1:] + offset for (_, _, pointers), offset in zip(matrices, offsets)])
+        tf = sparse.csr_matrix(
+            (np.concatenate([data for _, data, _ in matrices] or [np.zeros(0, np.float32)]).astype(np.float32),
+             np.concatenate([cols for cols, _, _ in matrices] or [np.zeros(0, np.int64)]).astype(np.int64),
+             indptr.astype(np.int64)),
+            shape=shape,
+        )
+        lengths = np.concatenate([part.lengths for part in parts] or [np.zeros(0, np.float32)]).astype(np.float32)
         self.vocabulary = vocabulary
-        shape = (len(texts), max(1, len(vocabulary)))
-        tf = sparse.csr_matrix((np.asarray(counts, np.float32), (rows, columns)), shape=shape)
-        documents_with_term = np.bincount(np.asarray(columns, dtype=np.int64), minlength=shape[1]).astype(np.float32)
-        n = max(1, len(texts))
+        documents_with_term = np.bincount(tf.indices, minlength=shape[1]).astype(np.float32)
+        n = max(1, rows)
         self.idf = np.log1p((n - documents_with_term + 0.5) / (documents_with_term + 0.5)).astype(np.float32)
-        average = float(lengths.mean()) if len(texts) else 1.0
+        average = float(lengths.mean()) if rows else 1.0
         # Term weights precomputed once: tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avg)).
         norms = k1 * (1 - b + b * lengths / max(average, 1e-9))
         tf = tf.tocoo()
         weights = tf.data * (k1 + 1) / (tf.data + norms[tf.row])
         self._weights = sparse.csc_matrix((weights, (tf.row, tf.col)), shape=shape)
-        self.size = len(texts)
+        self.size = rows
 
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
         """(row, score) of the k best texts for the query, best first; texts sharing no term are left out."""

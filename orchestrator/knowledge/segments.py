@@ -17,6 +17,7 @@ nothing left to orphan. Entities shared by several documents are merged when the
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -28,6 +29,7 @@ import numpy as np
 from .chunking import Span
 from .documents import NO_PAGE, Block
 from .graph import DocumentGraph, MultimodalUnit
+from .indexes import TermCounts
 
 DOCUMENT_FILE = "document.json"
 
@@ -138,6 +140,20 @@ class Segment:
                     fsync_path(path)
         _write_json(folder / DOCUMENT_FILE, asdict(self.document))  # last: its presence marks a complete folder
         self.folder = folder
+
+    @functools.cached_property
+    def term_counts(self) -> TermCounts:
+        """Its evidence texts tokenised for BM25, once per loaded segment (every snapshot holding it shares them)."""
+        return TermCounts.of([e.text for e in self.evidence])
+
+    @functools.cached_property
+    def page_term_counts(self) -> TermCounts:
+        """The same per text page (its evidence joined, pages in first-seen order): BM25 over whole pages."""
+        first_seen: dict[int, int] = {}
+        numbers = np.asarray([first_seen.setdefault(e.page, len(first_seen)) for e in self.evidence], dtype=np.int64)
+        rows = np.argsort(numbers, kind="stable")  # as Snapshot.page_rows orders them
+        groups = np.split(rows, np.flatnonzero(np.diff(numbers[rows])) + 1) if len(rows) else []
+        return self.term_counts.grouped(groups)
 
     def graph_input(self) -> DocumentGraph:
         """This document's share of the collection graph; units anchor the entities of their descriptions."""

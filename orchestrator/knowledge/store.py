@@ -2,6 +2,8 @@
 
     <data_dir>/collections/<name>/manifest.json    {"generation": N, "documents": [{"name", "segment"}, ...]}
     <data_dir>/collections/<name>/seg-<id>-<nonce>/ one document (see segments.py)
+    <data_dir>/collections/<name>/indexes-<generation>-<nonce>/ HNSW / IVF indexes of the manifest's documents,
+                                                    so a restart need not build them (stored_indexes.py)
 
 Adding, replacing or deleting a document writes any new segment completely (fsynced) beside the live ones,
 then replaces manifest.json (os.replace of a fsynced file, then a fsync of the folder). A crash at any moment
@@ -19,19 +21,22 @@ import os
 import re
 import secrets
 import shutil
+import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 from scipy import sparse
 
 from ..errors import AlreadyExistsError, InvalidRequestError, NotFoundError
 from .graph import KnowledgeGraph, build_graph
+from . import stored_indexes
 from .indexes import BM25Index, IndexSpec, VectorIndex
 from .segments import DocumentRecord, EvidenceRecord, PageRecord, Segment, fsync_path, write_durably
 
+log = logging.getLogger("thinkserve.knowledge")
 COLLECTION_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 MANIFEST = "manifest.json"
 _STAGING_PREFIX = ".staging-"
@@ -51,7 +56,12 @@ class Snapshot:
     commit only added a document); the graph and the BM25 indexes are built on first use.
     """
 
-    def __init__(self, generation: int, segments: Sequence[Segment], spec: IndexSpec, base: Optional["Snapshot"] = None):
+    def __init__(
+        self, generation: int, segments: Sequence[Segment], spec: IndexSpec, base: Optional["Snapshot"] = None,
+        stored: Mapping[str, VectorIndex] = {},
+    ):
+        """`base`: the previous snapshot, whose indexes are extended when this one only appends documents;
+        `stored`: indexes read from disk for these segments (stored_indexes.py), used where their size fits."""
         self.generation = generation
         self.segments = tuple(segments)
         self.spec = spec
@@ -60,6 +70,7 @@ class Snapshot:
         self.pages: list[PageRecord] = [p for s in self.segments for p in s.pages]
         self._segment_of_document = {s.document.document_id: s for s in self.segments}
         self._lock = threading.Lock()
+        self.index_notes: list[str] = []  # why a stored index was not used
         appended = self.segments[len(base.segments) :] if base is not None and _is_prefix(base.segments, self.segments) else None
 
         self.entity_keys, entity_rows = _first_rows((s.entity_keys for s in self.segments))
@@ -79,15 +90,37 @@ class Snapshot:
             for family in _families(appended) - set(self.page_indexes):
                 self.page_indexes[family] = self._build(_stack(s.page_vectors.get(family, ()) for s in self.segments))
         else:
-            self.evidence_index = self._build(_stack(s.evidence_vectors for s in self.segments))
-            self.entity_index = self._build(_rows(self.segments, "entity", entity_rows))
-            self.relation_index = self._build(_rows(self.segments, "relation", relation_rows))
+            self.evidence_index = self._table(
+                stored, "evidence", len(self.evidence), lambda: _stack(s.evidence_vectors for s in self.segments)
+            )
+            self.entity_index = self._table(stored, "entity", len(entity_rows), lambda: _rows(self.segments, "entity", entity_rows))
+            self.relation_index = self._table(
+                stored, "relation", len(relation_rows), lambda: _rows(self.segments, "relation", relation_rows)
+            )
             self.page_indexes = {
-                family: self._build(_stack(s.page_vectors.get(family, ()) for s in self.segments))
+                family: self._table(
+                    stored, f"page-{family}", sum(len(s.page_vectors.get(family, ())) for s in self.segments),
+                    lambda family=family: _stack(s.page_vectors.get(family, ()) for s in self.segments),
+                )
                 for family in _families(self.segments)
             }
         if self.evidence_index.size != len(self.evidence):
             raise RuntimeError(f"snapshot {generation}: {self.evidence_index.size} vectors for {len(self.evidence)} evidence records")
+
+    @property
+    def vector_tables(self) -> dict[str, VectorIndex]:
+        """Every vector index by table name (as stored_indexes writes them)."""
+        tables = {"evidence": self.evidence_index, "entity": self.entity_index, "relation": self.relation_index}
+        return tables | {f"page-{family}": index for family, index in self.page_indexes.items()}
+
+    def _table(self, stored: Mapping[str, VectorIndex], table: str, size: int, vectors: Callable[[], np.ndarray]) -> VectorIndex:
+        """The stored index of a table when it holds exactly its `size` vectors, else one built from them."""
+        index = stored.get(table)
+        if index is not None and index.size == size:
+            return index
+        if index is not None:
+            self.index_notes.append(f"the stored {table} index holds {index.size} vectors, the documents {size}: rebuilt")
+        return self._build(vectors())
 
     def _build(self, vectors: np.ndarray) -> VectorIndex:
         return VectorIndex.build(self.spec, vectors, vectors.shape[1] if vectors.ndim == 2 and vectors.shape[1] else 0)
@@ -103,8 +136,10 @@ class Snapshot:
 
     @functools.cached_property
     def lexical(self) -> BM25Index:
+        """BM25 over the evidence, assembled from each document's token counts: a commit tokenises only the
+        document it adds."""
         with self._lock:
-            return BM25Index([e.text for e in self.evidence])
+            return BM25Index.of_parts([segment.term_counts for segment in self.segments])
 
     @functools.cached_property
     def page_of_row(self) -> np.ndarray:
@@ -125,9 +160,8 @@ class Snapshot:
     def page_lexical(self) -> BM25Index:
         """BM25 over whole pages (all their passages and units): on real documents the page is the strongest
         lexical unit there is, since a question's words are spread over the page that answers it."""
-        rows = self.page_rows
         with self._lock:
-            return BM25Index(["\n".join(self.evidence[row].text for row in page) for page in rows])
+            return BM25Index.of_parts([segment.page_term_counts for segment in self.segments])
 
     @functools.cached_property
     def evidence_rows(self) -> dict[str, int]:
@@ -223,6 +257,7 @@ class Collection:
         self._snapshot: Optional[Snapshot] = None
         self._manifest: list[ManifestEntry] = []
         self._staging: set[str] = set()  # folders of ingests running now in this process
+        self._indexes: Optional[str] = None  # the folder of the stored indexes of the manifest's generation
 
     @property
     def snapshot(self) -> Snapshot:
@@ -236,9 +271,22 @@ class Collection:
     def _open(self) -> Snapshot:
         generation, self._manifest = read_manifest(self.root)
         segments = [Segment.load(self.root / entry.segment) for entry in self._manifest]
+        names = [entry.segment for entry in self._manifest]
+        stored = stored_indexes.read(self.root, names, self.spec) if self.spec.kind != "flat" else stored_indexes.StoredIndexes()
+        snapshot = Snapshot(generation, segments, self.spec, stored=stored.indexes)
+        self._indexes = stored.folder
+        rebuilt = [table for table, index in snapshot.vector_tables.items()
+                   if stored_indexes.persisted(index) and table not in stored.indexes]
+        if rebuilt:
+            log.warning("collection %s: vector indexes built from the documents: %s (%s)", self.name, ", ".join(rebuilt),
+                        "; ".join(stored.notes + snapshot.index_notes) or "none stored")
+        elif stored.indexes:
+            log.info("collection %s: vector indexes loaded from %s: %s", self.name, stored.folder, ", ".join(stored.indexes))
         if not self.read_only:
+            if rebuilt:  # so the next start need not build them again
+                self._indexes = stored_indexes.write(self.root, generation, names, self.spec, snapshot.vector_tables)
             self._remove_unreferenced()
-        return Snapshot(generation, segments, self.spec)
+        return snapshot
 
     def staging_folder(self) -> Path:
         """A private folder on the collection's filesystem where one document's segment is assembled."""
@@ -295,11 +343,14 @@ class Collection:
             raise RuntimeError(f"collection {self.name} is open read-only")
         write_manifest(self.root, snapshot.generation, manifest)
         self._snapshot, self._manifest = snapshot, manifest
+        self._indexes = stored_indexes.write(
+            self.root, snapshot.generation, [entry.segment for entry in manifest], self.spec, snapshot.vector_tables
+        )
         self._remove_unreferenced()
 
     def _remove_unreferenced(self) -> None:
         """Segments no manifest names: staging folders of interrupted ingests and dropped documents."""
-        live = {entry.segment for entry in self._manifest}
+        live = {entry.segment for entry in self._manifest} | ({self._indexes} if self._indexes else set())
         for entry in self.root.iterdir() if self.root.exists() else ():
             if entry.is_dir() and entry.name not in live and entry.name not in self._staging:
                 shutil.rmtree(entry, ignore_errors=True)

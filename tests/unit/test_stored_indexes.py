@@ -1,0 +1,120 @@
+"""Vector indexes written with each commit and loaded at open; anything missing, stale or corrupt is rebuilt."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+
+from orchestrator.knowledge.indexes import IndexSpec
+from orchestrator.knowledge.store import MANIFEST, KnowledgeBase
+from orchestrator.knowledge.stored_indexes import META, PREFIX
+from tests.segment_factory import commit, make_segment, unit_vectors
+
+HNSW = IndexSpec(kind="hnsw", hnsw_neighbors=8, hnsw_ef_search=32)
+ENTITIES = {"alpha text 0": ["Alpha Corp", "Beta Ltd"]}
+
+
+def fill(data_dir, spec=HNSW, documents=2):
+    collection = KnowledgeBase(data_dir, spec).collection("docs", create=True)
+    for number in range(documents):
+        texts = [f"{'alpha' if number == 0 else 'beta'} text {j}" for j in range(40)]
+        commit(collection, make_segment(f"doc{number}.md", texts, ENTITIES, dim=16, seed=number))
+    return collection
+
+
+def index_folders(data_dir):
+    return sorted((data_dir / "collections" / "docs").glob(f"{PREFIX}*"))
+
+
+def results(snapshot, queries):
+    return [table.search(queries, 5) for table in (snapshot.evidence_index, snapshot.entity_index, snapshot.relation_index)]
+
+
+def same(a, b):
+    return all(np.array_equal(x[1], y[1]) and np.allclose(x[0], y[0]) for x, y in zip(a, b))
+
+
+def test_a_restart_loads_the_indexes_its_last_commit_wrote(tmp_path, caplog):
+    written = fill(tmp_path).snapshot
+    (folder,) = index_folders(tmp_path)  # the first commit's folder was replaced by the second's
+    meta = json.loads((folder / META).read_text())
+    manifest = json.loads((tmp_path / "collections" / "docs" / MANIFEST).read_text())
+    assert meta["segments"] == [entry["segment"] for entry in manifest["documents"]] and meta["generation"] == 2
+    assert meta["tables"]["evidence"]["size"] == 80 and meta["tables"]["evidence"]["kind"] == "hnsw"
+
+    with caplog.at_level(logging.INFO, logger="thinkserve.knowledge"):
+        reopened = KnowledgeBase(tmp_path, HNSW).collection("docs").snapshot
+    assert f"vector indexes loaded from {folder.name}: evidence, entity, relation" in caplog.text
+    assert "built from" not in caplog.text
+    queries = unit_vectors(3, 16, seed=99)
+    assert same(results(reopened, queries), results(written, queries))
+    assert reopened.evidence_index.kind == "hnsw" and reopened.evidence_index._index.hnsw.efSearch == 32
+    assert index_folders(tmp_path) == [folder]  # opening kept it
+
+
+def test_flat_indexes_are_not_written(tmp_path):
+    fill(tmp_path, IndexSpec())
+    fill(tmp_path / "ivf", IndexSpec(kind="ivf"))  # below ivf_min_vectors an IVF is Flat
+    assert index_folders(tmp_path) == [] and index_folders(tmp_path / "ivf") == []
+
+
+def test_a_truncated_index_file_is_rebuilt_with_a_log_line_and_nothing_lost(tmp_path, caplog):
+    written = fill(tmp_path).snapshot
+    (folder,) = index_folders(tmp_path)
+    evidence = folder / "evidence.faiss"
+    evidence.write_bytes(evidence.read_bytes()[:1000])
+    with caplog.at_level(logging.INFO, logger="thinkserve.knowledge"):
+        reopened = KnowledgeBase(tmp_path, HNSW).collection("docs").snapshot
+    assert "vector indexes built from the documents: evidence (" in caplog.text
+    assert f"{folder.name}/evidence.faiss is not usable: 1000 bytes where" in caplog.text
+    assert len(reopened.evidence) == 80 and reopened.evidence_index.size == 80
+    queries = unit_vectors(3, 16, seed=5)
+    assert same(results(reopened, queries)[1:], results(written, queries)[1:])  # the entity index was loaded
+    (rewritten,) = index_folders(tmp_path)  # written again, so the next start loads it
+    assert rewritten != folder
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="thinkserve.knowledge"):
+        KnowledgeBase(tmp_path, HNSW).collection("docs").snapshot
+    assert "built from" not in caplog.text and f"loaded from {rewritten.name}: evidence, entity, relation" in caplog.text
+
+
+def test_a_corrupt_file_of_the_right_length_is_rebuilt(tmp_path, caplog):
+    fill(tmp_path)
+    (folder,) = index_folders(tmp_path)
+    evidence = folder / "evidence.faiss"
+    evidence.write_bytes(b"\0" * evidence.stat().st_size)
+    with caplog.at_level(logging.WARNING, logger="thinkserve.knowledge"):
+        reopened = KnowledgeBase(tmp_path, HNSW).collection("docs").snapshot
+    assert "evidence.faiss is not usable" in caplog.text and reopened.evidence_index.size == 80
+
+
+@pytest.mark.parametrize("change", ["manifest", "settings"])
+def test_indexes_of_another_manifest_or_other_settings_are_not_used(tmp_path, caplog, change):
+    fill(tmp_path)
+    root = tmp_path / "collections" / "docs"
+    spec = HNSW
+    if change == "manifest":  # as if the process died between the manifest switch and the index write
+        manifest = json.loads((root / MANIFEST).read_text())
+        manifest["documents"] = manifest["documents"][:1]
+        (root / MANIFEST).write_text(json.dumps(manifest))
+        expected = "no stored indexes were written for this manifest's 1 documents"
+    else:
+        spec = IndexSpec(kind="hnsw", hnsw_neighbors=16, hnsw_ef_search=32)
+        expected = "was built with other index settings"
+    with caplog.at_level(logging.WARNING, logger="thinkserve.knowledge"):
+        reopened = KnowledgeBase(tmp_path, spec).collection("docs").snapshot
+    assert expected in caplog.text and "vector indexes built from the documents: evidence, entity, relation" in caplog.text
+    assert reopened.evidence_index.size == len(reopened.evidence) == (40 if change == "manifest" else 80)
+    (folder,) = index_folders(tmp_path)  # the stale folder is gone, the rebuilt indexes written
+    assert json.loads((folder / META).read_text())["segments"] == [s.folder.name for s in reopened.segments]
+
+
+def test_a_read_only_reader_loads_but_never_writes_or_removes(tmp_path, caplog):
+    fill(tmp_path)
+    (folder,) = index_folders(tmp_path)
+    (folder / "entity.faiss").unlink()
+    reader = KnowledgeBase(tmp_path, HNSW, read_only=True).collection("docs").snapshot
+    assert reader.entity_index.size == 2 and index_folders(tmp_path) == [folder]
