@@ -142,6 +142,9 @@ class ObservabilitySettings(_Section):
 
 class StorageSettings(_Section):
     data_dir: Path = Path(".thinkserve/data")
+    # After a commit (and when a collection is opened) its BM25 indexes and graph are built in a background
+    # thread, so the first query does not build them; off, the first query builds what it needs.
+    warm_snapshots: bool = True
 
 
 RouteName = Literal["simple", "moderate", "complex"]

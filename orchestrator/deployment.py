@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from typing import Callable, Optional
 
 import grpc
@@ -69,7 +70,9 @@ class Deployment:
                 self.supervisor = TritonSupervisor(self.settings.triton, self.triton_client, self.triton)
                 self.supervisor.start()
             models = TritonModels(self.triton_client)
-            knowledge = KnowledgeBase(self.settings.storage.data_dir, index_spec(self.settings.index))
+            knowledge = KnowledgeBase(
+                self.settings.storage.data_dir, index_spec(self.settings.index), warm=self.settings.storage.warm_snapshots
+            )
             ingestor = Ingestor(
                 knowledge, models, self.settings.ingest, self.settings.tokenizer_file, self.settings.retrieval.relation_seeds
             )
@@ -81,6 +84,8 @@ class Deployment:
             service = ThinkServeService(
                 self.settings, models, ingestor, self.gateway, self.required_models, self._triton_state
             )
+            if self.settings.storage.warm_snapshots:
+                threading.Thread(target=knowledge.preload, name="preload-collections", daemon=True).start()
             self.address = await self._start_server(service)
             progress(f"orchestrator listening on {self.address}{' (TLS)' if self.settings.server.tls_cert_file else ''}")
             if self.settings.http.enabled:

@@ -25,7 +25,7 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence, TypeVar
 
 import numpy as np
 from scipy import sparse
@@ -37,6 +37,7 @@ from .indexes import BM25Index, IndexSpec, VectorIndex
 from .segments import DocumentRecord, EvidenceRecord, PageRecord, Segment, fsync_path, write_durably
 
 log = logging.getLogger("thinkserve.knowledge")
+T = TypeVar("T")
 COLLECTION_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 MANIFEST = "manifest.json"
 _STAGING_PREFIX = ".staging-"
@@ -47,6 +48,24 @@ _DELETED_PREFIX = ".deleted-"  # a collection being removed: renamed away first,
 class ManifestEntry:
     name: str
     segment: str
+
+
+def _built_once(build: Callable[["Snapshot"], T]) -> T:
+    """A snapshot's lazily built structure, built once under its lock even when several threads ask at once
+    (functools.cached_property would let each of them build it)."""
+    name = build.__name__
+
+    def get(self: "Snapshot"):
+        try:
+            return self.__dict__[name]
+        except KeyError:
+            with self._lock:
+                if name not in self.__dict__:
+                    self.__dict__[name] = build(self)
+                return self.__dict__[name]
+
+    get.__doc__ = build.__doc__
+    return property(get)  # type: ignore[return-value]
 
 
 class Snapshot:
@@ -69,7 +88,7 @@ class Snapshot:
         self.evidence: list[EvidenceRecord] = [e for s in self.segments for e in s.evidence]
         self.pages: list[PageRecord] = [p for s in self.segments for p in s.pages]
         self._segment_of_document = {s.document.document_id: s for s in self.segments}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # lazy structures are built once, even when queries and warm() ask at once
         self.index_notes: list[str] = []  # why a stored index was not used
         appended = self.segments[len(base.segments) :] if base is not None and _is_prefix(base.segments, self.segments) else None
 
@@ -129,25 +148,22 @@ class Snapshot:
     def dimension(self) -> int:
         return self.evidence_index.dimension
 
-    @functools.cached_property
+    @_built_once
     def graph(self) -> KnowledgeGraph:
-        with self._lock:
-            return build_graph(segment.graph_input() for segment in self.segments)
+        return build_graph(segment.graph_input() for segment in self.segments)
 
-    @functools.cached_property
+    @_built_once
     def lexical(self) -> BM25Index:
         """BM25 over the evidence, assembled from each document's token counts: a commit tokenises only the
         document it adds."""
-        with self._lock:
-            return BM25Index.of_parts([segment.term_counts for segment in self.segments])
+        return BM25Index.of_parts([segment.term_counts for segment in self.segments])
 
-    @functools.cached_property
+    @_built_once
     def page_of_row(self) -> np.ndarray:
         """Each evidence row's text page: the number of its (document, page) in `page_rows`. A source without
         pages (Markdown, plain text) is one page."""
-        with self._lock:
-            keys: dict[tuple[str, int], int] = {}
-            return np.asarray([keys.setdefault((e.document_id, e.page), len(keys)) for e in self.evidence], dtype=np.int64)
+        keys: dict[tuple[str, int], int] = {}
+        return np.asarray([keys.setdefault((e.document_id, e.page), len(keys)) for e in self.evidence], dtype=np.int64)
 
     @functools.cached_property
     def page_rows(self) -> list[np.ndarray]:
@@ -156,12 +172,11 @@ class Snapshot:
         order = np.argsort(pages, kind="stable")
         return np.split(order, np.flatnonzero(np.diff(pages[order])) + 1) if len(order) else []
 
-    @functools.cached_property
+    @_built_once
     def page_lexical(self) -> BM25Index:
         """BM25 over whole pages (all their passages and units): on real documents the page is the strongest
         lexical unit there is, since a question's words are spread over the page that answers it."""
-        with self._lock:
-            return BM25Index.of_parts([segment.page_term_counts for segment in self.segments])
+        return BM25Index.of_parts([segment.page_term_counts for segment in self.segments])
 
     @functools.cached_property
     def evidence_rows(self) -> dict[str, int]:
@@ -172,17 +187,25 @@ class Snapshot:
     def entity_key_set(self) -> frozenset[str]:
         return frozenset(self.entity_keys)
 
-    @functools.cached_property
+    @_built_once
     def node_evidence(self) -> sparse.csr_matrix:
         """[graph nodes x evidence rows], 1 where the node (entity or unit) comes from that chunk or unit."""
         graph, rows = self.graph, self.evidence_rows
-        with self._lock:
-            pointers, columns = [0], []
-            for node_evidence in graph.nodes.evidence:
-                columns.extend(rows[e] for e in node_evidence if e in rows)
-                pointers.append(len(columns))
-            data = np.ones(len(columns), dtype=np.float64)
-            return sparse.csr_matrix((data, columns, pointers), shape=(graph.node_count, len(self.evidence)))
+        pointers, columns = [0], []
+        for node_evidence in graph.nodes.evidence:
+            columns.extend(rows[e] for e in node_evidence if e in rows)
+            pointers.append(len(columns))
+        data = np.ones(len(columns), dtype=np.float64)
+        return sparse.csr_matrix((data, columns, pointers), shape=(graph.node_count, len(self.evidence)))
+
+    def warm(self, current: Callable[[], bool] = lambda: True) -> None:
+        """Build what queries build on first use (BM25 indexes, graph, page tables), so none of them waits:
+        run in the background after a commit or an open; stops early once `current()` says a newer snapshot
+        replaced this one (a bulk ingest commits faster than a large collection's graph is built)."""
+        for part in ("lexical", "page_lexical", "page_rows", "node_evidence", "nodes_per_evidence", "entity_key_set"):
+            if not current():
+                return
+            getattr(self, part)
 
     @functools.cached_property
     def nodes_per_evidence(self) -> np.ndarray:
@@ -248,9 +271,10 @@ class Snapshot:
 class Collection:
     """One tenant's documents. One writer at a time (write_lock); any number of readers of snapshots."""
 
-    def __init__(self, root: Path, spec: IndexSpec, read_only: bool = False):
+    def __init__(self, root: Path, spec: IndexSpec, read_only: bool = False, warm: bool = False):
         self.root = root
         self.read_only = read_only  # a reader beside the serving process: never cleans up, never writes
+        self.warm = warm  # build each new snapshot's lazy structures in the background (Snapshot.warm)
         self.name = root.name
         self.spec = spec
         self.write_lock = asyncio.Lock()
@@ -258,11 +282,15 @@ class Collection:
         self._manifest: list[ManifestEntry] = []
         self._staging: set[str] = set()  # folders of ingests running now in this process
         self._indexes: Optional[str] = None  # the folder of the stored indexes of the manifest's generation
+        self._open_lock = threading.Lock()
 
     @property
     def snapshot(self) -> Snapshot:
         if self._snapshot is None:
-            self._snapshot = self._open()
+            with self._open_lock:  # a query and the server's preload may ask at once: open once
+                if self._snapshot is None:
+                    self._snapshot = self._open()
+                    self._warm(self._snapshot)
         return self._snapshot
 
     def exists(self) -> bool:
@@ -287,6 +315,13 @@ class Collection:
                 self._indexes = stored_indexes.write(self.root, generation, names, self.spec, snapshot.vector_tables)
             self._remove_unreferenced()
         return snapshot
+
+    def _warm(self, snapshot: Snapshot) -> None:
+        if self.warm and not self.read_only and snapshot.segments:
+            threading.Thread(
+                target=snapshot.warm, args=(lambda: self._snapshot is snapshot,), name=f"warm-{self.name}-{snapshot.generation}",
+                daemon=True,
+            ).start()
 
     def staging_folder(self) -> Path:
         """A private folder on the collection's filesystem where one document's segment is assembled."""
@@ -347,6 +382,7 @@ class Collection:
             self.root, snapshot.generation, [entry.segment for entry in manifest], self.spec, snapshot.vector_tables
         )
         self._remove_unreferenced()
+        self._warm(snapshot)
 
     def _remove_unreferenced(self) -> None:
         """Segments no manifest names: staging folders of interrupted ingests and dropped documents."""
@@ -361,10 +397,13 @@ class Collection:
 class KnowledgeBase:
     """All collections under one data folder; collections never share files."""
 
-    def __init__(self, data_dir: Path, spec: IndexSpec = IndexSpec(), read_only: bool = False):
+    def __init__(self, data_dir: Path, spec: IndexSpec = IndexSpec(), read_only: bool = False, warm: bool = False):
+        """`warm`: each collection builds a new snapshot's BM25 indexes and graph in the background after a
+        commit or an open, so the first query after it does not (a server sets it; tools and tests need not)."""
         self.root = data_dir / "collections"
         self.spec = spec
         self.read_only = read_only
+        self.warm = warm
         self._collections: dict[str, Collection] = {}
         if not read_only and self.root.exists():
             for leftover in self.root.glob(f"{_DELETED_PREFIX}*"):  # a deletion cut short by a crash
@@ -374,12 +413,21 @@ class KnowledgeBase:
         if not COLLECTION_NAME.match(name or ""):
             raise InvalidRequestError(f"collection name {name!r} must match {COLLECTION_NAME.pattern}")
         if name not in self._collections:
-            self._collections[name] = Collection(self.root / name, self.spec, self.read_only)
+            self._collections[name] = Collection(self.root / name, self.spec, self.read_only, self.warm)
         collection = self._collections[name]
         # A collection exists once its first document is committed, even if an ingest created the object.
         if not create and not collection.exists():
             raise NotFoundError(f"collection {name!r} does not exist (ingest a document into it first)")
         return collection
+
+    def preload(self) -> None:
+        """Open every collection (and, with `warm`, build their lazy structures): a server calls it in the
+        background at start, so the first query of each collection finds it open."""
+        for name in self.names():
+            try:
+                self.collection(name).snapshot
+            except Exception:  # a collection that cannot be opened fails its own queries, with their error
+                log.exception("collection %s could not be opened at start", name)
 
     def names(self) -> list[str]:
         if not self.root.exists():
