@@ -28,10 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from orchestrator.knowledge.indexes import IndexSpec
-from orchestrator.knowledge.store import ManifestEntry, write_manifest
 
 from .measure import RESULTS, invocation, machine_info, uncommitted_changes, write_results
-from .synthetic_collection import CollectionShape, SyntheticCorpus
+from .synthetic_collection import CollectionShape, SyntheticCorpus, write_collection
 
 NAME = "collection_restart"
 COLLECTION = "large"
@@ -60,22 +59,11 @@ print(json.dumps(result))
 """
 
 
-def write_collection(shape: CollectionShape, data_dir: Path) -> dict:
-    """Segments and a manifest written as commits would leave them (no index files)."""
+def write(shape: CollectionShape, data_dir: Path) -> dict:
     started = time.monotonic()
     corpus = SyntheticCorpus(shape)
-    root = data_dir / "collections" / COLLECTION
-    root.mkdir(parents=True)
-    entries = []
-    for segment in corpus.segments():
-        folder = root / f"seg-{segment.document.document_id}"
-        (folder / "assets").mkdir(parents=True)
-        (folder / "pages").mkdir()
-        segment.write(folder)
-        entries.append(ManifestEntry(segment.document.name, folder.name))
-    write_manifest(root, len(entries), entries)
-    queries = np.concatenate([q.vector for q in corpus.questions(20)])
-    np.save(data_dir / "queries.npy", queries)
+    root = write_collection(corpus.segments(), data_dir, COLLECTION)
+    np.save(data_dir / "queries.npy", np.concatenate([q.vector for q in corpus.questions(20)]))
     return {"seconds": time.monotonic() - started, "disk_gib": _size(root) / 2**30}
 
 
@@ -140,7 +128,7 @@ def main() -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="collection-restart-"))
     try:
         print(f"* writing {shape.chunks:,} chunks as {shape.documents} segments ...", flush=True)
-        written = write_collection(shape, data_dir)
+        written = write(shape, data_dir)
         runs = []
         for number in range(args.restarts + 1):
             runs.append(start(data_dir, spec, lazy=number == args.restarts))

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from orchestrator.knowledge.chunking import Span
 from orchestrator.knowledge.documents import Block
 from orchestrator.knowledge.segments import DocumentRecord, EntityMention, EvidenceRecord, RelationMention, Segment
+from orchestrator.knowledge.store import ManifestEntry, write_manifest
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,11 @@ class SyntheticCorpus:
             out.append(self._segment(number, rows))
         return out
 
+    def document(self, number: int, chunks: int) -> Segment:
+        """Document `number` with only its first `chunks` chunks (a small document to add to the others)."""
+        first = number * self.shape.chunks_per_document
+        return self._segment(number, range(first, first + min(chunks, self.shape.chunks_per_document)))
+
     def _segment(self, number: int, rows: range) -> Segment:
         name = f"synthetic-{number:04d}.pdf"
         document_id = hashlib.sha256(name.encode()).hexdigest()[:24]
@@ -115,3 +122,19 @@ class SyntheticCorpus:
             vector = _normalised(self.chunk_vectors[row] + noise * _normalised(rng.normal(size=self.shape.dimension)))
             out.append(SyntheticQuestion(" ".join(f"w{w}" for w in picked), vector[None, :], int(row)))
         return out
+
+
+def write_collection(segments: list[Segment], data_dir: Path, name: str) -> Path:
+    """Segments and a manifest on disk as commits would leave them (no index files, no assets): a collection
+    of any size without committing it document by document. Returns its folder."""
+    root = data_dir / "collections" / name
+    root.mkdir(parents=True)
+    entries = []
+    for segment in segments:
+        folder = root / f"seg-{segment.document.document_id}"
+        (folder / "assets").mkdir(parents=True)
+        (folder / "pages").mkdir()
+        segment.write(folder)
+        entries.append(ManifestEntry(segment.document.name, folder.name))
+    write_manifest(root, len(entries), entries)
+    return root

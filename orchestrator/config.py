@@ -322,6 +322,11 @@ class IngestSettings(_Section):
     chunk_overlap_tokens: int = Field(100, ge=0)
     # The embedder's tokenizer.json; empty: the one the model repository's text_embedder_tokenize serves.
     tokenizer: Optional[Path] = None
+    # Entities named by fewer evidence records of their document than this get no vector (zeros): they stay in
+    # the graph and seed it when a question names them, but no similarity search finds them. Most entities of a
+    # real document are named once (2310.07609v1 of the dev PDFs: 576 entities, 63 passages), and embedding their
+    # "name: description" texts took more of the embedder than the passages did. 1: every entity gets one.
+    entity_min_mentions: int = Field(2, ge=1)
     # Entities and relations: "cooccurrence" (model-free, GraphRAG's fast mode) or "llm" (through Triton).
     extractor: Literal["cooccurrence", "llm"] = "cooccurrence"
     extraction_max_tokens: int = Field(512, ge=16)

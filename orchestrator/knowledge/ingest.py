@@ -10,6 +10,7 @@ parsing with model work. Only the commit takes the collection's write lock.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hashlib
 import re
@@ -244,16 +245,24 @@ class Ingestor:
         for relation in relations:
             first_relation.setdefault((relation.source, relation.target), relation)
 
+        # Entities named by fewer evidence records than entity_min_mentions get no vector (zeros: no question is
+        # similar to them, so they seed the graph only when a question names them): most entities of a real
+        # document are named once, and their "name: description" texts outweighed its passages.
+        mentioned = collections.Counter(m.key for m in entities)
+        embedded = [row for row, key in enumerate(entity_keys) if mentioned[key] >= self.settings.entity_min_mentions]
         with stages.timed("embed"):
             texts = [
                 [e.text for e in evidence],
-                [f"{first_mention[k].name}: {first_mention[k].description}" for k in entity_keys],
+                [f"{first_mention[k].name}: {first_mention[k].description}" for k in (entity_keys[row] for row in embedded)],
                 [_relation_text(first_mention, first_relation[k]) for k in relation_keys] if self.embed_relations else [],
             ]
             families = list(contracts.PAGE_ENCODER_FAMILIES) if parsed.page_images else []
             images = [path.read_bytes() for path in parsed.page_images] if families else []
             jobs = [self._embed_by_length(texts, timeout_s)] + [self._embed_images(f, images, timeout_s) for f in families]
-            (evidence_vectors, entity_vectors, relation_vectors), *page_vectors = await asyncio.gather(*jobs)
+            (evidence_vectors, embedded_vectors, relation_vectors), *page_vectors = await asyncio.gather(*jobs)
+        entity_vectors = np.zeros((len(entity_keys), evidence_vectors.shape[1]), np.float32)
+        if embedded:
+            entity_vectors[embedded] = embedded_vectors
 
         document = DocumentRecord(
             document_id=document_id,

@@ -142,6 +142,12 @@ class Segment:
         self.folder = folder
 
     @functools.cached_property
+    def embedded_entity_rows(self) -> frozenset[int]:
+        """Rows of entity_vectors that hold a vector (ingest.entity_min_mentions leaves the others zeros)."""
+        vectors = np.asarray(self.entity_vectors)
+        return frozenset(np.flatnonzero(np.any(vectors != 0, axis=1)).tolist()) if vectors.ndim == 2 and vectors.size else frozenset()
+
+    @functools.cached_property
     def term_counts(self) -> TermCounts:
         """Its evidence texts tokenised for BM25, once per loaded segment (every snapshot holding it shares them)."""
         return TermCounts.of([e.text for e in self.evidence])

@@ -92,13 +92,18 @@ class Snapshot:
         self.index_notes: list[str] = []  # why a stored index was not used
         appended = self.segments[len(base.segments) :] if base is not None and _is_prefix(base.segments, self.segments) else None
 
-        self.entity_keys, entity_rows = _first_rows((s.entity_keys for s in self.segments))
+        # An entity's vector is its first document's that has one (ingest.entity_min_mentions leaves zeros).
+        self.entity_keys, entity_rows = _first_rows((s.entity_keys for s in self.segments), [s.embedded_entity_rows for s in self.segments])
+        self._entity_rows = entity_rows
         # Relations searchable by vector: those of the documents ingested with relation vectors (only
         # retrieval.relation_seeds reads them, so the ingestor embeds them only when it is on).
         self.relation_keys, relation_rows = _first_rows((s.relation_keys if len(s.relation_vectors) else () for s in self.segments))
         if appended is not None and base is not None:
             self.evidence_index = base.evidence_index.extended(_stack(s.evidence_vectors for s in appended))
-            self.entity_index = base.entity_index.extended(_rows(self.segments, "entity", entity_rows[len(base.entity_keys) :]))
+            if entity_rows[: len(base._entity_rows)] == base._entity_rows:
+                self.entity_index = base.entity_index.extended(_rows(self.segments, "entity", entity_rows[len(base._entity_rows) :]))
+            else:  # the new document gave a vector to an entity that had none
+                self.entity_index = self._build(_rows(self.segments, "entity", entity_rows))
             self.relation_index = base.relation_index.extended(
                 _rows(self.segments, "relation", relation_rows[len(base.relation_keys) :])
             )
@@ -477,13 +482,19 @@ def _is_prefix(prefix: Sequence[Segment], whole: Sequence[Segment]) -> bool:
     return len(prefix) <= len(whole) and all(a is b for a, b in zip(prefix, whole))
 
 
-def _first_rows(key_lists) -> tuple[list, list[tuple[int, int]]]:
-    """Unique keys in first-seen order across segments, with (segment, row) of their first occurrence."""
+def _first_rows(key_lists, preferred: Optional[Sequence[frozenset[int]]] = None) -> tuple[list, list[tuple[int, int]]]:
+    """Unique keys in first-seen order across segments, with (segment, row) of their first occurrence, or with
+    `preferred` (rows per segment), of their first preferred occurrence where they have one."""
     seen: dict = {}
+    chosen: dict = {}
     for number, keys in enumerate(key_lists):
+        rows = preferred[number] if preferred is not None else None
         for row, key in enumerate(keys):
-            seen.setdefault(key if isinstance(key, str) else tuple(key), (number, row))
-    return list(seen), list(seen.values())
+            key = key if isinstance(key, str) else tuple(key)
+            seen.setdefault(key, (number, row))
+            if rows is not None and row in rows:
+                chosen.setdefault(key, (number, row))
+    return list(seen), [chosen.get(key, first) for key, first in seen.items()]
 
 
 def _rows(segments: Sequence[Segment], kind: str, rows: Sequence[tuple[int, int]]) -> np.ndarray:

@@ -4,6 +4,7 @@ replace and delete without orphans, the graph's exact contents, and bad document
 from __future__ import annotations
 
 import asyncio
+import collections
 import io
 import json
 import zipfile
@@ -52,6 +53,10 @@ def test_a_pdf_becomes_blocks_chunks_units_pages_and_vectors(client, running_orc
     # relations are stored for the graph but not embedded: only retrieval.relation_seeds (off) reads their vectors
     assert document.relations == len(segment.relation_keys) > 0 and len(segment.relation_vectors) == 0
     assert len(segment.entity_vectors) == document.entities and snapshot.relation_keys == []
+    # entities named by one evidence record only get no vector (ingest.entity_min_mentions = 2)
+    named = collections.Counter(mention.key for mention in segment.entities)
+    embedded = {key for key, vector in zip(segment.entity_keys, segment.entity_vectors) if np.any(vector)}
+    assert embedded == {key for key in segment.entity_keys if named[key] >= 2} and len(embedded) < document.entities
     units = {e.block_type: e for e in snapshot.evidence if e.kind == "unit"}
     assert set(units) == {"table", "image"}
     table, figure = units["table"], units["image"]

@@ -154,6 +154,22 @@ def test_documents_ingested_without_relation_vectors_keep_their_graph_and_seed_n
     assert base.relation_keys == [] and grown.relation_keys == [("alpha corp", "beta ltd")] and grown.relation_index.size == 1
 
 
+def test_an_entity_takes_its_vector_from_the_first_document_that_embedded_it():
+    """ingest.entity_min_mentions leaves an entity named once without a vector (zeros); a later document that
+    embedded it gives it one, whether the snapshot is built whole or appended to."""
+    def document(name, seed, vector):
+        segment = make_segment(name, [f"{name} alpha text"], {f"{name} alpha text": ["Alpha Corp"]}, dim=4, seed=seed)
+        return replace(segment, entity_vectors=np.asarray([vector], np.float32))
+
+    once = document("a.md", 1, np.zeros(4))
+    embedded = document("b.md", 2, E[1])
+    for collection in (Snapshot(1, [once, embedded], IndexSpec()),
+                       Snapshot(2, [once, embedded], IndexSpec(), base=Snapshot(1, [once], IndexSpec()))):
+        assert collection.entity_keys == ["alpha corp"] and collection.entity_index.size == 1
+        assert collection.search_entities(E[1:2], 1) == [("alpha corp", pytest.approx(1.0))]
+    assert Snapshot(1, [once], IndexSpec()).search_entities(E[1:2], 1) == [("alpha corp", 0.0)]
+
+
 def test_named_entities_seed_the_graph_and_sub_questions_each_retrieve():
     collection = snapshot()
     result = retrieve(

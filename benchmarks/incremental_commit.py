@@ -1,0 +1,170 @@
+"""Adding and deleting one document in a large collection: the commit, and the first query after it.
+
+    python -m benchmarks.incremental_commit [--documents 100] [--chunks-per-document 1000] [--rounds 3]
+
+A synthetic collection (benchmarks/synthetic_collection.py, 100 x 1,000 chunks by default, no models) is
+written to disk and opened as a server opens it (KnowledgeBase with warm=True). Measured, in one run:
+  steady        retrieval (dense + BM25 over passages and pages + graph + fusion, the Simple route) once
+                everything is built: the query a user waits for when nothing has changed
+  add           one 20-page document (80 chunks) committed: the commit's wall time, then the first query
+                sent at once (it waits for whatever the new snapshot has not built yet), then the first query
+                sent after the background warm-up finished
+  delete        the same document deleted, measured the same way
+  cold builds   what a new snapshot builds from scratch before its first query when nothing is warmed
+                (BM25 indexes, graph, node-evidence table), each timed alone
+The commit writes the segment durably as ingest does; the document's model time (embedding it) is not part of
+this benchmark: its vectors come with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from orchestrator.config import Settings
+from orchestrator.knowledge.indexes import IndexSpec
+from orchestrator.knowledge.store import KnowledgeBase, Snapshot
+from orchestrator.pipeline.plan import QueryOptions, make_plan
+from orchestrator.pipeline.retrieval import retrieve
+from orchestrator.pipeline.router import query_features
+
+from .measure import RESULTS, invocation, machine_info, summarize, uncommitted_changes, write_results
+from .synthetic_collection import CollectionShape, SyntheticCorpus, write_collection
+
+NAME = "incremental_commit"
+COLLECTION = "large"
+LAZY_PARTS = ("lexical", "page_lexical", "graph", "node_evidence")
+
+
+def query_ms(snapshot: Snapshot, question, settings: Settings) -> float:
+    plan = make_plan("simple", QueryOptions(), settings)
+    started = time.perf_counter()
+    features = query_features(question.text, snapshot.entity_key_set)
+    retrieve(snapshot, [question.text], question.vector, plan, settings.retrieval, features.entities, features.modalities)
+    return (time.perf_counter() - started) * 1000
+
+
+def wait_warm(snapshot: Snapshot, limit_s: float = 600) -> float:
+    started = time.monotonic()
+    while not all(part in snapshot.__dict__ for part in LAZY_PARTS + ("nodes_per_evidence",)):
+        if time.monotonic() - started > limit_s:
+            raise TimeoutError("the background warm-up did not finish")
+        time.sleep(0.01)
+    return time.monotonic() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--documents", type=int, default=100)
+    parser.add_argument("--chunks-per-document", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--queries", type=int, default=30)
+    parser.add_argument("--name", default=NAME)
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    shape = CollectionShape(documents=args.documents + 1, chunks_per_document=args.chunks_per_document)
+    corpus = SyntheticCorpus(shape)  # its last document is the one added and deleted, 80 chunks of it
+    segments = corpus.segments()
+    questions = corpus.questions(args.queries)
+    settings = Settings()
+    data_dir = Path(tempfile.mkdtemp(prefix="incremental-commit-"))
+    rounds = []
+    try:
+        write_collection(segments[: args.documents], data_dir, COLLECTION)
+        knowledge = KnowledgeBase(data_dir, IndexSpec(), warm=True)
+        collection = knowledge.collection(COLLECTION)
+        opened = time.monotonic()
+        snapshot = collection.snapshot
+        open_s = time.monotonic() - opened
+        warm_after_open_s = wait_warm(snapshot)
+        steady = [query_ms(snapshot, q, settings) for q in questions]
+        cold = Snapshot(99, snapshot.segments, IndexSpec())
+        cold_builds = {}
+        for part in LAZY_PARTS:
+            started = time.monotonic()
+            getattr(cold, part)
+            cold_builds[part] = time.monotonic() - started
+        del cold
+        for number in range(args.rounds):
+            extra = corpus.document(args.documents, 80)
+            question = questions[number % len(questions)]
+            staging = collection.staging_folder()
+            (staging / "assets").mkdir()
+            (staging / "pages").mkdir()
+            started = time.monotonic()
+            collection.commit(extra, staging)
+            commit_s = time.monotonic() - started
+            first_ms = query_ms(collection.snapshot, question, settings)  # waits for what is not built yet
+            warm_s = wait_warm(collection.snapshot)
+            after_warm_ms = query_ms(collection.snapshot, questions[(number + 1) % len(questions)], settings)
+            started = time.monotonic()
+            collection.delete(extra.document.name)
+            delete_s = time.monotonic() - started
+            first_after_delete_ms = query_ms(collection.snapshot, question, settings)
+            delete_warm_s = wait_warm(collection.snapshot)
+            rounds.append({
+                "commit_s": commit_s, "first_query_ms": first_ms, "warm_s": warm_s, "query_after_warm_ms": after_warm_ms,
+                "delete_s": delete_s, "first_query_after_delete_ms": first_after_delete_ms, "delete_warm_s": delete_warm_s,
+            })
+            print(f"* round {number}: commit {commit_s:.2f} s, first query {first_ms:.0f} ms, delete {delete_s:.2f} s, "
+                  f"first query {first_after_delete_ms:.0f} ms", flush=True)
+        evidence = len(collection.snapshot.evidence)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+    result = {
+        "benchmark": NAME, "command": invocation(NAME, sys.argv[1:]), "machine": machine_info(),
+        "uncommitted_changes": uncommitted_changes(), "shape": {**shape.__dict__, "documents": args.documents},
+        "evidence": evidence, "open_s": open_s, "warm_after_open_s": warm_after_open_s,
+        "steady_query": summarize([ms / 1000 for ms in steady]), "cold_builds_s": cold_builds, "rounds": rounds,
+    }
+    path, md_path = write_results(args.name, result, markdown(result), args.output)
+    print(markdown(result))
+    print(f"wrote {path} and {md_path}")
+
+
+def markdown(result: dict) -> str:
+    steady = result["steady_query"]["p50_ms"]
+    rounds = result["rounds"]
+
+    def median(key: str) -> float:
+        return float(np.median([r[key] for r in rounds]))
+
+    machine = result["machine"]
+    lines = [
+        "# Adding and deleting one document in a large collection",
+        "",
+        f"Command: `{result['command']}`  ",
+        f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores, {machine['memory_gib']} GiB, GPU: {machine['gpu'] or 'none'}  ",
+        f"Collection: {result['evidence']:,} chunks in {result['shape']['documents']} synthetic documents, flat index; "
+        f"opened in {result['open_s']:.1f} s, warmed in the background {result['warm_after_open_s']:.1f} s after. "
+        f"The document added and deleted: 20 pages, 80 chunks. Medians over {len(rounds)} rounds.",
+        "",
+        "| | seconds or ms | x steady query |",
+        "|---|---:|---:|",
+        f"| steady-state query (Simple route retrieval, p50 of {result['steady_query']['count']}) | {steady:.1f} ms | 1.0 |",
+        f"| commit of the document | {median('commit_s'):.2f} s | |",
+        f"| first query sent at once after the commit | {median('first_query_ms'):.0f} ms | {median('first_query_ms') / steady:.1f} |",
+        f"| background warm-up after the commit | {median('warm_s'):.2f} s | |",
+        f"| first query once warmed | {median('query_after_warm_ms'):.1f} ms | {median('query_after_warm_ms') / steady:.1f} |",
+        f"| delete of the document | {median('delete_s'):.2f} s | |",
+        f"| first query sent at once after the delete | {median('first_query_after_delete_ms'):.0f} ms | "
+        f"{median('first_query_after_delete_ms') / steady:.1f} |",
+        "",
+        "What a new snapshot builds before its first query when nothing is warmed (each alone, seconds): "
+        + ", ".join(f"{part} {seconds:.2f}" for part, seconds in result["cold_builds_s"].items())
+        + ". The BM25 indexes are assembled from the documents' stored token counts (only a new document is "
+        "tokenised); the graph is rebuilt from every document.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
