@@ -209,23 +209,16 @@ class BM25Index:
     def _assemble(self, parts: Sequence[TermCounts], k1: float, b: float) -> None:
         self.k1, self.b = k1, b
         vocabulary: dict[str, int] = {}
-        matrices = []
+        remapped = []  # each part's counts with its columns moved to the merged vocabulary's
         for part in parts:
             columns = np.fromiter((vocabulary.setdefault(term, len(vocabulary)) for term in part.vocabulary), np.int64,
                                   len(part.vocabulary))
-            counts = part.counts
-            matrices.append((columns[counts.indices] if len(counts.indices) else counts.indices, counts.data, counts.indptr))
+            remapped.append((part.counts.data, columns[part.counts.indices], part.counts.indptr, part.counts.shape[0]))
         rows = sum(part.counts.shape[0] for part in parts)
         shape = (rows, max(1, len(vocabulary)))
-        offsets = np.cumsum([0] + [len(data) for _, data, _ in matrices])
-        indptr = np.concatenate([[0]] + [pointers[1:] + offset for (_, _, pointers), offset in zip(matrices, offsets)])
-        tf = sparse.csr_matrix(
-            (np.concatenate([data for _, data, _ in matrices] or [np.zeros(0, np.float32)]).astype(np.float32),
-             np.concatenate([cols for cols, _, _ in matrices] or [np.zeros(0, np.int64)]).astype(np.int64),
-             indptr.astype(np.int64)),
-            shape=shape,
-        )
-        lengths = np.concatenate([part.lengths for part in parts] or [np.zeros(0, np.float32)]).astype(np.float32)
+        blocks = [sparse.csr_matrix((data, columns, pointers), shape=(count, shape[1])) for data, columns, pointers, count in remapped]
+        tf = sparse.vstack(blocks, format="csr", dtype=np.float32) if blocks else sparse.csr_matrix(shape, dtype=np.float32)
+        lengths = np.concatenate([part.lengths for part in parts]).astype(np.float32) if parts else np.zeros(0, np.float32)
         self.vocabulary = vocabulary
         documents_with_term = np.bincount(tf.indices, minlength=shape[1]).astype(np.float32)
         n = max(1, rows)

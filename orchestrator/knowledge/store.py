@@ -17,11 +17,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import os
 import re
 import secrets
 import shutil
-import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +31,8 @@ import numpy as np
 from scipy import sparse
 
 from ..errors import AlreadyExistsError, InvalidRequestError, NotFoundError
-from .graph import KnowledgeGraph, build_graph
 from . import stored_indexes
+from .graph import KnowledgeGraph, build_graph
 from .indexes import BM25Index, IndexSpec, VectorIndex
 from .segments import DocumentRecord, EvidenceRecord, PageRecord, Segment, fsync_path, write_durably
 
@@ -72,7 +72,8 @@ class Snapshot:
     """One immutable state of a collection: its documents' records merged, with their indexes.
 
     The vector indexes are built when the snapshot is made (appending to the previous snapshot's when the
-    commit only added a document); the graph and the BM25 indexes are built on first use.
+    commit only added a document, or read from disk at open); the graph and the BM25 indexes are built on first
+    use, or ahead of it by warm() in the background.
     """
 
     def __init__(
