@@ -62,7 +62,8 @@ print(json.dumps(result))
 def write(shape: CollectionShape, data_dir: Path) -> dict:
     started = time.monotonic()
     corpus = SyntheticCorpus(shape)
-    root = write_collection(corpus.segments(), data_dir, COLLECTION)
+    documents = (corpus.document(number, shape.chunks_per_document) for number in range(shape.documents))  # one at a time
+    root = write_collection(documents, data_dir, COLLECTION)
     np.save(data_dir / "queries.npy", np.concatenate([q.vector for q in corpus.questions(20)]))
     return {"seconds": time.monotonic() - started, "disk_gib": _size(root) / 2**30}
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 
@@ -124,7 +125,7 @@ class SyntheticCorpus:
         return out
 
 
-def write_collection(segments: list[Segment], data_dir: Path, name: str) -> Path:
+def write_collection(segments: Iterable[Segment], data_dir: Path, name: str) -> Path:
     """Segments and a manifest on disk as commits would leave them (no index files, no assets): a collection
     of any size without committing it document by document. Returns its folder."""
     root = data_dir / "collections" / name

@@ -84,6 +84,9 @@ class QueryPrinter:
         calls = ", ".join(f"{u.model}/{u.stage} x{u.calls} ({u.model_ms:.0f} ms)" for u in cost.models)
         write(f"Cost: {final.usage.model_calls} model calls: {calls}\n")
         write(f"      model time {cost.model_ms:.1f} ms, orchestrator's own time {cost.orchestrator_ms:.1f} ms\n")
+        own = sorted(cost.orchestrator_ms_by_stage.items(), key=lambda item: -item[1])
+        if own:
+            write(f"      own time by stage (ms): {'  '.join(f'{stage} {ms:.1f}' for stage, ms in own)}\n")
         self.out.flush()
 
 

@@ -102,6 +102,7 @@ def cost(report: CostReport) -> "pb.Cost":
         ],
         model_ms=report.model_ms,
         orchestrator_ms=report.orchestrator_ms,
+        orchestrator_ms_by_stage=report.orchestrator_ms_by_stage,
     )
 
 

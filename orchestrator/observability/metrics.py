@@ -2,7 +2,8 @@
 
 The five stage histograms carry the names production RAG dashboards already use (NVIDIA's RAG blueprint):
 retrieval_time_ms, context_reranker_time_ms, llm_ttft_ms, llm_generation_time_ms, rag_ttft_ms. Every other
-stage is in thinkserve_stage_time_ms{stage}. Each deployment has its own registry, so two in one process
+stage is in thinkserve_stage_time_ms{stage}, and the orchestrator's own share of it (outside the stage's model
+calls) in thinkserve_orchestrator_time_ms{stage}. Each deployment has its own registry, so two in one process
 (tests, benchmarks) do not mix their counts.
 """
 
@@ -19,6 +20,8 @@ from ..pipeline.events import FinalAnswerEvent
 
 # Milliseconds, from a fast retrieval to a long generation.
 MS_BUCKETS = (1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000)
+# The orchestrator's own time per stage: sub-millisecond on a fast path, where a GPU deployment's budget is.
+OWN_MS_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 1000)
 FIELD_STAGES = {  # metric name -> the pipeline's stage timing it observes
     "retrieval_time_ms": "retrieval",
     "context_reranker_time_ms": "rerank",
@@ -39,6 +42,10 @@ class ServiceMetrics:
         }
         self.stage_time = Histogram(
             "thinkserve_stage_time_ms", "Query stage wall time (ms), every stage", ["stage"], buckets=MS_BUCKETS, registry=r
+        )
+        self.own_time = Histogram(
+            "thinkserve_orchestrator_time_ms", "The orchestrator's own time per query stage, outside that stage's model "
+            "calls (ms)", ["stage"], buckets=OWN_MS_BUCKETS, registry=r,
         )
         self.requests = Counter(
             "thinkserve_requests_total", "Finished requests by method and gRPC status code", ["method", "code"], registry=r
@@ -90,6 +97,8 @@ class ServiceMetrics:
         for stage, ms in timings.items():
             self.stage_time.labels(stage).observe(ms)
         self.queries.labels(route, final.answer_source, str(final.degraded).lower()).inc()
+        for stage, ms in final.cost.orchestrator_ms_by_stage.items() if final.cost else ():
+            self.own_time.labels(stage).observe(ms)
         for usage in final.cost.usage if final.cost else ():
             self.tokens.labels(usage.model, "in").inc(usage.tokens_in)
             self.tokens.labels(usage.model, "out").inc(usage.tokens_out)

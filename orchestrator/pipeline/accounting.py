@@ -21,6 +21,7 @@ import numpy as np
 
 from ..triton import contracts
 from ..triton.models import GenerationChunk, GenerationOptions, TritonModels
+from .timing import StageTimer
 from .usage import CostReport, ModelUsage
 
 TokenCounter = Callable[[Sequence[str]], int]
@@ -80,6 +81,30 @@ def busy_ms(intervals: Sequence[tuple[float, float]]) -> float:
         total += end - max(start, reach)
         reach = end
     return total * 1000.0
+
+
+# Timer entries that are moments or umbrellas, not stages of their own: their time is in the stages they span.
+NOT_STAGES = frozenset({"total", "rag_ttft", "llm_ttft", "retrieval"})
+# The ledger's stage name -> the timer's, where they differ (the answering model's calls run in llm_generation).
+TIMER_STAGE = {"llm": "llm_generation", "vlm_answer": "llm_generation"}
+
+
+def own_time_by_stage(timer: StageTimer, ledger: QueryLedger, orchestrator_ms: float) -> dict[str, float]:
+    """Milliseconds of each stage spent outside its own model calls (see CostReport.orchestrator_ms_by_stage)."""
+    calls: dict[str, list[tuple[float, float]]] = {}
+    for call in ledger.calls:
+        calls.setdefault(TIMER_STAGE.get(call.stage, call.stage), []).append((call.started, call.ended))
+    own: dict[str, float] = dict(timer.merged)  # computed in a worker thread that calls no model
+    for stage, intervals in timer.intervals.items():
+        if stage in NOT_STAGES:
+            continue
+        waiting = sum(
+            busy_ms([(max(start, began), min(end, ended)) for start, end in calls.get(stage, ()) if start < ended and end > began])
+            for began, ended in intervals
+        )
+        own[stage] = own.get(stage, 0.0) + max(0.0, sum(e - b for b, e in intervals) * 1000.0 - waiting)
+    own["unattributed"] = max(0.0, orchestrator_ms - sum(own.values()))
+    return own
 
 
 class StageModels:

@@ -26,7 +26,7 @@ from ..knowledge.store import KnowledgeBase, Snapshot
 from ..tokens import PlainTokenizer
 from ..triton import contracts
 from ..triton.models import GenerationOptions, TritonModels
-from .accounting import QueryLedger, StageModels
+from .accounting import QueryLedger, StageModels, own_time_by_stage
 from .events import (
     AnswerDeltaEvent,
     Citation,
@@ -326,6 +326,8 @@ class QueryPipeline:
     def _final(self, q: _Query) -> FinalAnswerEvent:
         citations = q.citations or evidence_citations(q.text, {item.rank: item.record for item in q.items})
         timings = q.timer.report()
+        cost = q.ledger.report(timings["total"])
+        cost = replace(cost, orchestrator_ms_by_stage=own_time_by_stage(q.timer, q.ledger, cost.orchestrator_ms))
         answering = [c for c in q.ledger.calls if c.model in (contracts.LLM.name, contracts.VLM.name) and c.stage != "perception"]
         return FinalAnswerEvent(
             text=q.text,
@@ -334,7 +336,7 @@ class QueryPipeline:
             answer_source=q.source,
             timings_ms=timings,
             usage=Usage(len(q.ledger.calls), sum(c.tokens_in for c in answering), sum(c.tokens_out for c in answering)),
-            cost=q.ledger.report(timings["total"]),
+            cost=cost,
             degraded=bool(q.degradations),
             degraded_reason="; ".join(q.degradations),
             uncertainty=q.uncertainty,

@@ -17,6 +17,10 @@ class StageTimer:
     def __init__(self, tracer: trace.Tracer = _NO_TRACING, parent: Optional[Context] = None):
         self.started = time.monotonic()
         self.stages: dict[str, float] = {}
+        # When each stage ran (monotonic start, end), to tell its own work from its model calls; stages merged
+        # from elsewhere (retrieval's, timed in a worker thread that calls no model) only have their duration.
+        self.intervals: dict[str, list[tuple[float, float]]] = {}
+        self.merged: dict[str, float] = {}
         self.tracer = tracer
         self.parent = parent  # the request's span
 
@@ -29,12 +33,16 @@ class StageTimer:
             self.record(name, time.monotonic() - began)
 
     def record(self, name: str, seconds: float) -> None:
+        """A stage that ended now and took `seconds`."""
         self.stages[name] = self.stages.get(name, 0.0) + seconds * 1000.0
+        end = time.monotonic()
+        self.intervals.setdefault(name, []).append((end - seconds, end))
         self._span(name, seconds)
 
     def merge(self, stages_ms: dict[str, float]) -> None:
         for name, ms in stages_ms.items():
             self.stages[name] = self.stages.get(name, 0.0) + ms
+            self.merged[name] = self.merged.get(name, 0.0) + ms
             self._span(name, ms / 1000.0)
 
     def _span(self, name: str, seconds: float) -> None:

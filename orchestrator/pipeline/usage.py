@@ -3,7 +3,7 @@ report and the benchmarks read them. Kept free of the Triton client so the bench
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,10 @@ class CostReport:
     usage: tuple[ModelUsage, ...]
     model_ms: float  # wall time during which at least one model call was in flight
     orchestrator_ms: float  # the rest of the query's wall time: retrieval, fusion, prompts, gRPC
+    # orchestrator_ms by stage: each stage's wall time less the time its own model calls were in flight, and
+    # "unattributed" for what no stage covers (request handling, events, conversion). Stages that overlap (the
+    # page-image branch runs beside text retrieval) each count their own, so the parts may sum to more.
+    orchestrator_ms_by_stage: dict[str, float] = field(default_factory=dict)
 
     @property
     def model_calls(self) -> int:

@@ -67,6 +67,10 @@ def test_query_streams_route_evidence_answer_then_final(client, sample_collectio
     assert set(used) == {("text_embedder", "embed"), ("reranker", "rerank"), ("llm", "llm")}
     assert used[("llm", "llm")].tokens_out == 8 and used[("reranker", "rerank")].items >= 3  # every fused candidate
     assert final.cost.model_ms > 0 and final.cost.orchestrator_ms > 0
+    own = dict(final.cost.orchestrator_ms_by_stage)  # the orchestrator's own time, split by stage
+    assert {"route", "embed", "dense", "sparse", "fusion", "rerank", "context", "llm_generation", "unattributed"} <= set(own)
+    assert all(ms >= 0 for ms in own.values()) and own["embed"] < stages["embed"]  # embed waited on its model
+    assert own["dense"] == pytest.approx(stages["dense"]) and own["llm_generation"] < stages["llm_generation"]
 
 
 def test_the_tiny_default_answer_is_extractive_with_citations(client, sample_collection):

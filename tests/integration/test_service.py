@@ -365,6 +365,8 @@ def test_request_ids_metrics_and_spans(secured):
     assert _sample(metrics, 'thinkserve_requests_total{code="OK",method="Query"}') >= 1
     assert _sample(metrics, 'thinkserve_requests_total{code="PERMISSION_DENIED",method="Query"}') >= 1
     assert _sample(metrics, 'thinkserve_model_tokens_total{direction="in",model="text_embedder"}') > 0
+    assert _sample(metrics, 'thinkserve_orchestrator_time_ms_count{stage="fusion"}') >= 1
+    assert _sample(metrics, 'thinkserve_orchestrator_time_ms_count{stage="unattributed"}') >= 1
     assert 'thinkserve_in_flight_requests{pool="queries"}' in metrics
     assert _sample(metrics, 'thinkserve_model_breaker_open{model="text_embedder"}') == 0
     assert _sample(metrics, "thinkserve_triton_retries_total") >= 0

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from orchestrator.knowledge.documents import NO_PAGE, Block
-from orchestrator.pipeline.accounting import QueryLedger, busy_ms
+from orchestrator.pipeline.accounting import QueryLedger, busy_ms, own_time_by_stage
 from orchestrator.pipeline.context import adjacent_blocks, context_texts, vertical_gap
 from orchestrator.pipeline.pages import average_similarity
+from orchestrator.pipeline.timing import StageTimer
 from thinkserve_backend.relevance import first_token_ids, group_by_length, relevance_prompt, yes_probability
 
 
@@ -60,6 +61,31 @@ def test_overlapping_model_calls_count_once_in_the_model_time():
     assert usage[("reranker", "rerank")].model_ms == pytest.approx(100.0)
     assert report.model_ms == pytest.approx(250.0) and report.orchestrator_ms == pytest.approx(250.0)
     assert report.model_calls == 3 and report.tokens("reranker") == (100, 0)
+
+
+def test_the_orchestrators_own_time_is_split_by_stage_outside_each_stages_model_calls():
+    ticks = iter([1.00, 1.03, 1.50, 1.52])  # embed's call [1.00, 1.03]; the LLM's [1.50, 1.52]
+    ledger = QueryLedger(clock=lambda: next(ticks))
+    with ledger.record("text_embedder", "embed"):
+        pass
+    with ledger.record("llm", "llm"):
+        pass
+    timer = StageTimer()
+    timer.intervals = {
+        "embed": [(0.99, 1.04)],  # 50 ms, 30 of them waiting on the embedder
+        "answer": [(1.10, 1.12)],  # no model call of its own: all 20 ms are the orchestrator's
+        "llm_generation": [(1.49, 1.53)],  # the LLM's calls are recorded under "llm"
+        "retrieval": [(0.99, 1.10)], "llm_ttft": [(1.49, 1.50)],  # an umbrella and a moment: not stages
+    }
+    timer.merged = {"dense": 2.0, "fusion": 1.0}  # timed in retrieval's worker thread, no model calls
+    own = own_time_by_stage(timer, ledger, orchestrator_ms=60.0)
+    assert own == pytest.approx({"dense": 2.0, "fusion": 1.0, "embed": 20.0, "answer": 20.0, "llm_generation": 20.0,
+                                 "unattributed": 0.0})
+    assert own_time_by_stage(timer, ledger, orchestrator_ms=100.0)["unattributed"] == pytest.approx(37.0)
+    # a stage that ran twice counts both runs; a call outside the stage's intervals is not subtracted
+    timer.intervals = {"embed": [(0.99, 1.01), (1.02, 1.04)]}
+    timer.merged = {}
+    assert own_time_by_stage(timer, ledger, 100.0)["embed"] == pytest.approx(40.0 - 20.0)
 
 
 def test_page_similarities_are_averaged_across_encoder_families():
