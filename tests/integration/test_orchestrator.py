@@ -59,7 +59,9 @@ def test_query_streams_route_evidence_answer_then_final(client, sample_collectio
     assert final.text == "".join(e.delta.text for e in events[2:-1]).strip()
     assert final.usage.completion_tokens == 8 and final.usage.prompt_tokens > 100
     stages = {t.stage: t.milliseconds for t in final.timings}
-    assert {"route", "embed", "dense", "sparse", "graph", "fusion", "retrieval", "rerank", "llm_ttft", "rag_ttft", "llm_generation", "total"} <= set(stages)
+    # (no "graph": it runs when an entity seeds it; this question names none, and an entity named by only one
+    # passage has no vector to match it (ingest.entity_min_mentions))
+    assert {"route", "embed", "dense", "sparse", "fusion", "retrieval", "rerank", "llm_ttft", "rag_ttft", "llm_generation", "total"} <= set(stages)
     assert all(value >= 0 for value in stages.values())
     tokens = [t for e in events[2:-1] for t in e.delta.tokens]
     assert len(tokens) == 8 and all(t.log_prob <= 0 for t in tokens)

@@ -1,0 +1,36 @@
+"""The collection benchmarks run end to end at a small size and report what they promise (real files, no models)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+
+def run(module: str, tmp_path, *args: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{module}", *args, "--output", str(tmp_path), "--name", "smoke"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "smoke.md").read_text().startswith("# ")
+    return json.loads((tmp_path / "smoke.json").read_text())
+
+
+def test_collection_restart_loads_what_the_first_start_built(tmp_path):
+    result = run("collection_restart", tmp_path, "--documents", "3", "--chunks-per-document", "400", "--restarts", "1")
+    first, restart = result["starts"]
+    assert first["vectors"] == restart["vectors"] == 1200 and restart["kind"] == "hnsw"
+    assert result["same_rows"] and result["index_gib"] > 0
+    assert "bm25_build_s" in restart and "graph_build_s" in restart
+
+
+def test_incremental_commit_adds_and_deletes_a_document(tmp_path):
+    result = run("incremental_commit", tmp_path, "--documents", "3", "--chunks-per-document", "300", "--rounds", "1",
+                 "--queries", "5")
+    assert result["evidence"] == 900  # the added document was deleted again
+    (round_,) = result["rounds"]
+    assert round_["commit_s"] > 0 and round_["first_query_ms"] > 0 and round_["first_query_after_delete_ms"] > 0
+    assert set(result["cold_builds_s"]) == {"lexical", "page_lexical", "graph", "node_evidence"}
