@@ -229,8 +229,7 @@ class RetrievalSettings(_Section):
     modality_weight: float = Field(0.2, ge=0)  # match with the question's preferred block types
     # Final score = (1 - w) * fused + w * sigmoid(rerank score). None: the profile's default (tiny: 0, since
     # its cross-encoder has random weights and would scramble the real embedder's ranking; otherwise 1). At 0 the
-    # cross-encoder is not called unless a request sets rerank=true (it could not change the ranking): on the
-    # real-document benchmark it was most of Retrieve's time.
+    # cross-encoder is not called unless a request sets rerank=true: it could not change the ranking.
     rerank_weight: Optional[float] = Field(None, ge=0, le=1)
     rerank_candidates: int = Field(20, ge=1)  # fused candidates the cross-encoder scores
     graph_top_k: int = Field(20, ge=0)  # evidence records the graph adds as candidates
