@@ -42,7 +42,7 @@ async def _run(settings: Settings, samples: list[Path], questions: list[str]) ->
                 print(
                     "* tiny profile: the embedder is the real all-MiniLM-L6-v2, so retrieval and the extractive answers\n"
                     "  (evidence sentences chosen with it, cited) are real; the router, reranker, VLM and LLM have random\n"
-                    "  weights, so routes come from the question's features and the reranker runs but gets no say.\n"
+                    "  weights, so routes come from the question's features and the reranker, having no say, is not called.\n"
                     "  `thinkserve ask --answerer llm --router model ...` runs the random LLM and router: noise output."
                 )
             for question in questions:
