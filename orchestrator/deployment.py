@@ -144,6 +144,8 @@ class Deployment:
         if self.server is not None:
             await self.server.stop(self.settings.server.shutdown_grace_s)
             self.server = None
+        if self.gateway is not None:
+            self.gateway.pipeline.close()
         if self.tracing is not None:
             self.tracing.shutdown()
             self.tracing = None

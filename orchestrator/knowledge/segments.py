@@ -172,23 +172,29 @@ class Segment:
         document["warnings"] = tuple(document.get("warnings", ()))
         keys = json.loads((folder / "keys.json").read_text(encoding="utf-8"))
         page_vectors = {
-            path.stem.removeprefix("pages-"): np.load(path, mmap_mode="r") for path in sorted(folder.glob("pages-*.npy"))
+            path.stem.removeprefix("pages-"): _mapped(path) for path in sorted(folder.glob("pages-*.npy"))
         }
         return cls(
             document=DocumentRecord(**document),
             blocks=[_block(row) for row in _read_jsonl(folder / "blocks.jsonl")],
             evidence=[_evidence(row) for row in _read_jsonl(folder / "evidence.jsonl")],
-            evidence_vectors=np.load(folder / "evidence.npy", mmap_mode="r"),
+            evidence_vectors=_mapped(folder / "evidence.npy"),
             entities=[EntityMention(**row) for row in _read_jsonl(folder / "entities.jsonl")],
             entity_keys=list(keys["entities"]),
-            entity_vectors=np.load(folder / "entities.npy", mmap_mode="r"),
+            entity_vectors=_mapped(folder / "entities.npy"),
             relations=[RelationMention(**row) for row in _read_jsonl(folder / "relations.jsonl")],
             relation_keys=[tuple(pair) for pair in keys["relations"]],
-            relation_vectors=np.load(folder / "relations.npy", mmap_mode="r"),
+            relation_vectors=_mapped(folder / "relations.npy"),
             pages=[PageRecord(**row) for row in _read_jsonl(folder / "pages.jsonl")],
             page_vectors=page_vectors,
             folder=folder,
         )
+
+
+def _mapped(path: Path) -> np.ndarray:
+    """A stored vector table mapped from disk (not read), as a plain array: a memmap makes a new memmap object
+    for every row a query reads, which costs more than reading the row."""
+    return np.asarray(np.load(path, mmap_mode="r"))
 
 
 def _block(row: dict[str, Any]) -> Block:

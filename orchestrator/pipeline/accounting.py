@@ -12,10 +12,11 @@ benchmarks, not the attribution of one query.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable, Optional, Sequence
+from typing import AsyncIterator, Awaitable, Callable, Optional, Sequence, TypeVar
 
 import numpy as np
 
@@ -25,6 +26,7 @@ from .timing import StageTimer
 from .usage import CostReport, ModelUsage
 
 TokenCounter = Callable[[Sequence[str]], int]
+T = TypeVar("T")
 
 
 @dataclass
@@ -50,7 +52,7 @@ class QueryLedger:
         try:
             yield call
         finally:
-            call.ended = self.clock()
+            call.ended = call.ended or self.clock()  # an end marked when the model answered stands
 
     def report(self, total_ms: float) -> CostReport:
         grouped: dict[tuple[str, str], list[ModelCall]] = {}
@@ -119,26 +121,45 @@ class StageModels:
     def _record(self, model: str, items: int, tokens_in: int = 0):
         return self.ledger.record(model, self.stage, items, tokens_in)
 
+    async def _counted(self, model: str, items: int, work: Awaitable[T], tokens: Callable[[], int]) -> T:
+        """A model call recorded in the ledger, its input tokens counted while it is in flight: the count is
+        bookkeeping, so it need not add to the query's latency. The call's time ends when the model answers."""
+        with self._record(model, items) as call:
+
+            async def answered() -> T:
+                try:
+                    return await work
+                finally:
+                    call.ended = self.ledger.clock()
+
+            task = asyncio.ensure_future(answered())
+            try:
+                await asyncio.sleep(0)  # the request leaves before the count starts
+                call.tokens_in = tokens()
+                return await task
+            finally:
+                if not task.done():
+                    task.cancel()
+
     async def embed(self, texts: Sequence[str], timeout_s: Optional[float] = None) -> np.ndarray:
-        with self._record(contracts.TEXT_EMBEDDER.name, len(texts), self.count_tokens(texts)):
-            return await self.models.embed(texts, timeout_s)
+        return await self._counted(contracts.TEXT_EMBEDDER.name, len(texts), self.models.embed(texts, timeout_s),
+                                   lambda: self.count_tokens(texts))
 
     async def rerank(self, query: str, passages: Sequence[str], timeout_s: Optional[float] = None) -> np.ndarray:
-        tokens = self.count_tokens([query]) * len(passages) + self.count_tokens(passages)
-        with self._record(contracts.RERANKER.name, len(passages), tokens):
-            return await self.models.rerank(query, passages, timeout_s)
+        return await self._counted(contracts.RERANKER.name, len(passages), self.models.rerank(query, passages, timeout_s),
+                                   lambda: self.count_tokens([query]) * len(passages) + self.count_tokens(passages))
 
     async def route(self, questions: Sequence[str], timeout_s: Optional[float] = None) -> np.ndarray:
-        with self._record(contracts.ROUTER.name, len(questions), self.count_tokens(questions)):
-            return await self.models.route(questions, timeout_s)
+        return await self._counted(contracts.ROUTER.name, len(questions), self.models.route(questions, timeout_s),
+                                   lambda: self.count_tokens(questions))
 
     async def embed_page_text(self, family: str, texts: Sequence[str], timeout_s: Optional[float] = None) -> np.ndarray:
-        with self._record(contracts.page_text_encoder(family).name, len(texts), self.count_tokens(texts)):
-            return await self.models.embed_page_text(family, texts, timeout_s)
+        return await self._counted(contracts.page_text_encoder(family).name, len(texts),
+                                   self.models.embed_page_text(family, texts, timeout_s), lambda: self.count_tokens(texts))
 
     async def page_relevance(self, question: str, images: Sequence[bytes], timeout_s: Optional[float] = None) -> np.ndarray:
-        with self._record(contracts.VLM_RELEVANCE.name, len(images), self.count_tokens([question]) * len(images)):
-            return await self.models.page_relevance(question, images, timeout_s)
+        return await self._counted(contracts.VLM_RELEVANCE.name, len(images), self.models.page_relevance(question, images, timeout_s),
+                                   lambda: self.count_tokens([question]) * len(images))
 
     @contextlib.asynccontextmanager
     async def generate(

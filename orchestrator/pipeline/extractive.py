@@ -10,6 +10,7 @@ says so.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Collection, Iterable, Optional, Sequence
 
@@ -35,6 +36,11 @@ class Sentence:
     rank: int  # evidence rank it comes from
     position: int  # order within that evidence
     span: Optional[Span] = None  # the block of the evidence it is cut from (page, bbox)
+
+    @functools.cached_property
+    def terms(self) -> frozenset[str]:
+        """Its words, as BM25 reads them: shortlisting and choosing both compare them with the question's."""
+        return frozenset(lexical_terms(self.text))
 
 
 @dataclass(frozen=True)
@@ -94,16 +100,23 @@ def shortlist(question: str, sentences: Sequence[Sentence], limit: int) -> list[
 
     Embedding every sentence of long evidence costs more than the rest of the query on a CPU; a sentence
     sharing no word with the question rarely answers it, and the best-ranked evidence goes first."""
-    ranked = sorted(sentences, key=lambda s: (-word_overlap(question, s.text), s.rank, s.position))
+    wanted = content_terms(question)
+    ranked = sorted(sentences, key=lambda s: (-_overlap(wanted, s.terms), s.rank, s.position))
     return sorted(ranked[:limit], key=lambda s: (s.rank, s.position))
+
+
+def content_terms(question: str) -> frozenset[str]:
+    """The question's content words (its terms less the stop words)."""
+    return frozenset(t for t in lexical_terms(question) if t not in STOP_WORDS)
 
 
 def word_overlap(question: str, sentence: str) -> float:
     """Share of the question's content words (not stop words) that the sentence contains."""
-    wanted = {t for t in lexical_terms(question) if t not in STOP_WORDS}
-    if not wanted:
-        return 0.0
-    return len(wanted & set(lexical_terms(sentence))) / len(wanted)
+    return _overlap(content_terms(question), frozenset(lexical_terms(sentence)))
+
+
+def _overlap(wanted: frozenset[str], terms: frozenset[str]) -> float:
+    return len(wanted & terms) / len(wanted) if wanted else 0.0
 
 
 def choose(
@@ -111,9 +124,10 @@ def choose(
 ) -> list[tuple[Sentence, float]]:
     """The best `count` sentences scoring at least `floor` and within `margin` of the best one, in evidence
     order (rank, then position). Without similarities, sentences sharing no content word are left out."""
+    wanted = content_terms(question)
     scored = []
     for i, sentence in enumerate(sentences):
-        overlap = word_overlap(question, sentence.text)
+        overlap = _overlap(wanted, sentence.terms)
         if similarities is None and overlap == 0:
             continue
         score = (float(similarities[i]) if similarities is not None else 0.0) + LEXICAL_BONUS * overlap

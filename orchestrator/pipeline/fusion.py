@@ -76,7 +76,8 @@ def fuse(
     modality_preference: Mapping[str, float],
     weights: FusionWeights,
 ) -> list[ScoredCandidate]:
-    """Candidates best first (ties: lower row first, so the order is deterministic)."""
+    """Candidates best first (ties: lower row first, so the order is deterministic). `block_types` (of every
+    candidate) is read only when there is a modality preference."""
     if not candidates:
         return []
     if weights.method not in FUSION_METHODS:
@@ -84,7 +85,10 @@ def fuse(
     rows = list(candidates)
     raw = {name: np.asarray([getattr(candidates[row], name) for row in rows], dtype=np.float64) for name in SIGNALS}
     values = {name: np.clip(raw[name], 0.0, 1.0) for name in SIGNALS}
-    values["modality"] = np.asarray([float(modality_preference.get(block_types[row], 0.0)) for row in rows])
+    values["modality"] = (
+        np.asarray([float(modality_preference.get(block_types[row], 0.0)) for row in rows]) if modality_preference
+        else np.zeros(len(rows))
+    )
     signal_weights = {name: getattr(weights, name) for name in SIGNALS}
     signal_weights["modality"] = weights.modality if modality_preference else 0.0
     total = sum(signal_weights.values())
@@ -103,16 +107,17 @@ def fuse(
             weight * (values[name] ** weights.lexical_exponent if name in LEXICAL_SIGNALS else values[name])
             for name, weight in signal_weights.items()
         ) / total
-    scored = [
-        ScoredCandidate(
-            row, float(values["semantic"][i]), float(values["lexical"][i]), float(values["structural"][i]),
-            float(values["modality"][i]), float(fused[i]), tuple(sorted(candidates[row].found_by)), final=float(fused[i]),
-            page_lexical=float(values["page_lexical"][i]),
-        )
-        for i, row in enumerate(rows)
+    fused = np.broadcast_to(np.asarray(fused, dtype=np.float64), (len(rows),))
+    order = np.lexsort((np.asarray(rows), -fused))  # best first, ties: lower row first
+    semantic, lexical, structural, modality, page_lexical = (
+        values[name][order].tolist() for name in ("semantic", "lexical", "structural", "modality", "page_lexical")
+    )
+    ranked = [rows[i] for i in order.tolist()]
+    return [
+        ScoredCandidate(row, semantic[i], lexical[i], structural[i], modality[i], score, tuple(sorted(candidates[row].found_by)),
+                        final=score, page_lexical=page_lexical[i])
+        for i, (row, score) in enumerate(zip(ranked, fused[order].tolist()))
     ]
-    scored.sort(key=lambda c: (-c.final, c.row))
-    return scored
 
 
 def reciprocal_ranks(scores: np.ndarray, k: float) -> np.ndarray:

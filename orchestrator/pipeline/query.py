@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import AsyncIterator, Awaitable, Optional, Sequence, TypeVar
 
@@ -119,6 +121,11 @@ class QueryPipeline:
             for model in (contracts.LLM.name, contracts.VLM.name)
         }
         self._limits: dict[str, tuple[int, int]] = {}
+        # the graph's side of retrieval runs here beside the passage searches (retrieval.retrieve)
+        self.search_pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="graph-search")
+
+    def close(self) -> None:
+        self.search_pool.shutdown(wait=False, cancel_futures=True)
 
     def validate(self, query: QueryInput) -> None:
         """Reject bad requests before any model work (the collection must exist, limits hold)."""
@@ -207,7 +214,8 @@ class QueryPipeline:
                 vectors = await self._models(q, "embed").embed(questions, q.remaining())
             q.vector = vectors[0]
             retrieval = await asyncio.to_thread(
-                retrieve, q.snapshot, questions, vectors, plan, settings.retrieval, features.entities, features.modalities
+                retrieve, q.snapshot, questions, vectors, plan, settings.retrieval, features.entities, features.modalities,
+                self.search_pool,
             )
             q.timer.merge(retrieval.timings_ms)
             q.timer.record("retrieval", time.monotonic() - started)
@@ -361,7 +369,7 @@ class QueryPipeline:
         return None
 
     def _count_tokens(self, texts: Sequence[str]) -> int:
-        return sum(len(encoding.ids) for encoding in self.tokenizer.encode(texts)) if texts else 0
+        return self.tokenizer.total(texts)
 
     def _generation(self, plan: QueryPlan) -> GenerationOptions:
         return GenerationOptions(plan.max_tokens, plan.temperature, plan.top_p, ANSWER_STOP, plan.seed)

@@ -12,8 +12,9 @@ thread; no model is called here (the question vectors come in).
 
 from __future__ import annotations
 
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -55,23 +56,25 @@ def retrieve(
     settings: RetrievalSettings,
     named_entities: Sequence[str] = (),
     modality_preference: Mapping[str, float] = {},
+    pool: Optional[Executor] = None,
 ) -> Retrieval:
-    """`vectors` [len(questions), d]: the embedded question and sub-questions (row-aligned)."""
+    """`vectors` [len(questions), d]: the embedded question and sub-questions (row-aligned).
+
+    With a `pool`, the graph's side (entity search, then the expansion) runs in it while this thread searches
+    passages densely and by BM25: FAISS and numpy release the interpreter, so on two cores a query waits for the
+    longer of the two, not their sum. The candidates and their order are the same either way; the stage timings
+    of the two sides overlap then."""
     timer = StageTimer()
     candidates: dict[int, CandidateSignals] = {}
-    seeds: dict[str, float] = {}
+    graph_side = pool.submit(_graph_side, snapshot, vectors, plan, settings, named_entities) if pool else None
     with timer.stage("dense"):
         if plan.dense:
             scores, rows = snapshot.evidence_index.search(vectors, plan.chunk_top_k)
-            for score, row in zip(scores.ravel(), rows.ravel()):
+            for score, row in zip(scores.ravel().tolist(), rows.ravel().tolist()):
                 if row >= 0:
-                    signals = candidates.setdefault(int(row), CandidateSignals())
-                    signals.semantic = max(signals.semantic, float(score)) if "dense" in signals.found_by else float(score)
+                    signals = candidates.setdefault(row, CandidateSignals())
+                    signals.semantic = max(signals.semantic, score) if "dense" in signals.found_by else score
                     signals.found_by.add("dense")
-        if plan.graph and plan.entity_top_k > 0:
-            seeds = _entity_seeds(snapshot, vectors, plan.entity_top_k, settings.min_seed_similarity, settings.relation_seeds)
-            for key in named_entities:
-                seeds[key] = 1.0  # named outright: the strongest seed there is
     lexical: list[np.ndarray] = []
     if plan.sparse:
         with timer.stage("sparse"):
@@ -87,15 +90,11 @@ def retrieve(
             for page, _ in snapshot.page_lexical.best(page_fractions, plan.page_lexical_top_k):
                 for row in page_rows[page].tolist():
                     candidates.setdefault(row, CandidateSignals()).found_by.add("page_lexical")
-    expansion = GraphExpansion()
-    if plan.graph and seeds:
+    seeds, expansion, graph_timings = graph_side.result() if graph_side else _graph_side(snapshot, vectors, plan, settings, named_entities)
+    for stage, milliseconds in graph_timings.items():
+        timer.stages[stage] = timer.stages.get(stage, 0.0) + milliseconds
+    if len(expansion.nodes):
         with timer.stage("graph"):
-            graph = snapshot.graph
-            expansion = expand(
-                graph, snapshot.node_evidence, snapshot.nodes_per_evidence, seed_nodes(graph, seeds), plan.graph_hops,
-                settings.graph_max_nodes, settings.pagerank_damping, settings.graph_scoring_nodes,
-                hubs(snapshot.node_evidence, settings.graph_hub_fraction, settings.graph_hub_min_chunks),
-            )
             for row in expansion.best(settings.graph_top_k):
                 candidates.setdefault(row, CandidateSignals()).found_by.add("graph")
             for row, signals in candidates.items():
@@ -104,8 +103,8 @@ def retrieve(
         missing = [row for row, signals in candidates.items() if "dense" not in signals.found_by]
         if missing:
             similarities = snapshot.evidence_vectors(missing) @ np.asarray(vectors, dtype=np.float32).T
-            for row, best in zip(missing, similarities.max(axis=1)):
-                candidates[row].semantic = float(best)
+            for row, best in zip(missing, similarities.max(axis=1).tolist()):
+                candidates[row].semantic = best
         if lexical:
             best_lexical = np.max(lexical, axis=0)
             for row, signals in candidates.items():
@@ -114,9 +113,35 @@ def retrieve(
             pages = snapshot.page_of_row
             for row, signals in candidates.items():
                 signals.page_lexical = float(page_fractions[pages[row]])
-        block_types = {row: snapshot.evidence[row].block_type for row in candidates}
+        evidence = snapshot.evidence
+        block_types = {row: evidence[row].block_type for row in candidates} if modality_preference else {}
         fused = fuse(candidates, block_types, modality_preference, fusion_weights(settings, plan))
     return Retrieval(fused, seeds, expansion, timer.stages)
+
+
+def _graph_side(
+    snapshot: Snapshot, vectors: np.ndarray, plan: QueryPlan, settings: RetrievalSettings, named_entities: Sequence[str],
+) -> tuple[dict[str, float], GraphExpansion, dict[str, float]]:
+    """The seeds (entities similar to the questions, and those they name) and the graph expansion from them,
+    with the time each took ("seeds" is dense search: it is reported under "dense")."""
+    seeds: dict[str, float] = {}
+    expansion = GraphExpansion()
+    timer = StageTimer()
+    if not (plan.graph and plan.entity_top_k > 0):
+        return seeds, expansion, timer.stages
+    with timer.stage("dense"):
+        seeds = _entity_seeds(snapshot, vectors, plan.entity_top_k, settings.min_seed_similarity, settings.relation_seeds)
+        for key in named_entities:
+            seeds[key] = 1.0  # named outright: the strongest seed there is
+    if seeds:
+        with timer.stage("graph"):
+            graph = snapshot.graph
+            expansion = expand(
+                graph, snapshot.node_evidence, snapshot.nodes_per_evidence, seed_nodes(graph, seeds), plan.graph_hops,
+                settings.graph_max_nodes, settings.pagerank_damping, settings.graph_scoring_nodes,
+                hubs(snapshot.node_evidence, settings.graph_hub_fraction, settings.graph_hub_min_chunks),
+            )
+    return seeds, expansion, timer.stages
 
 
 def _lexical_fractions(index: BM25Index, question: str) -> np.ndarray:

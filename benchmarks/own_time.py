@@ -1,0 +1,285 @@
+"""The orchestrator's own time per query on a large collection: everything but waiting on a model.
+
+    python -m benchmarks.own_time [--documents 100 --chunks-per-document 1000] [--queries 200] [--index hnsw]
+                                  [--model-ms 1.0] [--profile]
+
+A synthetic collection (benchmarks/synthetic_collection.py, 100 x 1,000 chunks by default) is written to disk
+and opened as the server opens it (KnowledgeBase, warmed in the background). The query pipeline the server
+runs (QueryPipeline.run: route, embed, retrieval, rerank when the route asks for it, context, the extractive
+answer, the final event with its cost) answers each question, in process, with stand-in models that take
+--model-ms per call (1 ms: about a small batch through Triton on a GPU) and answer with the question's vector
+from the corpus, or a fixed vector per other text. What the pipeline reports as its own time
+(`cost.orchestrator_ms`: wall time outside model calls) is what is measured, split per stage as the final
+event reports it. The gRPC layer is not included (benchmarks/service_overhead.py measures the gateway's own
+work).
+
+Measured in one run, per route (Simple, Moderate, Complex; extractive answer, the default settings):
+  steady   own time per query once everything is built: p50, p95, p99 and per stage
+  at once  the Simple route again with models that take no time at all: bookkeeping the pipeline does while
+           a model computes (token counts) then counts as its own
+  start    the first query after the collection is opened (the server's start), against steady
+  commit   the first query after one 80-chunk document is committed, sent at once, against steady
+With --profile, pyinstrument samples the steady Simple queries (models at once): the functions that take the
+time, in the event loop's thread and in retrieval (which the pipeline runs in a worker thread).
+Goal (issue 21): Simple <= 5 ms p50 and <= 10 ms p99, Complex <= 10 ms p50, at 100,000 chunks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import AsyncIterator, Optional, Sequence
+
+import numpy as np
+
+from orchestrator.config import Settings
+from orchestrator.knowledge.indexes import index_spec
+from orchestrator.knowledge.store import KnowledgeBase
+from orchestrator.pipeline.events import FinalAnswerEvent
+from orchestrator.pipeline.plan import QueryOptions, make_plan
+from orchestrator.pipeline.query import QueryInput, QueryPipeline
+from orchestrator.pipeline.retrieval import retrieve
+from orchestrator.pipeline.router import query_features
+from orchestrator.tokens import PlainTokenizer
+
+from .measure import RESULTS, invocation, machine_info, summarize, uncommitted_changes, write_results
+from .incremental_commit import wait_warm
+from .synthetic_collection import CollectionShape, SyntheticCorpus, SyntheticQuestion, write_collection
+
+NAME = "own_time"
+COLLECTION = "large"
+ROUTES = ("simple", "moderate", "complex")
+GOALS_MS = {"simple": (5.0, 10.0), "complex": (10.0, None)}  # p50, p99
+
+
+class InstantModels:
+    """The models' protocol (TritonModels' methods the extractive pipeline calls) answered at once, so that a
+    query's wall time is the orchestrator's own. The question gets its corpus vector; any other text (an
+    evidence sentence) a unit vector near the last question's, its offset seeded by a hash of the text, so
+    that sentences score as they would against a real embedder (cosine about 0.8) and the answer cites them."""
+
+    def __init__(self, dimension: int, latency_s: float = 0.0):
+        self.dimension = dimension
+        self.latency_s = latency_s  # each call's time, as a GPU behind Triton would take; 0: none at all
+        self.question: Optional[SyntheticQuestion] = None
+
+    async def _wait(self) -> None:
+        if self.latency_s > 0:
+            await asyncio.sleep(self.latency_s)
+
+    def _vector(self, text: str) -> np.ndarray:
+        if self.question is not None and text == self.question.text:
+            return self.question.vector[0]
+        seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+        vector = np.random.default_rng(seed).normal(size=self.dimension)
+        if self.question is not None:
+            vector = self.question.vector[0] + 0.7 * vector / np.linalg.norm(vector)
+        return (vector / np.linalg.norm(vector)).astype(np.float32)
+
+    async def embed(self, texts: Sequence[str], timeout_s: Optional[float] = None) -> np.ndarray:
+        await self._wait()
+        return np.stack([self._vector(text) for text in texts]) if texts else np.zeros((0, self.dimension), np.float32)
+
+    async def rerank(self, query: str, passages: Sequence[str], timeout_s: Optional[float] = None) -> np.ndarray:
+        await self._wait()
+        return np.asarray([self._vector(query) @ self._vector(p) for p in passages], dtype=np.float32)
+
+    async def route(self, questions: Sequence[str], timeout_s: Optional[float] = None) -> np.ndarray:
+        await self._wait()
+        return np.tile(np.asarray([[1.0, 0.0, 0.0]], np.float32), (len(questions), 1))
+
+    @contextlib.asynccontextmanager
+    async def generate(self, *args, **kwargs) -> AsyncIterator[AsyncIterator]:
+        raise NotImplementedError("the own-time benchmark measures the extractive answer")
+        yield
+
+
+async def ask(pipeline: QueryPipeline, models: InstantModels, question: SyntheticQuestion, route: str) -> FinalAnswerEvent:
+    """One query as the server runs it (one event loop for all, as in the server; retrieval in its thread)."""
+    models.question = question
+    final = None
+    async for event in pipeline.run(QueryInput(COLLECTION, question.text, QueryOptions(route=route)), time.monotonic() + 60.0):
+        final = event
+    assert isinstance(final, FinalAnswerEvent), final
+    return final
+
+
+def own_ms(final: FinalAnswerEvent) -> float:
+    return final.cost.orchestrator_ms
+
+
+def route_summary(finals: list[FinalAnswerEvent]) -> dict:
+    stages = sorted({stage for f in finals for stage in f.cost.orchestrator_ms_by_stage})
+    return {
+        "own": summarize([own_ms(f) / 1000 for f in finals]),
+        "model_ms_p50": float(np.median([f.cost.model_ms for f in finals])),
+        "stages_p50_ms": {s: float(np.median([f.cost.orchestrator_ms_by_stage.get(s, 0.0) for f in finals])) for s in stages},
+        "evidence_p50": float(np.median([len(f.citations) for f in finals])),
+    }
+
+
+async def profile_queries(
+    pipeline: QueryPipeline, models: InstantModels, questions: list[SyntheticQuestion], route: str
+) -> dict[str, str]:
+    """pyinstrument's text reports (frames under 2% of the time left out): the queries as the server runs them,
+    and retrieval alone, called in this thread (the pipeline runs it in a worker thread, which a profiler of
+    the event loop's thread does not see)."""
+    from pyinstrument import Profiler
+
+    def report(profiler: Profiler) -> str:
+        return profiler.output_text(unicode=False, color=False, show_all=False, time="percent_of_total",
+                                    processor_options={"filter_threshold": 0.02})
+
+    profiler = Profiler(interval=0.0002, async_mode="disabled")
+    with profiler:
+        for question in questions:
+            await ask(pipeline, models, question, route)
+    reports = {"pipeline": report(profiler)}
+    snapshot = pipeline.knowledge.collection(COLLECTION).snapshot
+    plan = make_plan(route, QueryOptions(), pipeline.settings)
+    profiler = Profiler(interval=0.0002, async_mode="disabled")
+    with profiler:
+        for question in questions:
+            features = query_features(question.text, snapshot.entity_key_set)
+            retrieve(snapshot, [question.text], question.vector, plan, pipeline.settings.retrieval, features.entities,
+                     features.modalities)
+    reports["retrieval"] = report(profiler)
+    return reports
+
+
+async def measure(
+    settings: Settings, knowledge: KnowledgeBase, models: InstantModels, corpus: SyntheticCorpus, args: argparse.Namespace,
+    first_questions: list[SyntheticQuestion], questions: list[SyntheticQuestion], result: dict,
+) -> None:
+    tokenizer = PlainTokenizer(settings.tokenizer_file, "ingest.tokenizer")
+    pipeline = QueryPipeline(settings, models, knowledge, tokenizer)  # type: ignore[arg-type]
+    first = await ask(pipeline, models, first_questions[0], "simple")
+    result["first_after_start_ms"] = own_ms(first)
+    result["first_after_start_stages_ms"] = first.cost.orchestrator_ms_by_stage
+    print(f"* first query after start: {own_ms(first):.1f} ms", flush=True)
+    for route in ROUTES:
+        for question in questions[:5]:
+            await ask(pipeline, models, question, route)  # warm-up (caches of the route's first use)
+        finals = [await ask(pipeline, models, question, route) for question in questions]
+        result["routes"][route] = route_summary(finals)
+        own = result["routes"][route]["own"]
+        print(f"* {route}: own time p50 {own['p50_ms']:.2f} ms, p99 {own['p99_ms']:.2f} ms", flush=True)
+    latency_s, models.latency_s = models.latency_s, 0.0
+    result["simple_at_once"] = route_summary([await ask(pipeline, models, question, "simple") for question in questions])
+    print(f"* simple, models at once: own time p50 {result['simple_at_once']['own']['p50_ms']:.2f} ms", flush=True)
+    if args.profile:
+        result["profile_simple"] = await profile_queries(pipeline, models, questions, "simple")
+    models.latency_s = latency_s
+    collection = knowledge.collection(COLLECTION)
+    staging = collection.staging_folder()
+    (staging / "assets").mkdir()
+    (staging / "pages").mkdir()
+    started = time.monotonic()
+    collection.commit(corpus.document(args.documents, 80), staging)
+    result["commit_s"] = time.monotonic() - started
+    after = await ask(pipeline, models, first_questions[1], "simple")
+    result["first_after_commit_ms"] = own_ms(after)
+    result["first_after_commit_stages_ms"] = after.cost.orchestrator_ms_by_stage
+    print(f"* first query after a commit: {own_ms(after):.1f} ms", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--documents", type=int, default=100)
+    parser.add_argument("--chunks-per-document", type=int, default=1000)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--index", default="hnsw", choices=("flat", "ivf", "hnsw"))
+    parser.add_argument("--model-ms", type=float, default=1.0, help="each stand-in model call's time")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--name", default=NAME)
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    shape = CollectionShape(documents=args.documents + 1, chunks_per_document=args.chunks_per_document)
+    corpus = SyntheticCorpus(shape)  # its last document is the one committed during the run
+    segments = corpus.segments()
+    questions = corpus.questions(args.queries + 2 * len(ROUTES))
+    first_questions, questions = questions[: 2 * len(ROUTES)], questions[2 * len(ROUTES) :]
+    settings = Settings.load(overrides={"index": {"kind": args.index}})
+    models = InstantModels(shape.dimension, args.model_ms / 1000)
+    data_dir = Path(tempfile.mkdtemp(prefix="own-time-"))
+    result: dict = {
+        "benchmark": NAME, "command": invocation(NAME, sys.argv[1:]), "machine": machine_info(),
+        "uncommitted_changes": uncommitted_changes(), "shape": {**shape.__dict__, "documents": args.documents},
+        "index": args.index, "model_ms": args.model_ms, "routes": {},
+    }
+    try:
+        write_collection(segments[: args.documents], data_dir, COLLECTION)
+        started = time.monotonic()
+        knowledge = KnowledgeBase(data_dir, index_spec(settings.index), warm=True)
+        knowledge.preload()
+        result["open_s"] = time.monotonic() - started
+        result["warm_s"] = wait_warm(knowledge.collection(COLLECTION).snapshot)  # what a server does after start
+        asyncio.run(measure(settings, knowledge, models, corpus, args, first_questions, questions, result))
+        result["evidence"] = len(knowledge.collection(COLLECTION).snapshot.evidence)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+    path, md_path = write_results(args.name, result, markdown(result), args.output)
+    print(markdown(result))
+    print(f"wrote {path} and {md_path}")
+
+
+def markdown(result: dict) -> str:
+    machine = result["machine"]
+    routes = result["routes"]
+    stages = sorted({s for r in routes.values() for s in r["stages_p50_ms"]}, key=lambda s: -routes["simple"]["stages_p50_ms"].get(s, 0))
+    steady = routes["simple"]["own"]["p50_ms"]
+    lines = [
+        "# The orchestrator's own time per query",
+        "",
+        f"Command: `{result['command']}`  ",
+        f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores, {machine['memory_gib']} GiB, GPU: {machine['gpu'] or 'none'}  ",
+        f"Collection: {result['evidence']:,} chunks in synthetic documents (after the commit), {result['index']} index; "
+        f"opened in {result['open_s']:.1f} s, warmed in the background {result['warm_s']:.1f} s after. The pipeline the server runs, in process, with "
+        f"stand-in models taking {result['model_ms']:g} ms a call: the time below is everything but waiting on a model (gRPC not included). "
+        "Extractive answer.",
+        "",
+        "| route | p50 ms | p95 ms | p99 ms | goal p50 / p99 | queries | evidence cited p50 |",
+        "|---|---:|---:|---:|---|---:|---:|",
+    ]
+    for route, summary in routes.items():
+        own = summary["own"]
+        goal = GOALS_MS.get(route)
+        goal_text = f"{goal[0]:g}" + (f" / {goal[1]:g}" if goal and goal[1] else "") if goal else ""
+        lines.append(f"| {route} | **{own['p50_ms']:.2f}** | {own['p95_ms']:.2f} | {own['p99_ms']:.2f} | {goal_text} | "
+                     f"{own['count']} | {summary['evidence_p50']:.0f} |")
+    at_once = result["simple_at_once"]["own"]
+    lines += [
+        "",
+        f"- Simple with models that take no time (token counts no longer hidden behind a model call): p50 "
+        f"{at_once['p50_ms']:.2f} ms, p95 {at_once['p95_ms']:.2f}, p99 {at_once['p99_ms']:.2f}",
+        f"- first query after start, once the background warm-up is done (Simple): {result['first_after_start_ms']:.1f} ms = "
+        f"{result['first_after_start_ms'] / steady:.2f}x the steady p50 (goal: within 1.5x)",
+        f"- first query sent at once after committing an 80-chunk document (commit {result['commit_s']:.2f} s): "
+        f"{result['first_after_commit_ms']:.1f} ms = {result['first_after_commit_ms'] / steady:.2f}x (goal: within 1.5x)",
+        "",
+        "Own time per stage, p50 ms (`cost.orchestrator_ms_by_stage`):",
+        "",
+        "| stage | " + " | ".join(routes) + " | first after start | first after commit |",
+        "|---|" + "---:|" * (len(routes) + 2),
+    ]
+    for stage in stages:
+        cells = [f"{r['stages_p50_ms'].get(stage, 0.0):.2f}" for r in routes.values()]
+        cells += [f"{result[k].get(stage, 0.0):.2f}" for k in ("first_after_start_stages_ms", "first_after_commit_stages_ms")]
+        lines.append(f"| {stage} | " + " | ".join(cells) + " |")
+    for part, text in result.get("profile_simple", {}).items():
+        where = "the event loop's thread" if part == "pipeline" else "retrieval alone, called in the main thread"
+        lines += ["", f"pyinstrument over the steady Simple queries (models at once), {where} (share of the sampled time, frames under 2% "
+                  "left out):", "", "```", text.strip(), "```"]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
