@@ -34,3 +34,17 @@ def test_incremental_commit_adds_and_deletes_a_document(tmp_path):
     (round_,) = result["rounds"]
     assert round_["commit_s"] > 0 and round_["first_query_ms"] > 0 and round_["first_query_after_delete_ms"] > 0
     assert set(result["cold_builds_s"]) == {"lexical", "page_lexical", "graph", "node_evidence"}
+
+
+def test_own_time_reports_every_route_the_first_queries_and_a_profile(tmp_path):
+    result = run("own_time", tmp_path, "--documents", "3", "--chunks-per-document", "200", "--queries", "12", "--profile",
+                 "--index", "flat")
+    assert result["evidence"] == 680  # 3 x 200, and the 80-chunk document committed during the run
+    for route in ("simple", "moderate", "complex"):
+        summary = result["routes"][route]
+        assert summary["own"]["count"] == 12 and summary["own"]["p50_ms"] > 0
+        assert summary["evidence_p50"] >= 1  # the stand-in embedder makes the extractive answer cite something
+        assert {"dense", "answer", "fusion"} <= set(summary["stages_p50_ms"])
+    assert result["simple_at_once"]["own"]["count"] == 12
+    assert result["first_after_start_ms"] > 0 and result["first_after_commit_ms"] > 0
+    assert "retrieve" in result["profile_simple"]["retrieval"] and "QueryPipeline.run" in result["profile_simple"]["pipeline"]

@@ -1,0 +1,80 @@
+"""Recorded answers: work moved off the query path must not change what a query returns.
+
+A small synthetic collection (benchmarks/synthetic_collection.py, exact Flat indexes) is asked 20 questions on
+each route through the query pipeline the server runs, with the own-time benchmark's stand-in models
+(deterministic vectors, no time). The evidence list of each (ids, order, every signal to 6 decimals) and the
+extractive answer with its citations must equal what tests/unit/recorded_answers.json holds: it was recorded
+before the own-time work of issue 21 (from commit 3c80897) and is rewritten only on purpose:
+
+    THINKSERVE_RECORD_ANSWERS=1 .venv/bin/python -m pytest tests/unit/test_recorded_answers.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+
+from benchmarks.own_time import COLLECTION, InstantModels
+from benchmarks.synthetic_collection import CollectionShape, SyntheticCorpus, write_collection
+from orchestrator.config import ROUTE_NAMES, Settings
+from orchestrator.knowledge.indexes import index_spec
+from orchestrator.knowledge.store import KnowledgeBase
+from orchestrator.pipeline.events import EvidenceEvent, FinalAnswerEvent
+from orchestrator.pipeline.plan import QueryOptions
+from orchestrator.pipeline.query import QueryInput, QueryPipeline
+from orchestrator.tokens import PlainTokenizer
+from tests.conftest import MODEL_REPOSITORY
+
+RECORDED = Path(__file__).with_name("recorded_answers.json")
+SHAPE = CollectionShape(documents=6, chunks_per_document=60, vocabulary=3000, entity_pool=400, seed=3)
+
+
+def _answers(data_dir: Path) -> list[dict]:
+    write_collection(SyntheticCorpus(SHAPE).segments(), data_dir, COLLECTION)
+    settings = Settings.load(overrides={"triton": {"model_repository": str(MODEL_REPOSITORY)}})
+    knowledge = KnowledgeBase(data_dir, index_spec(settings.index))
+    models = InstantModels(SHAPE.dimension)
+    pipeline = QueryPipeline(settings, models, knowledge, PlainTokenizer(settings.tokenizer_file, "ingest.tokenizer"))  # type: ignore[arg-type]
+
+    async def ask_all() -> list[dict]:
+        out = []
+        for route in ROUTE_NAMES:
+            for question in SyntheticCorpus(SHAPE).questions(20):
+                models.question = question
+                evidence, final = None, None
+                query = QueryInput(COLLECTION, question.text, QueryOptions(route=route))
+                async for event in pipeline.run(query, time.monotonic() + 60):
+                    evidence = event if isinstance(event, EvidenceEvent) else evidence
+                    final = event
+                assert isinstance(evidence, EvidenceEvent) and isinstance(final, FinalAnswerEvent)
+                out.append({
+                    "route": route,
+                    "question": question.text,
+                    "evidence": [
+                        [item.record.evidence_id, list(item.signals.found_by)]
+                        + [round(getattr(item.signals, name), 6) for name in ("semantic", "lexical", "page_lexical", "structural", "fused", "final")]
+                        for item in evidence.items
+                    ],
+                    "answer": final.text,
+                    "citations": [[c.evidence_rank, c.passage_id, c.page, len(c.quote)] for c in final.citations],  # the quotes are in the answer
+                })
+        return out
+
+    try:
+        return asyncio.run(ask_all())
+    finally:
+        pipeline.close()
+
+
+def test_every_route_returns_the_recorded_evidence_and_answers(tmp_path):
+    answers = _answers(tmp_path)
+    if os.environ.get("THINKSERVE_RECORD_ANSWERS"):
+        RECORDED.write_text(json.dumps(answers, indent=0) + "\n")
+    recorded = json.loads(RECORDED.read_text())
+    assert len(answers) == len(recorded) == 60
+    assert sum(bool(a["citations"]) for a in answers) >= 30  # the answers quote the evidence: the check has teeth
+    for got, expected in zip(answers, recorded):
+        assert got == expected, f"{got['route']} route, question {got['question']!r} changed"
