@@ -18,7 +18,8 @@ Measured in one run, per route (Simple, Moderate, Complex; extractive answer, th
   at once  the Simple route again with models that take no time at all: bookkeeping the pipeline does while
            a model computes (token counts) then counts as its own
   start    the first query after the collection is opened (the server's start), against steady
-  commit   the first query after one 80-chunk document is committed, sent at once, against steady
+  commit   one 80-chunk document committed: a query sent at once (the previous snapshot), the time until the
+           new snapshot is published, the first query on it, against steady
 With --profile, pyinstrument samples the steady Simple queries (models at once): the functions that take the
 time, in the event loop's thread and in retrieval (which the pipeline runs in a worker thread).
 Goal (issue 21): Simple <= 5 ms p50 and <= 10 ms p99, Complex <= 10 ms p50, at 100,000 chunks.
@@ -184,10 +185,16 @@ async def measure(
     started = time.monotonic()
     collection.commit(corpus.document(args.documents, 80), staging)
     result["commit_s"] = time.monotonic() - started
-    after = await ask(pipeline, models, first_questions[1], "simple")
+    during = await ask(pipeline, models, first_questions[1], "simple")  # reads the previous snapshot
+    result["during_build_ms"] = own_ms(during)
+    await collection.visible(collection.head().generation)
+    result["published_s"] = time.monotonic() - started
+    after = await ask(pipeline, models, first_questions[2], "simple")
     result["first_after_commit_ms"] = own_ms(after)
     result["first_after_commit_stages_ms"] = after.cost.orchestrator_ms_by_stage
-    print(f"* first query after a commit: {own_ms(after):.1f} ms", flush=True)
+    print(f"* after a commit: at once {own_ms(during):.1f} ms, published {result['published_s']:.1f} s after the commit, "
+          f"first query on it {own_ms(after):.1f} ms", flush=True)
+    pipeline.close()
 
 
 def main() -> None:
@@ -262,8 +269,10 @@ def markdown(result: dict) -> str:
         f"{at_once['p50_ms']:.2f} ms, p95 {at_once['p95_ms']:.2f}, p99 {at_once['p99_ms']:.2f}",
         f"- first query after start, once the background warm-up is done (Simple): {result['first_after_start_ms']:.1f} ms = "
         f"{result['first_after_start_ms'] / steady:.2f}x the steady p50 (goal: within 1.5x)",
-        f"- first query sent at once after committing an 80-chunk document (commit {result['commit_s']:.2f} s): "
-        f"{result['first_after_commit_ms']:.1f} ms = {result['first_after_commit_ms'] / steady:.2f}x (goal: within 1.5x)",
+        f"- an 80-chunk document committed (durable in {result['commit_s']:.2f} s): a query sent at once reads the previous "
+        f"snapshot, {result['during_build_ms']:.1f} ms = {result['during_build_ms'] / steady:.2f}x; the new snapshot is published "
+        f"{result['published_s']:.1f} s after the commit began (built); the first query on it {result['first_after_commit_ms']:.1f} ms = "
+        f"{result['first_after_commit_ms'] / steady:.2f}x (goal: within 1.5x)",
         "",
         "Own time per stage, p50 ms (`cost.orchestrator_ms_by_stage`):",
         "",

@@ -180,6 +180,8 @@ class ThinkServeService(pb_grpc.ThinkServeServicer):
         collection = self.knowledge.collection(request.collection)
         async with collection.write_lock:
             removed = await asyncio.to_thread(collection.delete, request.name)
+            generation = collection.head().generation
+        await collection.visible(generation)  # no query after this answer finds the document
         return convert.document_info(removed)
 
     # ------------------------------------------------------------------ collections

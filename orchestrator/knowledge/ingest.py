@@ -92,7 +92,7 @@ class Ingestor:
         source = sources.detect(name, data, media_type)
         document_id = hashlib.sha256(data).hexdigest()[:24]
         target = self.knowledge.collection(collection, create=True)
-        if (present := _present(target.snapshot.documents, document_id)) is not None:
+        if (present := _present(target.head().documents, document_id)) is not None:
             return IngestResult(collection, present, True, None, time.monotonic() - started)
 
         stages = _Stages()
@@ -101,14 +101,17 @@ class Ingestor:
             parsed = await self._parse(source, name, data, staging, stages)
             segment = await self._build_segment(parsed, source, name, document_id, len(data), staging, stages, timeout_s)
             async with target.write_lock:
-                if (present := _present(target.snapshot.documents, document_id)) is not None:
+                if (present := _present(target.head().documents, document_id)) is not None:
                     target.discard_staging(staging)
                     return IngestResult(collection, present, True, None, time.monotonic() - started)
                 with stages.timed("commit"):
                     replaced = await asyncio.to_thread(target.commit, segment, staging)
+                generation = target.head().generation
         except BaseException:
             target.discard_staging(staging)
             raise
+        with stages.timed("publish"):  # read-your-writes: the next query sees the document, at full speed
+            await target.visible(generation)
         return IngestResult(collection, segment.document, False, replaced, time.monotonic() - started, stages.seconds)
 
     async def _parse(self, source: sources.SourceKind, name: str, data: bytes, staging: Path, stages: _Stages) -> ParsedDocument:

@@ -205,9 +205,9 @@ class Snapshot:
         return sparse.csr_matrix((data, columns, pointers), shape=(graph.node_count, len(self.evidence)))
 
     def warm(self, current: Callable[[], bool] = lambda: True) -> None:
-        """Build what queries build on first use (BM25 indexes, graph, page tables), so none of them waits:
-        run in the background after a commit or an open; stops early once `current()` says a newer snapshot
-        replaced this one (a bulk ingest commits faster than a large collection's graph is built)."""
+        """Build what queries build on first use (BM25 indexes, graph, page tables), so none of them waits: a
+        commit's snapshot before it is published, an opened one in the background, which stops early once
+        `current()` says a commit superseded it."""
         for part in ("lexical", "page_lexical", "page_rows", "node_evidence", "nodes_per_evidence", "entity_key_set"):
             if not current():
                 return
@@ -275,29 +275,52 @@ class Snapshot:
 
 
 class Collection:
-    """One tenant's documents. One writer at a time (write_lock); any number of readers of snapshots."""
+    """One tenant's documents. One writer at a time (write_lock); any number of readers of snapshots.
+
+    A commit is durable when it returns (its manifest is on disk) and makes the collection's new `head`. In a
+    serving process (`warm`), queries see a head once it is published: after its BM25 indexes and graph are
+    built in the background (Snapshot.warm), so no query waits for them; meanwhile they read the previous
+    snapshot. Commits arriving during a build are published together by the next one, so a bulk ingest does
+    not pay a build per document. Writers that promise read-your-writes wait for `visible(generation)`."""
 
     def __init__(self, root: Path, spec: IndexSpec, read_only: bool = False, warm: bool = False):
         self.root = root
         self.read_only = read_only  # a reader beside the serving process: never cleans up, never writes
-        self.warm = warm  # build each new snapshot's lazy structures in the background (Snapshot.warm)
+        self.warm = warm  # publish each new snapshot once built, build the opened one in the background
         self.name = root.name
         self.spec = spec
         self.write_lock = asyncio.Lock()
-        self._snapshot: Optional[Snapshot] = None
+        self._snapshot: Optional[Snapshot] = None  # published: what queries read
+        self._head: Optional[Snapshot] = None  # the newest committed snapshot, which writers build on
         self._manifest: list[ManifestEntry] = []
         self._staging: set[str] = set()  # folders of ingests running now in this process
         self._indexes: Optional[str] = None  # the folder of the stored indexes of the manifest's generation
         self._open_lock = threading.Lock()
+        # held (in worker threads) from a commit's rename to its manifest and stored indexes, and by the clean-up
+        # that removes folders nothing names, which the publisher also runs
+        self._files = threading.RLock()
+        self._publishing = threading.Lock()
+        self._publisher: Optional[threading.Thread] = None
 
     @property
     def snapshot(self) -> Snapshot:
+        """The published snapshot: what queries read."""
         if self._snapshot is None:
             with self._open_lock:  # a query and the server's preload may ask at once: open once
                 if self._snapshot is None:
-                    self._snapshot = self._open()
+                    self._snapshot = self._head = self._open()
                     self._warm(self._snapshot)
         return self._snapshot
+
+    def head(self) -> Snapshot:
+        """The newest committed snapshot (published or being built): what the next commit builds on."""
+        snapshot = self.snapshot
+        return self._head or snapshot
+
+    async def visible(self, generation: int, poll_s: float = 0.01) -> None:
+        """Return once queries read generation `generation` or a later one."""
+        while self.snapshot.generation < generation:
+            await asyncio.sleep(poll_s)
 
     def exists(self) -> bool:
         return (self.root / MANIFEST).exists()
@@ -323,9 +346,10 @@ class Collection:
         return snapshot
 
     def _warm(self, snapshot: Snapshot) -> None:
+        """The opened snapshot is published at once and built in the background (until a commit supersedes it)."""
         if self.warm and not self.read_only and snapshot.segments:
             threading.Thread(
-                target=snapshot.warm, args=(lambda: self._snapshot is snapshot,), name=f"warm-{self.name}-{snapshot.generation}",
+                target=snapshot.warm, args=(lambda: self._head is snapshot,), name=f"warm-{self.name}-{snapshot.generation}",
                 daemon=True,
             ).start()
 
@@ -335,8 +359,8 @@ class Collection:
             raise RuntimeError(f"collection {self.name} is open read-only")
         self.root.mkdir(parents=True, exist_ok=True)
         folder = self.root / f"{_STAGING_PREFIX}{secrets.token_hex(6)}"
+        self._staging.add(folder.name)  # before it exists: a clean-up running now must not take it
         folder.mkdir()
-        self._staging.add(folder.name)
         return folder
 
     def discard_staging(self, folder: Path) -> None:
@@ -349,55 +373,89 @@ class Collection:
 
         Returns the replaced document's record, if any. Caller holds write_lock (commits are serialised).
         """
-        old = self.snapshot
+        old = self.head()
         if old.segments and old.dimension and segment.evidence_vectors.shape[1] != old.dimension:
             raise InvalidRequestError(
                 f"collection {self.name} holds {old.dimension}-d embeddings but the embedder now gives "
                 f"{segment.evidence_vectors.shape[1]}-d: it was built with another model profile"
             )
         segment.write(staging)
-        self._staging.discard(staging.name)
         name = f"seg-{segment.document.document_id}-{secrets.token_hex(4)}"
-        final = self.root / name
-        staging.rename(final)
-        fsync_path(self.root)
-        segment.folder = final
+        segment.folder = self.root / name
         replaced = next((e for e in self._manifest if e.name == segment.document.name), None)
         manifest = [e for e in self._manifest if e is not replaced] + [ManifestEntry(segment.document.name, name)]
         kept = [s for s in old.segments if s.document.name != segment.document.name]
         snapshot = Snapshot(old.generation + 1, kept + [segment], self.spec, base=old)
-        self._switch(snapshot, manifest)
+        with self._files:  # from the rename until the manifest names it, no clean-up may see the folder
+            self._staging.discard(staging.name)
+            staging.rename(segment.folder)
+            fsync_path(self.root)
+            self._switch(snapshot, manifest)
         return old.documents.get(segment.document.name) if replaced else None
 
     def delete(self, name: str) -> DocumentRecord:
         """Remove a document: its segment leaves the manifest, so every record and vector of it goes."""
-        old = self.snapshot
+        old = self.head()
         if name not in old.documents:
             raise NotFoundError(f"collection {self.name} has no document named {name!r}")
         manifest = [e for e in self._manifest if e.name != name]
         snapshot = Snapshot(old.generation + 1, [s for s in old.segments if s.document.name != name], self.spec)
-        self._switch(snapshot, manifest)
+        with self._files:
+            self._switch(snapshot, manifest)
         return old.documents[name]
 
     def _switch(self, snapshot: Snapshot, manifest: list[ManifestEntry]) -> None:
         if self.read_only:
             raise RuntimeError(f"collection {self.name} is open read-only")
         write_manifest(self.root, snapshot.generation, manifest)
-        self._snapshot, self._manifest = snapshot, manifest
+        self._head, self._manifest = snapshot, manifest
         self._indexes = stored_indexes.write(
             self.root, snapshot.generation, [entry.segment for entry in manifest], self.spec, snapshot.vector_tables
         )
-        self._remove_unreferenced()
-        self._warm(snapshot)
+        if self.warm and snapshot.segments:
+            self._remove_unreferenced()
+            self._publish_when_built()
+        else:
+            self._publish(snapshot)
+
+    def _publish(self, snapshot: Snapshot) -> None:
+        with self._files:
+            if self._snapshot is None or snapshot.generation > self._snapshot.generation:
+                self._snapshot = snapshot
+            self._remove_unreferenced()  # what the previous published snapshot alone still read
+
+    def _publish_when_built(self) -> None:
+        with self._publishing:
+            if self._publisher is None:  # a running publisher takes the new head in its next round
+                self._publisher = threading.Thread(target=self._publish_heads, name=f"publish-{self.name}", daemon=True)
+                self._publisher.start()
+
+    def _publish_heads(self) -> None:
+        """Build the newest head and publish it, until the published snapshot is the head. A build is never cut
+        short by a newer commit: under a steady stream of commits each build still publishes something."""
+        while True:
+            with self._publishing:
+                head = self._head
+                if head is None or head is self._snapshot:
+                    self._publisher = None
+                    return
+            try:
+                head.warm()
+            except Exception:  # its queries meet the error when they build it themselves
+                log.exception("collection %s: building snapshot %d failed; published unbuilt", self.name, head.generation)
+            self._publish(head)
 
     def _remove_unreferenced(self) -> None:
-        """Segments no manifest names: staging folders of interrupted ingests and dropped documents."""
-        live = {entry.segment for entry in self._manifest} | ({self._indexes} if self._indexes else set())
-        for entry in self.root.iterdir() if self.root.exists() else ():
-            if entry.is_dir() and entry.name not in live and entry.name not in self._staging:
-                shutil.rmtree(entry, ignore_errors=True)
-            elif entry.name.startswith(f".{MANIFEST}."):  # a manifest write cut short by a crash
-                entry.unlink(missing_ok=True)
+        """Segments neither the manifest nor the published snapshot names: staging folders of interrupted
+        ingests and dropped documents."""
+        with self._files:
+            live = {entry.segment for entry in self._manifest} | ({self._indexes} if self._indexes else set())
+            live |= {s.folder.name for s in (self._snapshot.segments if self._snapshot else ()) if s.folder is not None}
+            for entry in self.root.iterdir() if self.root.exists() else ():
+                if entry.is_dir() and entry.name not in live and entry.name not in self._staging:
+                    shutil.rmtree(entry, ignore_errors=True)
+                elif entry.name.startswith(f".{MANIFEST}."):  # a manifest write cut short by a crash
+                    entry.unlink(missing_ok=True)
 
 
 class KnowledgeBase:

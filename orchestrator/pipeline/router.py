@@ -34,6 +34,7 @@ _INTENT_PATTERNS = {
     r"faster|slower) than\b|\b(?:fast|slow|high|low|larg|small|bigg|great|strong|weak|long|short|cheap|"
     r"earli|wid|deep|rich|poor)est\b|\bthe (?:most|least|best|worst)\b|\boutperform\w*|\brank\w*",
 }
+_INTENT_REGEXES = {name: re.compile(pattern) for name, pattern in _INTENT_PATTERNS.items()}  # compiled at import
 _INTENT_WEIGHT = {"lookup": 0.0, "comparison": 1.5, "calculation": 1.5, "causal": 2.0}
 
 # Words naming visual evidence, and the block types each one prefers (MinerU may file a chart as an image).
@@ -102,7 +103,7 @@ class RouteDecision:
 def query_features(question: str, entity_keys: Collection[str] = frozenset()) -> QueryFeatures:
     text = " ".join(question.split())
     lowered = text.casefold()
-    intents = tuple(name for name, pattern in _INTENT_PATTERNS.items() if re.search(pattern, lowered))
+    intents = tuple(name for name, pattern in _INTENT_REGEXES.items() if pattern.search(lowered))
     intent = max(intents, key=_INTENT_WEIGHT.__getitem__) if intents else "lookup"
     words = [w.strip(".").casefold() for w in _WORD.findall(text)]
     modalities: dict[str, float] = {}

@@ -1,8 +1,10 @@
-"""A snapshot's lazy structures (BM25 indexes, graph) are built once, by whichever thread asks first, and a
-serving knowledge base builds them in the background after each commit and open."""
+"""A snapshot's lazy structures (BM25 indexes, graph) are built once, by whichever thread asks first; a serving
+knowledge base builds an opened snapshot in the background, and publishes a commit's only once it is built."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
 import time
 
@@ -49,19 +51,81 @@ def test_threads_asking_at_once_build_the_graph_once(monkeypatch):
     assert len(calls) == 1 and len(graphs) == 6 and all(graph is graphs[0] for graph in graphs)
 
 
-def test_a_serving_knowledge_base_warms_each_new_snapshot_in_the_background(tmp_path):
+ALL_PARTS = {"lexical", "page_lexical", "graph", "node_evidence"}
+
+
+def slow_graph_builds(monkeypatch, seconds: float) -> list[int]:
+    """Make every graph build take `seconds`; returns the list that counts them."""
+    calls = []
+    original = store.build_graph
+
+    def slow_build(inputs):
+        calls.append(1)
+        time.sleep(seconds)
+        return original(inputs)
+
+    monkeypatch.setattr(store, "build_graph", slow_build)
+    return calls
+
+
+def test_a_serving_knowledge_base_publishes_a_commit_once_it_is_built(tmp_path, monkeypatch):
+    slow_graph_builds(monkeypatch, 0.3)
+    collection = KnowledgeBase(tmp_path, warm=True).collection("docs", create=True)
+    empty = collection.snapshot
+    commit(collection, segment())
+    head = collection.head()
+    assert head.generation == 1 and "a.md" in head.documents
+    assert collection.snapshot is empty  # queries read the previous snapshot while the new one is built
+    asyncio.run(collection.visible(1))
+    assert collection.snapshot is head and built(head) == ALL_PARTS  # no query on it waits for a build
+    reopened = KnowledgeBase(tmp_path, warm=True)
+    reopened.preload()  # what a server starts in the background: the opened snapshot is published at once
+    snapshot = reopened.collection("docs").snapshot
+    assert "a.md" in snapshot.documents
+    assert wait_until(lambda: built(snapshot) == ALL_PARTS)
+    # tools and read-only readers build nothing ahead and publish each commit at once
+    tool = KnowledgeBase(tmp_path).collection("docs")
+    commit(tool, segment("b.md", seed=1))
+    assert tool.snapshot is tool.head() and "b.md" in tool.snapshot.documents
+    time.sleep(0.3)
+    assert built(tool.snapshot) == set()
+
+
+def test_commits_during_a_build_are_published_together(tmp_path, monkeypatch):
+    builds = slow_graph_builds(monkeypatch, 0.4)
+    collection = KnowledgeBase(tmp_path, warm=True).collection("docs", create=True)
+    for number in range(4):
+        commit(collection, segment(f"d{number}.md", seed=number))
+    assert collection.head().generation == 4
+    asyncio.run(collection.visible(4))
+    assert set(collection.snapshot.documents) == {"d0.md", "d1.md", "d2.md", "d3.md"}
+    assert len(builds) < 4  # the first commit's build, then one for the three that came during it
+
+
+def test_a_deleted_documents_files_stay_while_the_published_snapshot_reads_them(tmp_path, monkeypatch):
+    collection = KnowledgeBase(tmp_path, warm=True).collection("docs", create=True)
+    commit(collection, segment("a.md"))
+    commit(collection, segment("b.md", seed=1))
+    asyncio.run(collection.visible(2))
+    folder = collection.snapshot.segments[0].folder
+    slow_graph_builds(monkeypatch, 0.4)
+    collection.delete("a.md")
+    assert collection.snapshot.documents.keys() == {"a.md", "b.md"} and folder.is_dir()  # still read by queries
+    asyncio.run(collection.visible(3))
+    assert collection.snapshot.documents.keys() == {"b.md"} and wait_until(lambda: not folder.exists())
+
+
+def test_a_snapshot_whose_build_fails_is_published_unbuilt(tmp_path, monkeypatch, caplog):
+    def broken(inputs):
+        raise RuntimeError("graph build failed")
+
+    monkeypatch.setattr(store, "build_graph", broken)
     collection = KnowledgeBase(tmp_path, warm=True).collection("docs", create=True)
     commit(collection, segment())
-    first = collection.snapshot
-    assert wait_until(lambda: built(first) == {"lexical", "page_lexical", "graph", "node_evidence"})
-    reopened = KnowledgeBase(tmp_path, warm=True)
-    reopened.preload()  # what a server starts in the background
-    snapshot = reopened.collection("docs").snapshot
-    assert wait_until(lambda: built(snapshot) == {"lexical", "page_lexical", "graph", "node_evidence"})
-    # tools and read-only readers do not
-    cold = KnowledgeBase(tmp_path).collection("docs").snapshot
-    time.sleep(0.3)
-    assert built(cold) == set()
+    with caplog.at_level(logging.ERROR):
+        asyncio.run(asyncio.wait_for(collection.visible(1), 20))
+    assert "a.md" in collection.snapshot.documents and "graph" not in collection.snapshot.__dict__
+    assert "building snapshot 1 failed" in caplog.text
 
 
 def test_a_superseded_snapshot_stops_warming():
