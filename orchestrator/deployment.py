@@ -85,7 +85,7 @@ class Deployment:
                 self.settings, models, ingestor, self.gateway, self.required_models, self._triton_state
             )
             if self.settings.storage.warm_snapshots:
-                threading.Thread(target=knowledge.preload, name="preload-collections", daemon=True).start()
+                threading.Thread(target=pipeline.warm_up, name="warm-up-collections", daemon=True).start()
             self.address = await self._start_server(service)
             progress(f"orchestrator listening on {self.address}{' (TLS)' if self.settings.server.tls_cert_file else ''}")
             if self.settings.http.enabled:

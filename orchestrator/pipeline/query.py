@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -54,6 +55,7 @@ from .timing import StageTimer
 from .uncertainty import deliberate
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 REFUSAL = "The documents in this collection do not contain enough evidence to answer this question."
 NO_SENTENCE = "No sentence of the retrieved evidence answers this question closely enough."
 # Model failures an optional stage survives (it is skipped) and the LLM answer survives (the extractive one stands in).
@@ -126,6 +128,25 @@ class QueryPipeline:
 
     def close(self) -> None:
         self.search_pool.shutdown(wait=False, cancel_futures=True)
+
+    def warm_up(self) -> None:
+        """Open every collection, build its snapshot and retrieve once from it on every route (no model is
+        called), so that the first user's query finds the code paths and the indexes' memory warm: a server
+        runs it in the background at start (on 100,000 chunks the first query was 1.5x a steady one)."""
+        self.knowledge.preload()
+        for name in self.knowledge.names():
+            try:
+                snapshot = self.knowledge.collection(name).snapshot
+                snapshot.warm()
+                if not snapshot.evidence:
+                    continue
+                vectors = snapshot.evidence_vectors([0])
+                for route in ROUTE_NAMES:
+                    plan = make_plan(route, QueryOptions(), self.settings)
+                    retrieve(snapshot, [snapshot.evidence[0].text[:200]], vectors, plan, self.settings.retrieval, (), {},
+                             self.search_pool)
+            except Exception:  # the collection's own queries report what is wrong with it
+                log.exception("warming up collection %s failed", name)
 
     def validate(self, query: QueryInput) -> None:
         """Reject bad requests before any model work (the collection must exist, limits hold)."""

@@ -26,7 +26,8 @@ class CostReport:
     orchestrator_ms: float  # the rest of the query's wall time: retrieval, fusion, prompts, gRPC
     # orchestrator_ms by stage: each stage's wall time less the time its own model calls were in flight, and
     # "unattributed" for what no stage covers (request handling, events, conversion). Stages that overlap (the
-    # page-image branch runs beside text retrieval) each count their own, so the parts may sum to more.
+    # page-image branch runs beside text retrieval, the graph beside the passage searches) each count their
+    # own, so the parts may sum to more.
     orchestrator_ms_by_stage: dict[str, float] = field(default_factory=dict)
 
     @property

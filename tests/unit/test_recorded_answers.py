@@ -32,12 +32,16 @@ RECORDED = Path(__file__).with_name("recorded_answers.json")
 SHAPE = CollectionShape(documents=6, chunks_per_document=60, vocabulary=3000, entity_pool=400, seed=3)
 
 
-def _answers(data_dir: Path) -> list[dict]:
+def _pipeline(data_dir: Path, models) -> QueryPipeline:
     write_collection(SyntheticCorpus(SHAPE).segments(), data_dir, COLLECTION)
     settings = Settings.load(overrides={"triton": {"model_repository": str(MODEL_REPOSITORY)}})
     knowledge = KnowledgeBase(data_dir, index_spec(settings.index))
+    return QueryPipeline(settings, models, knowledge, PlainTokenizer(settings.tokenizer_file, "ingest.tokenizer"))
+
+
+def _answers(data_dir: Path) -> list[dict]:
     models = InstantModels(SHAPE.dimension)
-    pipeline = QueryPipeline(settings, models, knowledge, PlainTokenizer(settings.tokenizer_file, "ingest.tokenizer"))  # type: ignore[arg-type]
+    pipeline = _pipeline(data_dir, models)
 
     async def ask_all() -> list[dict]:
         out = []
@@ -78,3 +82,18 @@ def test_every_route_returns_the_recorded_evidence_and_answers(tmp_path):
     assert sum(bool(a["citations"]) for a in answers) >= 30  # the answers quote the evidence: the check has teeth
     for got, expected in zip(answers, recorded):
         assert got == expected, f"{got['route']} route, question {got['question']!r} changed"
+
+
+class NoModels:
+    def __getattr__(self, name):
+        raise AssertionError(f"warm-up called the model method {name}")
+
+
+def test_the_servers_warm_up_builds_every_collection_without_calling_a_model(tmp_path):
+    pipeline = _pipeline(tmp_path, NoModels())
+    try:
+        pipeline.warm_up()
+        snapshot = pipeline.knowledge.collection(COLLECTION).snapshot
+        assert {"lexical", "page_lexical", "graph", "node_evidence"} <= set(snapshot.__dict__)
+    finally:
+        pipeline.close()
