@@ -270,8 +270,8 @@ def markdown(result: dict) -> str:
         "",
         f"- Simple with models that take no time (token counts no longer hidden behind a model call): p50 "
         f"{at_once['p50_ms']:.2f} ms, p95 {at_once['p95_ms']:.2f}, p99 {at_once['p99_ms']:.2f}",
-        f"- first query after start, once the server's background warm-up is done (QueryPipeline.warm_up, "
-        f"{result['warm_up_s']:.1f} s after the collection was built) (Simple): {result['first_after_start_ms']:.1f} ms = "
+        f"- first query after start, once the server's background warm-up is done (Simple; QueryPipeline.warm_up "
+        f"took {result['warm_up_s']:.2f} s on the built collection): {result['first_after_start_ms']:.1f} ms = "
         f"{result['first_after_start_ms'] / steady:.2f}x the steady p50 (goal: within 1.5x)",
         f"- an 80-chunk document committed (durable in {result['commit_s']:.2f} s): a query sent at once reads the previous "
         f"snapshot, {result['during_build_ms']:.1f} ms = {result['during_build_ms'] / steady:.2f}x; the new snapshot is published "

@@ -142,8 +142,10 @@ class ObservabilitySettings(_Section):
 
 class StorageSettings(_Section):
     data_dir: Path = Path(".thinkserve/data")
-    # After a commit (and when a collection is opened) its BM25 indexes and graph are built in a background
-    # thread, so the first query does not build them; off, the first query builds what it needs.
+    # On: a commit's snapshot is published to queries once its BM25 indexes and graph are built (queries read
+    # the previous one meanwhile; an ingest answers once its document is visible), and at start every
+    # collection is opened, built and retrieved from once in the background. Off: a commit is visible at once
+    # and the first query after it builds what it needs.
     warm_snapshots: bool = True
 
 

@@ -85,7 +85,7 @@ def retrieve(
     page_fractions = np.zeros(0)
     if plan.page_lexical:
         with timer.stage("page_lexical"):
-            page_fractions = np.max([_lexical_fractions(snapshot.page_lexical, question) for question in questions], axis=0)
+            page_fractions = _best_of([_lexical_fractions(snapshot.page_lexical, question) for question in questions])
             page_rows = snapshot.page_rows
             for page, _ in snapshot.page_lexical.best(page_fractions, plan.page_lexical_top_k):
                 for row in page_rows[page].tolist():
@@ -106,7 +106,7 @@ def retrieve(
             for row, best in zip(missing, similarities.max(axis=1).tolist()):
                 candidates[row].semantic = best
         if lexical:
-            best_lexical = np.max(lexical, axis=0)
+            best_lexical = _best_of(lexical)
             for row, signals in candidates.items():
                 signals.lexical = float(best_lexical[row])
         if len(page_fractions):
@@ -142,6 +142,11 @@ def _graph_side(
                 hubs(snapshot.node_evidence, settings.graph_hub_fraction, settings.graph_hub_min_chunks),
             )
     return seeds, expansion, timer.stages
+
+
+def _best_of(scores: list[np.ndarray]) -> np.ndarray:
+    """The element-wise best of the questions' scores; one question's as they are (no copy of every row's)."""
+    return scores[0] if len(scores) == 1 else np.max(scores, axis=0)
 
 
 def _lexical_fractions(index: BM25Index, question: str) -> np.ndarray:
