@@ -283,10 +283,14 @@ class Collection:
     snapshot. Commits arriving during a build are published together by the next one, so a bulk ingest does
     not pay a build per document. Writers that promise read-your-writes wait for `visible(generation)`."""
 
-    def __init__(self, root: Path, spec: IndexSpec, read_only: bool = False, warm: bool = False):
+    def __init__(
+        self, root: Path, spec: IndexSpec, read_only: bool = False, warm: bool = False,
+        prepare: Callable[[Snapshot], None] = lambda snapshot: None,
+    ):
         self.root = root
         self.read_only = read_only  # a reader beside the serving process: never cleans up, never writes
         self.warm = warm  # publish each new snapshot once built, build the opened one in the background
+        self.prepare = prepare  # run on a built snapshot before it is published (the query path's warm-up)
         self.name = root.name
         self.spec = spec
         self.write_lock = asyncio.Lock()
@@ -441,6 +445,7 @@ class Collection:
                     return
             try:
                 head.warm()
+                self.prepare(head)
             except Exception:  # its queries meet the error when they build it themselves
                 log.exception("collection %s: building snapshot %d failed; published unbuilt", self.name, head.generation)
             self._publish(head)
@@ -468,6 +473,8 @@ class KnowledgeBase:
         self.spec = spec
         self.read_only = read_only
         self.warm = warm
+        # with `warm`: what a built snapshot goes through before it is published (the query pipeline sets it)
+        self.prepare: Callable[[Snapshot], None] = lambda snapshot: None
         self._collections: dict[str, Collection] = {}
         if not read_only and self.root.exists():
             for leftover in self.root.glob(f"{_DELETED_PREFIX}*"):  # a deletion cut short by a crash
@@ -477,7 +484,9 @@ class KnowledgeBase:
         if not COLLECTION_NAME.match(name or ""):
             raise InvalidRequestError(f"collection name {name!r} must match {COLLECTION_NAME.pattern}")
         if name not in self._collections:
-            self._collections[name] = Collection(self.root / name, self.spec, self.read_only, self.warm)
+            self._collections[name] = Collection(
+                self.root / name, self.spec, self.read_only, self.warm, lambda snapshot: self.prepare(snapshot)
+            )
         collection = self._collections[name]
         # A collection exists once its first document is committed, even if an ingest created the object.
         if not create and not collection.exists():

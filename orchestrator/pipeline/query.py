@@ -125,6 +125,7 @@ class QueryPipeline:
         self._limits: dict[str, tuple[int, int]] = {}
         # the graph's side of retrieval runs here beside the passage searches (retrieval.retrieve)
         self.search_pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="graph-search")
+        knowledge.prepare = self.exercise  # each new snapshot is retrieved from once before queries see it
 
     def close(self) -> None:
         self.search_pool.shutdown(wait=False, cancel_futures=True)
@@ -138,15 +139,19 @@ class QueryPipeline:
             try:
                 snapshot = self.knowledge.collection(name).snapshot
                 snapshot.warm()
-                if not snapshot.evidence:
-                    continue
-                vectors = snapshot.evidence_vectors([0])
-                for route in ROUTE_NAMES:
-                    plan = make_plan(route, QueryOptions(), self.settings)
-                    retrieve(snapshot, [snapshot.evidence[0].text[:200]], vectors, plan, self.settings.retrieval, (), {},
-                             self.search_pool)
+                self.exercise(snapshot)
             except Exception:  # the collection's own queries report what is wrong with it
                 log.exception("warming up collection %s failed", name)
+
+    def exercise(self, snapshot: Snapshot) -> None:
+        """Retrieve from the snapshot once on every route, with its first passage for a question (no model is
+        called): the first query on it then finds the code paths and its indexes' memory warm."""
+        if not snapshot.evidence:
+            return
+        vectors = snapshot.evidence_vectors([0])
+        for route in ROUTE_NAMES:
+            plan = make_plan(route, QueryOptions(), self.settings)
+            retrieve(snapshot, [snapshot.evidence[0].text[:200]], vectors, plan, self.settings.retrieval, (), {}, self.search_pool)
 
     def validate(self, query: QueryInput) -> None:
         """Reject bad requests before any model work (the collection must exist, limits hold)."""

@@ -38,8 +38,9 @@ def test_incremental_commit_adds_and_deletes_a_document(tmp_path):
 
 def test_own_time_reports_every_route_the_first_queries_and_a_profile(tmp_path):
     result = run("own_time", tmp_path, "--documents", "3", "--chunks-per-document", "200", "--queries", "12", "--profile",
-                 "--index", "flat")
-    assert result["evidence"] == 680  # 3 x 200, and the 80-chunk document committed during the run
+                 "--index", "flat", "--commits", "2")
+    assert result["evidence"] == 760  # 3 x 200, and the two 80-chunk documents committed during the run
+    assert len(result["commits"]) == 2 and all(r["published_s"] >= r["commit_s"] > 0 for r in result["commits"])
     for route in ("simple", "moderate", "complex"):
         summary = result["routes"][route]
         assert summary["own"]["count"] == 12 and summary["own"]["p50_ms"] > 0

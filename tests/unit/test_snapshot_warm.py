@@ -135,3 +135,17 @@ def test_a_superseded_snapshot_stops_warming():
     answers = iter([True, False])
     snapshot.warm(current=lambda: next(answers, False))
     assert built(snapshot) == {"lexical"}
+
+
+def test_a_built_snapshot_is_prepared_before_it_is_published(tmp_path):
+    knowledge = KnowledgeBase(tmp_path, warm=True)
+    prepared = []
+
+    def prepare(snapshot):
+        prepared.append((snapshot.generation, built(snapshot), collection.snapshot.generation))
+
+    knowledge.prepare = prepare
+    collection = knowledge.collection("docs", create=True)
+    commit(collection, segment())
+    asyncio.run(asyncio.wait_for(collection.visible(1), 20))
+    assert prepared == [(1, ALL_PARTS, 0)]  # built, and queries still read generation 0 while it ran
