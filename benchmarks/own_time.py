@@ -10,7 +10,8 @@ answer, the final event with its cost) answers each question, in process, with s
 --model-ms per call (1 ms: about a small batch through Triton on a GPU) and answer with the question's vector
 from the corpus, or a fixed vector per other text. What the pipeline reports as its own time
 (`cost.orchestrator_ms`: wall time outside model calls) is what is measured, split per stage as the final
-event reports it. The gRPC layer is not included (benchmarks/service_overhead.py measures the gateway's own
+event reports it. Beside it: each query's events converted to protobuf and serialised, as the service sends
+them (the rest of the gRPC layer is not included: benchmarks/service_overhead.py measures the gateway's own
 work).
 
 Measured in one run, per route (Simple, Moderate, Complex; extractive answer, the default settings):
@@ -40,6 +41,7 @@ from typing import AsyncIterator, Optional, Sequence
 
 import numpy as np
 
+from orchestrator.api.convert import query_event
 from orchestrator.config import Settings
 from orchestrator.knowledge.indexes import index_spec
 from orchestrator.knowledge.store import KnowledgeBase
@@ -102,13 +104,20 @@ class InstantModels:
         yield
 
 
+CONVERSION_MS: list[float] = []  # per query: its events converted to protobuf and serialised, as the server sends them
+
+
 async def ask(pipeline: QueryPipeline, models: InstantModels, question: SyntheticQuestion, route: str) -> FinalAnswerEvent:
     """One query as the server runs it (one event loop for all, as in the server; retrieval in its thread)."""
     models.question = question
-    final = None
+    final, converting = None, 0.0
     async for event in pipeline.run(QueryInput(COLLECTION, question.text, QueryOptions(route=route)), time.monotonic() + 60.0):
+        started = time.perf_counter()
+        query_event(event, "bench").SerializeToString()
+        converting += time.perf_counter() - started
         final = event
     assert isinstance(final, FinalAnswerEvent), final
+    CONVERSION_MS.append(converting * 1000)
     return final
 
 
@@ -119,6 +128,7 @@ def own_ms(final: FinalAnswerEvent) -> float:
 def route_summary(finals: list[FinalAnswerEvent]) -> dict:
     stages = sorted({stage for f in finals for stage in f.cost.orchestrator_ms_by_stage})
     return {
+        "conversion_p50_ms": float(np.median(CONVERSION_MS[-len(finals):])),
         "own": summarize([own_ms(f) / 1000 for f in finals]),
         "model_ms_p50": float(np.median([f.cost.model_ms for f in finals])),
         "stages_p50_ms": {s: float(np.median([f.cost.orchestrator_ms_by_stage.get(s, 0.0) for f in finals])) for s in stages},
@@ -261,18 +271,18 @@ def markdown(result: dict) -> str:
         f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores, {machine['memory_gib']} GiB, GPU: {machine['gpu'] or 'none'}  ",
         f"Collection: {result['evidence']:,} chunks in synthetic documents (after the commit), {result['index']} index; "
         f"opened in {result['open_s']:.1f} s, warmed in the background {result['warm_s']:.1f} s after. The pipeline the server runs, in process, with "
-        f"stand-in models taking {result['model_ms']:g} ms a call: the time below is everything but waiting on a model (gRPC not included). "
+        f"stand-in models taking {result['model_ms']:g} ms a call: the time below is everything but waiting on a model (the protobuf conversion of its events in the last column; the rest of gRPC not included). "
         "Extractive answer.",
         "",
-        "| route | p50 ms | p95 ms | p99 ms | goal p50 / p99 | queries | evidence cited p50 |",
-        "|---|---:|---:|---:|---|---:|---:|",
+        "| route | p50 ms | p95 ms | p99 ms | goal p50 / p99 | queries | evidence cited p50 | + events to protobuf, p50 ms |",
+        "|---|---:|---:|---:|---|---:|---:|---:|",
     ]
     for route, summary in routes.items():
         own = summary["own"]
         goal = GOALS_MS.get(route)
         goal_text = f"{goal[0]:g}" + (f" / {goal[1]:g}" if goal and goal[1] else "") if goal else ""
         lines.append(f"| {route} | **{own['p50_ms']:.2f}** | {own['p95_ms']:.2f} | {own['p99_ms']:.2f} | {goal_text} | "
-                     f"{own['count']} | {summary['evidence_p50']:.0f} |")
+                     f"{own['count']} | {summary['evidence_p50']:.0f} | {summary.get('conversion_p50_ms', 0.0):.2f} |")
     at_once = result["simple_at_once"]["own"]
     lines += [
         "",

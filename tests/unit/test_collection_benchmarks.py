@@ -45,7 +45,7 @@ def test_own_time_reports_every_route_the_first_queries_and_a_profile(tmp_path):
         summary = result["routes"][route]
         assert summary["own"]["count"] == 12 and summary["own"]["p50_ms"] > 0
         assert summary["evidence_p50"] >= 1  # the stand-in embedder makes the extractive answer cite something
-        assert {"dense", "answer", "fusion"} <= set(summary["stages_p50_ms"])
+        assert {"dense", "answer", "fusion"} <= set(summary["stages_p50_ms"]) and summary["conversion_p50_ms"] > 0
     assert result["simple_at_once"]["own"]["count"] == 12
     assert result["first_after_start_ms"] > 0 and result["first_after_commit_ms"] > 0
     assert "retrieve" in result["profile_simple"]["retrieval"] and "QueryPipeline.run" in result["profile_simple"]["pipeline"]
