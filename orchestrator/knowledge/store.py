@@ -426,7 +426,10 @@ class Collection:
         with self._files:
             if self._snapshot is None or snapshot.generation > self._snapshot.generation:
                 self._snapshot = snapshot
-            self._remove_unreferenced()  # what the previous published snapshot alone still read
+            try:
+                self._remove_unreferenced()  # what the previous published snapshot alone still read
+            except OSError:  # the next commit or start cleans up; publishing must not fail for it
+                log.exception("collection %s: removing unreferenced folders failed", self.name)
 
     def _publish_when_built(self) -> None:
         with self._publishing:
