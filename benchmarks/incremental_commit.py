@@ -11,6 +11,8 @@ written to disk and opened as a server opens it (KnowledgeBase with warm=True). 
                 until the new snapshot is published (its BM25 indexes and graph built: what an ingest waits
                 for before it answers), and the first query on it
   delete        the same document deleted, measured the same way
+  bulk          --bulk documents committed back to back by two writers that each wait for visibility, as
+                `thinkserve ingest` of a folder does: seconds per document
   cold builds   what a snapshot builds before it is published (BM25 indexes, graph, node-evidence table),
                 each timed alone
 The commit writes the segment durably as ingest does; the document's model time (embedding it) is not part of
@@ -20,6 +22,7 @@ this benchmark: its vectors come with it.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import shutil
 import sys
 import tempfile
@@ -51,6 +54,31 @@ def query_ms(snapshot: Snapshot, question, settings: Settings) -> float:
     return (time.perf_counter() - started) * 1000
 
 
+async def bulk_load(collection, documents: list) -> dict:
+    """Documents committed back to back by two writers, as `thinkserve ingest` sends a folder (two in flight):
+    each commits under the write lock, then waits until queries can see its document, as an Ingest call does.
+    Commits that land during a build are published by one build together."""
+    pending = list(documents)
+    commits: list[float] = []
+    started = time.monotonic()
+
+    async def writer() -> None:
+        while pending:
+            segment = pending.pop(0)
+            staging = collection.staging_folder()
+            (staging / "assets").mkdir()
+            (staging / "pages").mkdir()
+            async with collection.write_lock:
+                began = time.monotonic()
+                await asyncio.to_thread(collection.commit, segment, staging)
+                commits.append(time.monotonic() - began)
+                generation = collection.head().generation
+            await collection.visible(generation)
+
+    await asyncio.gather(writer(), writer())
+    return {"documents": len(documents), "wall_s": time.monotonic() - started, "commits_s": float(sum(commits))}
+
+
 def wait_published(collection, limit_s: float = 600) -> float:
     """Seconds until queries read the collection's newest commit (its snapshot built and published)."""
     started = time.monotonic()
@@ -76,12 +104,13 @@ def main() -> None:
     parser.add_argument("--chunks-per-document", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--queries", type=int, default=30)
+    parser.add_argument("--bulk", type=int, default=10, help="documents committed back to back by two writers")
     parser.add_argument("--name", default=NAME)
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
 
-    shape = CollectionShape(documents=args.documents + 1, chunks_per_document=args.chunks_per_document)
-    corpus = SyntheticCorpus(shape)  # its last document is the one added and deleted, 80 chunks of it
+    shape = CollectionShape(documents=args.documents + 1 + args.bulk, chunks_per_document=args.chunks_per_document)
+    corpus = SyntheticCorpus(shape)  # then the document added and deleted (80 chunks of it), then the bulk load's
     segments = corpus.segments()
     questions = corpus.questions(args.queries)
     settings = Settings()
@@ -130,6 +159,8 @@ def main() -> None:
                   f"delete {delete_s:.2f} s, published {delete_visible_s:.2f} s later, first query {first_after_delete_ms:.0f} ms",
                   flush=True)
         evidence = len(collection.snapshot.evidence)
+        bulk = asyncio.run(bulk_load(collection, [corpus.document(args.documents + 1 + i, 80) for i in range(args.bulk)]))
+        print(f"* bulk load: {args.bulk} documents in {bulk['wall_s']:.1f} s ({bulk['commits_s']:.1f} s of it in commits)", flush=True)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
     result = {
@@ -137,6 +168,7 @@ def main() -> None:
         "uncommitted_changes": uncommitted_changes(), "shape": {**shape.__dict__, "documents": args.documents},
         "evidence": evidence, "open_s": open_s, "warm_after_open_s": warm_after_open_s,
         "steady_query": summarize([ms / 1000 for ms in steady]), "cold_builds_s": cold_builds, "rounds": rounds,
+        "bulk": bulk,
     }
     path, md_path = write_results(args.name, result, markdown(result), args.output)
     print(markdown(result))
@@ -172,6 +204,11 @@ def markdown(result: dict) -> str:
         f"| a query sent at once | {median('query_during_delete_build_ms'):.1f} ms | {median('query_during_delete_build_ms') / steady:.1f} |",
         f"| the snapshot without it published | {median('delete_visible_s'):.2f} s after the delete | |",
         f"| the first query on it | {median('first_query_after_delete_ms'):.1f} ms | {median('first_query_after_delete_ms') / steady:.1f} |",
+        "",
+        f"Bulk load: {result['bulk']['documents']} documents of 80 chunks committed back to back by two writers, each "
+        f"waiting for its document to be visible as an ingest does: {result['bulk']['wall_s']:.1f} s, "
+        f"{result['bulk']['wall_s'] / max(1, result['bulk']['documents']):.2f} s a document, of which the commits took "
+        f"{result['bulk']['commits_s']:.1f} s in all (no model time: the vectors come with the documents).",
         "",
         "What a snapshot builds before it is published (each alone, seconds): "
         + ", ".join(f"{part} {seconds:.2f}" for part, seconds in result["cold_builds_s"].items())
