@@ -52,8 +52,8 @@ from orchestrator.pipeline.retrieval import retrieve
 from orchestrator.pipeline.router import query_features
 from orchestrator.tokens import PlainTokenizer
 
-from .measure import RESULTS, invocation, machine_info, summarize, uncommitted_changes, write_results
 from .incremental_commit import wait_warm
+from .measure import RESULTS, invocation, machine_info, summarize, uncommitted_changes, write_results
 from .synthetic_collection import CollectionShape, SyntheticCorpus, SyntheticQuestion, write_collection
 
 NAME = "own_time"
@@ -63,10 +63,11 @@ GOALS_MS = {"simple": (5.0, 10.0), "complex": (10.0, None)}  # p50, p99
 
 
 class InstantModels:
-    """The models' protocol (TritonModels' methods the extractive pipeline calls) answered at once, so that a
-    query's wall time is the orchestrator's own. The question gets its corpus vector; any other text (an
-    evidence sentence) a unit vector near the last question's, its offset seeded by a hash of the text, so
-    that sentences score as they would against a real embedder (cosine about 0.8) and the answer cites them."""
+    """The models' protocol (TritonModels' methods the extractive pipeline calls), each call answered after
+    `latency_s` (0: at once; making its vectors counts as model time). The question gets its corpus vector; any
+    other text (an evidence sentence) a unit vector near the last question's, its offset seeded by a hash of
+    the text, so that sentences score as they would against a real embedder (cosine about 0.8) and the
+    answer cites them."""
 
     def __init__(self, dimension: int, latency_s: float = 0.0):
         self.dimension = dimension
