@@ -146,8 +146,9 @@ async def profile_queries(
     from pyinstrument import Profiler
 
     def report(profiler: Profiler) -> str:
-        return profiler.output_text(unicode=False, color=False, show_all=False, time="percent_of_total",
+        text = profiler.output_text(unicode=False, color=False, show_all=False, time="percent_of_total",
                                     processor_options={"filter_threshold": 0.02})
+        return "\n".join(line for line in text.splitlines() if not line.startswith("Profile at "))  # a local path
 
     profiler = Profiler(interval=0.0002, async_mode="disabled")
     with profiler:
