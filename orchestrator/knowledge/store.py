@@ -424,12 +424,13 @@ class Collection:
 
     def _publish(self, snapshot: Snapshot) -> None:
         with self._files:
-            if self._snapshot is None or snapshot.generation > self._snapshot.generation:
-                self._snapshot = snapshot
-            try:
-                self._remove_unreferenced()  # what the previous published snapshot alone still read
+            if self._snapshot is not None and snapshot.generation <= self._snapshot.generation:
+                return
+            try:  # what only the replaced snapshot read goes first: once a change is visible, its files are gone
+                self._remove_unreferenced(snapshot)
             except OSError:  # the next commit or start cleans up; publishing must not fail for it
                 log.exception("collection %s: removing unreferenced folders failed", self.name)
+            self._snapshot = snapshot
 
     def _publish_when_built(self) -> None:
         with self._publishing:
@@ -453,12 +454,13 @@ class Collection:
                 log.exception("collection %s: building snapshot %d failed; published unbuilt", self.name, head.generation)
             self._publish(head)
 
-    def _remove_unreferenced(self) -> None:
-        """Segments neither the manifest nor the published snapshot names: staging folders of interrupted
-        ingests and dropped documents."""
+    def _remove_unreferenced(self, published: Optional[Snapshot] = None) -> None:
+        """Segments neither the manifest nor the published snapshot (or the one about to be) names: staging
+        folders of interrupted ingests and dropped documents."""
         with self._files:
             live = {entry.segment for entry in self._manifest} | ({self._indexes} if self._indexes else set())
-            live |= {s.folder.name for s in (self._snapshot.segments if self._snapshot else ()) if s.folder is not None}
+            reader = published or self._snapshot
+            live |= {s.folder.name for s in (reader.segments if reader else ()) if s.folder is not None}
             for entry in self.root.iterdir() if self.root.exists() else ():
                 if entry.is_dir() and entry.name not in live and entry.name not in self._staging:
                     shutil.rmtree(entry, ignore_errors=True)
