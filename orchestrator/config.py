@@ -163,6 +163,10 @@ class RoutePolicy(_Section):
     chunk_top_k: int = Field(ge=1)  # dense and sparse hits per (sub-)question
     entity_top_k: int = Field(ge=0)  # entities (and relations) matched per (sub-)question: the graph's seeds
     graph_hops: int = Field(ge=0)
+    # expand the knowledge graph from the question's entities (its candidates join the fusion). Off on the
+    # Simple route: a single-fact lookup gains nothing from it in any measured setting (README, "Measured"),
+    # and it is the largest part of that route's own time
+    graph: bool = True
     rerank: bool
     page_images: bool
     perception: bool
@@ -172,7 +176,7 @@ class RoutePolicy(_Section):
 
 class RouteSettings(_Section):
     simple: RoutePolicy = RoutePolicy(
-        evidence_k=3, chunk_top_k=10, entity_top_k=20, graph_hops=1, rerank=True, page_images=False,
+        evidence_k=3, chunk_top_k=10, entity_top_k=20, graph_hops=1, graph=False, rerank=True, page_images=False,
         perception=True, uncertainty=False, decompose=False,
     )
     moderate: RoutePolicy = RoutePolicy(

@@ -22,7 +22,8 @@ from typing import Iterable, Literal, Mapping, Optional, Protocol, Sequence
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse import _sparsetools  # csr_matvec: the kernel behind csr_matrix @ vector
+
+from .sparse_kernels import csr_matvec, row_entries
 
 ENTITY = "entity"
 UNIT = "unit"
@@ -194,13 +195,15 @@ class KnowledgeGraph:
         for hop in range(1, hops + 1):
             if total >= limit or not len(frontier):
                 break
-            entries = _row_entries(indptr, frontier)
+            entries = row_entries(indptr, frontier)
             if not len(entries):
                 break
-            candidates, inverse = np.unique(indices[entries], return_inverse=True)
-            strength = np.bincount(inverse, weights=data[entries], minlength=len(candidates))
-            new = ~visited[candidates]
-            candidates, strength = candidates[new], strength[new]
+            # per node, the weight of its edges to the frontier (summed in entry order, as np.unique's inverse
+            # would sum them): dense over the graph's nodes, cheaper than sorting a two-hop frontier's entries
+            reached = indices[entries]
+            strength = np.bincount(reached, weights=data[entries], minlength=self.node_count)
+            candidates = np.flatnonzero((np.bincount(reached, minlength=self.node_count) > 0) & ~visited)
+            strength = strength[candidates]
             order = np.lexsort((candidates, -strength))[: limit - total]
             frontier = candidates[order].astype(np.int64)
             visited[frontier] = True
@@ -284,17 +287,6 @@ class KnowledgeGraph:
             raise IndexError(f"node {node} is not in the graph (0..{self.node_count - 1})")
 
 
-def _row_entries(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Positions in indices/data of every entry of `rows`, without building a sliced matrix."""
-    starts, ends = indptr[rows], indptr[rows + 1]
-    lengths = ends - starts
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
-    return np.arange(total, dtype=np.int64) + offsets
-
-
 def _pagerank_scipy(
     matrix: sp.csr_matrix, degree: np.ndarray, teleport: np.ndarray, damping: float, max_iter: int, tol: float
 ) -> np.ndarray:
@@ -310,16 +302,6 @@ def _pagerank_scipy(
         if np.abs(x - previous).sum() < size * tol:
             break
     return x
-
-
-def csr_matvec(matrix: sp.csr_matrix, x: np.ndarray) -> np.ndarray:
-    """`matrix @ x` for a CSR matrix and a vector, by scipy's own kernel without its per-call checks and dispatch,
-    which cost more than the product on a neighbourhood's matrix (the power iteration calls it every round)."""
-    dtype = np.result_type(matrix.dtype, x.dtype)
-    out = np.zeros(matrix.shape[0], dtype=dtype)
-    _sparsetools.csr_matvec(matrix.shape[0], matrix.shape[1], matrix.indptr, matrix.indices,
-                            matrix.data.astype(dtype, copy=False), np.ascontiguousarray(x, dtype=dtype), out)
-    return out
 
 
 @functools.lru_cache(maxsize=1)

@@ -17,6 +17,7 @@ import numpy as np
 from scipy import sparse
 
 from .extraction import STOP_WORDS
+from .sparse_kernels import column_product
 
 
 @dataclass(frozen=True)
@@ -243,7 +244,7 @@ class BM25Index:
         columns = self.query_columns(query)
         if not columns:
             return np.zeros(self.size, dtype=np.float32)
-        return np.asarray(self._weights[:, columns] @ self.idf[columns]).ravel()
+        return column_product(self._weights, np.asarray(columns), self.idf[columns])
 
     @staticmethod
     def best(scores: np.ndarray, k: int) -> list[tuple[int, float]]:

@@ -135,7 +135,7 @@ def make_plan(route: str, options: QueryOptions, settings: Settings) -> QueryPla
         sparse=switch(options.sparse, retrieval.sparse),
         page_lexical=switch(options.page_lexical, retrieval.page_lexical),
         page_lexical_top_k=retrieval.page_lexical_top_k,
-        graph=switch(options.graph, retrieval.graph),
+        graph=switch(options.graph, retrieval.graph, policy.graph),
         rerank=switch(options.rerank, retrieval.rerank, policy.rerank) and (rerank_weight > 0 or options.rerank is True),
         rerank_weight=rerank_weight,
         page_images=switch(options.page_images, pages.enabled, policy.page_images),

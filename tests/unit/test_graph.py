@@ -16,7 +16,6 @@ from orchestrator.knowledge.graph import (
     KnowledgeGraph,
     MultimodalUnit,
     build_graph,
-    csr_matvec,
     gpu_available,
 )
 from orchestrator.knowledge.segments import EntityMention, RelationMention
@@ -308,15 +307,3 @@ def test_gpu_check_is_cached_and_false_without_a_gpu_library():
     assert gpu_available() is gpu_available()
     if importlib.util.find_spec("cupy") is None:
         assert gpu_available() is False
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_the_power_iterations_product_equals_scipys_bit_for_bit(seed):
-    rng = np.random.default_rng(seed)
-    matrix = sp.random(300, 300, density=0.03, format="csr", random_state=seed)
-    matrix = (matrix + matrix.T).tocsr()
-    x = rng.random(300)
-    assert np.array_equal(csr_matvec(matrix, x), matrix @ x)
-    single = matrix.astype(np.float32)  # float32 entries with a float64 vector: upcast as scipy does
-    assert np.array_equal(csr_matvec(single, x), single @ x)
-    assert np.array_equal(csr_matvec(sp.csr_matrix((0, 0)), np.zeros(0)), np.zeros(0))

@@ -17,6 +17,11 @@ def test_the_route_policy_decides_unless_the_request_or_server_say_otherwise():
     # a request can switch a stage off, never on against its route or the server
     assert not make_plan("complex", QueryOptions(graph=False, rerank=False), settings).graph
     assert not make_plan("simple", QueryOptions(page_images=True), settings).page_images
+    # the Simple route does not expand the graph (a single-fact lookup gains nothing from it), the others do
+    assert not simple.graph and not make_plan("simple", QueryOptions(graph=True), settings).graph
+    assert make_plan("moderate", QueryOptions(), settings).graph and complex_.graph
+    graph_everywhere = Settings.load(None, {"routes.simple": {**settings.routes.simple.model_dump(), "graph": True}})
+    assert make_plan("simple", QueryOptions(), graph_everywhere).graph
     no_pages = Settings.load(None, {"pages.enabled": False})
     assert not make_plan("complex", QueryOptions(page_images=True), no_pages).page_images
 

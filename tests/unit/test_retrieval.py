@@ -36,7 +36,7 @@ def snapshot() -> Snapshot:
 
 
 def plan(**options):
-    return make_plan("simple", QueryOptions(chunk_top_k=2, **options), Settings())
+    return make_plan("moderate", QueryOptions(chunk_top_k=2, **options), Settings())  # a route that expands the graph
 
 
 def two_node_pagerank(damping: float = 0.85) -> tuple[float, float]:
