@@ -33,6 +33,9 @@ LEXICAL_SIGNALS = ("lexical", "page_lexical")
 SIGNALS = ("semantic", "lexical", "page_lexical", "structural")
 
 
+SOURCES = ("dense", "graph", "page_lexical", "sparse")  # what can find a candidate, in sorted order
+
+
 @dataclass
 class CandidateSignals:
     """Raw signals of one evidence record, as the retrieval stages found them."""
@@ -42,6 +45,38 @@ class CandidateSignals:
     page_lexical: float = 0.0  # the same for the page it is on
     structural: float = 0.0  # mean PageRank of the graph nodes extracted from it
     found_by: set[str] = field(default_factory=set)  # dense | sparse | page_lexical | graph
+
+
+@dataclass(frozen=True)
+class CandidateTable:
+    """Every candidate's raw signals as columns, one entry per evidence row: what retrieval builds with numpy
+    (no Python object per candidate until the ranked ones are handed out)."""
+
+    rows: np.ndarray  # evidence rows, int64
+    semantic: np.ndarray  # float64 columns, as in CandidateSignals
+    lexical: np.ndarray
+    page_lexical: np.ndarray
+    structural: np.ndarray
+    found_by: np.ndarray  # bool [rows, len(SOURCES)]: which source found each
+
+    @classmethod
+    def of(cls, candidates: Mapping[int, CandidateSignals]) -> "CandidateTable":
+        rows = list(candidates)
+        column = lambda name: np.asarray([getattr(candidates[row], name) for row in rows], dtype=np.float64)  # noqa: E731
+        found = np.asarray([[source in candidates[row].found_by for source in SOURCES] for row in rows], dtype=bool)
+        return cls(np.asarray(rows, dtype=np.int64), column("semantic"), column("lexical"), column("page_lexical"),
+                   column("structural"), found.reshape(len(rows), len(SOURCES)))
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def best_semantic(self) -> float:
+        """The best cosine of any candidate (negative ones count as 0, as fusion reports them)."""
+        return float(np.clip(self.semantic, 0.0, 1.0).max()) if len(self.rows) else 0.0
+
+
+# found_by of each combination of SOURCES (bit i set: SOURCES[i] found it), sorted as the sources are
+_FOUND_BY = tuple(tuple(source for bit, source in enumerate(SOURCES) if code >> bit & 1) for code in range(1 << len(SOURCES)))
 
 
 @dataclass(frozen=True)
@@ -71,22 +106,24 @@ class ScoredCandidate:
 
 
 def fuse(
-    candidates: Mapping[int, CandidateSignals],
+    candidates: Mapping[int, CandidateSignals] | CandidateTable,
     block_types: Mapping[int, str],
     modality_preference: Mapping[str, float],
     weights: FusionWeights,
+    limit: Optional[int] = None,
 ) -> list[ScoredCandidate]:
-    """Candidates best first (ties: lower row first, so the order is deterministic). `block_types` (of every
-    candidate) is read only when there is a modality preference."""
-    if not candidates:
+    """Candidates best first (ties: lower row first, so the order is deterministic); with `limit`, only that
+    many. `block_types` (of every candidate) is read only when there is a modality preference."""
+    table = candidates if isinstance(candidates, CandidateTable) else CandidateTable.of(candidates)
+    if not len(table):
         return []
     if weights.method not in FUSION_METHODS:
         raise ValueError(f"unknown fusion method {weights.method!r} ({', '.join(FUSION_METHODS)})")
-    rows = list(candidates)
-    raw = {name: np.asarray([getattr(candidates[row], name) for row in rows], dtype=np.float64) for name in SIGNALS}
+    rows = table.rows
+    raw = {name: getattr(table, name) for name in SIGNALS}
     values = {name: np.clip(raw[name], 0.0, 1.0) for name in SIGNALS}
     values["modality"] = (
-        np.asarray([float(modality_preference.get(block_types[row], 0.0)) for row in rows]) if modality_preference
+        np.asarray([float(modality_preference.get(block_types[row], 0.0)) for row in rows.tolist()]) if modality_preference
         else np.zeros(len(rows))
     )
     signal_weights = {name: getattr(weights, name) for name in SIGNALS}
@@ -108,15 +145,15 @@ def fuse(
             for name, weight in signal_weights.items()
         ) / total
     fused = np.broadcast_to(np.asarray(fused, dtype=np.float64), (len(rows),))
-    order = np.lexsort((np.asarray(rows), -fused))  # best first, ties: lower row first
+    order = np.lexsort((rows, -fused))[:limit]  # best first, ties: lower row first
     semantic, lexical, structural, modality, page_lexical = (
         values[name][order].tolist() for name in ("semantic", "lexical", "structural", "modality", "page_lexical")
     )
-    ranked = [rows[i] for i in order.tolist()]
+    codes = (table.found_by[order] * (1 << np.arange(len(SOURCES)))).sum(axis=1).tolist()
     return [
-        ScoredCandidate(row, semantic[i], lexical[i], structural[i], modality[i], score, tuple(sorted(candidates[row].found_by)),
+        ScoredCandidate(row, semantic[i], lexical[i], structural[i], modality[i], score, _FOUND_BY[codes[i]],
                         final=score, page_lexical=page_lexical[i])
-        for i, (row, score) in enumerate(zip(ranked, fused[order].tolist()))
+        for i, (row, score) in enumerate(zip(rows[order].tolist(), fused[order].tolist()))
     ]
 
 

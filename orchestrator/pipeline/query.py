@@ -241,7 +241,7 @@ class QueryPipeline:
             q.vector = vectors[0]
             retrieval = await asyncio.to_thread(
                 retrieve, q.snapshot, questions, vectors, plan, settings.retrieval, features.entities, features.modalities,
-                self.search_pool,
+                self.search_pool, max(plan.evidence_k, settings.retrieval.rerank_candidates),  # what is read of the ranking
             )
             q.timer.merge(retrieval.timings_ms)
             q.timer.record("retrieval", time.monotonic() - started)
@@ -257,7 +257,7 @@ class QueryPipeline:
         finally:
             if page_search is not None and not page_search.done():
                 page_search.cancel()
-        return ranked, pages, max((c.semantic for c in retrieval.candidates), default=0.0)
+        return ranked, pages, retrieval.best_semantic
 
     async def _pages(self, q: _Query) -> list[PageHit]:
         with q.timer.stage("page_images"):

@@ -21,7 +21,7 @@ import numpy as np
 from ..config import RetrievalSettings
 from ..knowledge.indexes import BM25Index
 from ..knowledge.store import Snapshot
-from .fusion import CandidateSignals, FusionWeights, ScoredCandidate, fuse
+from .fusion import SOURCES, CandidateTable, FusionWeights, ScoredCandidate, fuse
 from .graph_search import GraphExpansion, expand, hubs, seed_nodes
 from .plan import QueryPlan
 from .timing import StageTimer
@@ -33,6 +33,7 @@ class Retrieval:
     entity_seeds: dict[str, float] = field(default_factory=dict)  # entity key -> seed weight
     expansion: GraphExpansion = field(default_factory=GraphExpansion)
     timings_ms: dict[str, float] = field(default_factory=dict)  # dense, sparse, graph, fusion
+    best_semantic: float = 0.0  # the best cosine of any candidate, handed out or not (0 for none or negative)
 
 
 def fusion_weights(settings: RetrievalSettings, plan: QueryPlan) -> FusionWeights:
@@ -57,66 +58,87 @@ def retrieve(
     named_entities: Sequence[str] = (),
     modality_preference: Mapping[str, float] = {},
     pool: Optional[Executor] = None,
+    limit: Optional[int] = None,
 ) -> Retrieval:
-    """`vectors` [len(questions), d]: the embedded question and sub-questions (row-aligned).
+    """`vectors` [len(questions), d]: the embedded question and sub-questions (row-aligned). `limit`: hand out
+    only the best that many candidates (all are fused; `Retrieval.best_semantic` is over all of them).
 
     With a `pool`, the graph's side (entity search, then the expansion) runs in it while this thread searches
     passages densely and by BM25: FAISS and numpy release the interpreter, so on two cores a query waits for the
     longer of the two, not their sum. The candidates and their order are the same either way; the stage timings
     of the two sides overlap then."""
     timer = StageTimer()
-    candidates: dict[int, CandidateSignals] = {}
-    graph_side = pool.submit(_graph_side, snapshot, vectors, plan, settings, named_entities) if pool else None
+    graph_wanted = plan.graph and plan.entity_top_k > 0
+    graph_side = pool.submit(_graph_side, snapshot, vectors, plan, settings, named_entities) if pool and graph_wanted else None
+    found: dict[str, np.ndarray] = {}  # rows each source found, in the order it ranks them
+    dense_scores = np.zeros(0, dtype=np.float32)
     with timer.stage("dense"):
         if plan.dense:
             scores, rows = snapshot.evidence_index.search(vectors, plan.chunk_top_k)
-            for score, row in zip(scores.ravel().tolist(), rows.ravel().tolist()):
-                if row >= 0:
-                    signals = candidates.setdefault(row, CandidateSignals())
-                    signals.semantic = max(signals.semantic, score) if "dense" in signals.found_by else score
-                    signals.found_by.add("dense")
+            hits = rows.ravel() >= 0
+            found["dense"], dense_scores = rows.ravel()[hits].astype(np.int64), scores.ravel()[hits]
     lexical: list[np.ndarray] = []
     if plan.sparse:
         with timer.stage("sparse"):
             lexical = [_lexical_fractions(snapshot.lexical, question) for question in questions]
-            for fractions in lexical:
-                for row, _ in snapshot.lexical.best(fractions, plan.chunk_top_k):
-                    candidates.setdefault(row, CandidateSignals()).found_by.add("sparse")
+            found["sparse"] = np.asarray([row for fractions in lexical for row, _ in snapshot.lexical.best(fractions, plan.chunk_top_k)],
+                                         dtype=np.int64)
     page_fractions = np.zeros(0)
     if plan.page_lexical:
         with timer.stage("page_lexical"):
             page_fractions = _best_of([_lexical_fractions(snapshot.page_lexical, question) for question in questions])
             page_rows = snapshot.page_rows
-            for page, _ in snapshot.page_lexical.best(page_fractions, plan.page_lexical_top_k):
-                for row in page_rows[page].tolist():
-                    candidates.setdefault(row, CandidateSignals()).found_by.add("page_lexical")
-    seeds, expansion, graph_timings = graph_side.result() if graph_side else _graph_side(snapshot, vectors, plan, settings, named_entities)
+            pages = [page_rows[page] for page, _ in snapshot.page_lexical.best(page_fractions, plan.page_lexical_top_k)]
+            found["page_lexical"] = np.concatenate(pages).astype(np.int64) if pages else np.zeros(0, np.int64)
+    seeds, expansion, graph_timings = (
+        graph_side.result() if graph_side else _graph_side(snapshot, vectors, plan, settings, named_entities)
+    )
     for stage, milliseconds in graph_timings.items():
         timer.stages[stage] = timer.stages.get(stage, 0.0) + milliseconds
     if len(expansion.nodes):
         with timer.stage("graph"):
-            for row in expansion.best(settings.graph_top_k):
-                candidates.setdefault(row, CandidateSignals()).found_by.add("graph")
-            for row, signals in candidates.items():
-                signals.structural = expansion.score(row)
+            found["graph"] = np.asarray(expansion.best(settings.graph_top_k), dtype=np.int64)
     with timer.stage("fusion"):
-        missing = [row for row, signals in candidates.items() if "dense" not in signals.found_by]
-        if missing:
-            similarities = snapshot.evidence_vectors(missing) @ np.asarray(vectors, dtype=np.float32).T
-            for row, best in zip(missing, similarities.max(axis=1).tolist()):
-                candidates[row].semantic = best
-        if lexical:
-            best_lexical = _best_of(lexical)
-            for row, signals in candidates.items():
-                signals.lexical = float(best_lexical[row])
-        if len(page_fractions):
-            pages = snapshot.page_of_row
-            for row, signals in candidates.items():
-                signals.page_lexical = float(page_fractions[pages[row]])
+        table = _candidate_table(snapshot, vectors, found, dense_scores, lexical, page_fractions, expansion)
         evidence = snapshot.evidence
-        block_types = {row: evidence[row].block_type for row in candidates} if modality_preference else {}
-        fused = fuse(candidates, block_types, modality_preference, fusion_weights(settings, plan))
-    return Retrieval(fused, seeds, expansion, timer.stages)
+        block_types = {row: evidence[row].block_type for row in table.rows.tolist()} if modality_preference else {}
+        fused = fuse(table, block_types, modality_preference, fusion_weights(settings, plan), limit)
+    return Retrieval(fused, seeds, expansion, timer.stages, table.best_semantic())
+
+
+def _candidate_table(
+    snapshot: Snapshot, vectors: np.ndarray, found: dict[str, np.ndarray], dense_scores: np.ndarray,
+    lexical: list[np.ndarray], page_fractions: np.ndarray, expansion: GraphExpansion,
+) -> CandidateTable:
+    """Every row some source found, in the order first found (dense, sparse, pages, graph), with every signal:
+    a row dense search did not find gets its exact cosine from the stored vectors, every row its BM25 score,
+    its page's, and its graph score, so fusion compares like with like."""
+    sources = [source for source in ("dense", "sparse", "page_lexical", "graph") if source in found]
+    every = np.concatenate([found[source] for source in sources]) if sources else np.zeros(0, np.int64)
+    unique, first = np.unique(every, return_index=True)
+    rows = every[np.sort(first)]  # first-found order
+    sorter = np.argsort(rows, kind="stable")
+
+    def positions(of: np.ndarray) -> np.ndarray:
+        return sorter[np.searchsorted(rows, of, sorter=sorter)]
+
+    flags = np.zeros((len(rows), len(SOURCES)), dtype=bool)
+    for source in sources:
+        flags[positions(found[source]), SOURCES.index(source)] = True
+    semantic = np.full(len(rows), -np.inf)
+    if "dense" in found:
+        np.maximum.at(semantic, positions(found["dense"]), dense_scores.astype(np.float64))
+    missing = np.flatnonzero(~flags[:, SOURCES.index("dense")])  # in first-found order
+    if len(missing):
+        similarities = snapshot.evidence_vectors(rows[missing].tolist()) @ np.asarray(vectors, dtype=np.float32).T
+        semantic[missing] = similarities.max(axis=1).astype(np.float64)
+    lexical_column = _best_of(lexical)[rows].astype(np.float64) if lexical else np.zeros(len(rows))
+    page_column = page_fractions[snapshot.page_of_row[rows]].astype(np.float64) if len(page_fractions) else np.zeros(len(rows))
+    structural = np.zeros(len(rows))
+    if len(expansion.nodes):
+        scored = rows < len(expansion.evidence_scores)
+        structural[scored] = expansion.evidence_scores[rows[scored]]
+    return CandidateTable(rows, semantic, lexical_column, page_column, structural, flags)
 
 
 def _graph_side(

@@ -2,7 +2,16 @@ import math
 
 import pytest
 
-from orchestrator.pipeline.fusion import CandidateSignals, FusionWeights, blend_rerank, fuse, reciprocal_ranks, sigmoid
+from orchestrator.pipeline.fusion import (
+    SOURCES,
+    CandidateSignals,
+    CandidateTable,
+    FusionWeights,
+    blend_rerank,
+    fuse,
+    reciprocal_ranks,
+    sigmoid,
+)
 
 WEIGHTS = FusionWeights(semantic=0.5, lexical=0.2, structural=0.2, modality=0.1, method="weighted")
 RRF = FusionWeights(semantic=0.5, lexical=0.2, structural=0.2, modality=0.1, method="rrf", rrf_k=60)
@@ -104,3 +113,17 @@ def test_the_reranker_blends_into_the_final_score():
 
 def test_sigmoid_is_stable_at_the_extremes():
     assert sigmoid(0.0) == 0.5 and sigmoid(800.0) == 1.0 and sigmoid(-800.0) == 0.0
+
+
+def test_a_limit_hands_out_the_best_candidates_and_the_table_keeps_every_cosine():
+    table = CandidateTable.of(candidates())
+    assert table.rows.tolist() == [7, 3, 5] and table.found_by.tolist() == [
+        [True, False, False, True], [False, True, False, False], [False, True, False, True]]  # SOURCES order
+    assert SOURCES == tuple(sorted(SOURCES))
+    every = fuse(table, {7: "text", 3: "table", 5: "image"}, {}, WEIGHTS)
+    assert fuse(candidates(), {7: "text", 3: "table", 5: "image"}, {}, WEIGHTS) == every  # a mapping or its table
+    assert fuse(table, {}, {}, WEIGHTS, limit=2) == every[:2]
+    assert fuse(table, {}, {}, WEIGHTS, limit=0) == []
+    assert table.best_semantic() == 0.8  # the cosines as fusion reports them: clipped to [0, 1]
+    assert CandidateTable.of({1: CandidateSignals(semantic=-0.3)}).best_semantic() == 0.0
+    assert CandidateTable.of({}).best_semantic() == 0.0 and fuse(CandidateTable.of({}), {}, {}, WEIGHTS) == []

@@ -73,6 +73,11 @@ def test_dense_sparse_and_graph_candidates_fuse_with_every_signal():
         assert c.fused == pytest.approx((c.semantic + 0.5 * c.lexical**2 + 0.5 * c.page_lexical**2) / 2.0)
     assert [c.row for c in result.candidates] == [0, 3, 1]
     assert set(result.timings_ms) == {"dense", "sparse", "page_lexical", "graph", "fusion"}
+    assert result.best_semantic == max(c.semantic for c in result.candidates)
+
+    # a limit hands out the best candidates only; the best cosine is still over all of them
+    best = retrieve(collection, ["alpha revenue"], E[:1], plan(), Settings().retrieval, limit=1)
+    assert best.candidates == result.candidates[:1] and best.best_semantic == result.best_semantic
 
     # reciprocal rank fusion: chunk 0 is first by all three signals, chunk 3 second by all three, chunk 1 by none
     rrf = Settings.load(None, {"retrieval.fusion": "rrf"}).retrieval
