@@ -207,11 +207,15 @@ class Snapshot:
     def warm(self, current: Callable[[], bool] = lambda: True) -> None:
         """Build what queries build on first use (BM25 indexes, graph, page tables), so none of them waits: a
         commit's snapshot before it is published, an opened one in the background, which stops early once
-        `current()` says a commit superseded it."""
+        `current()` says a commit superseded it. The stored vectors are faulted in too."""
         for part in ("lexical", "page_lexical", "page_rows", "node_evidence", "nodes_per_evidence", "entity_key_set"):
             if not current():
                 return
             getattr(self, part)
+        for segment in self.segments:
+            if not current():
+                return
+            segment.fault_in()
 
     @functools.cached_property
     def nodes_per_evidence(self) -> np.ndarray:

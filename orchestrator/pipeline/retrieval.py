@@ -81,8 +81,8 @@ def retrieve(
     if plan.sparse:
         with timer.stage("sparse"):
             lexical = [_lexical_fractions(snapshot.lexical, question) for question in questions]
-            found["sparse"] = np.asarray([row for fractions in lexical for row, _ in snapshot.lexical.best(fractions, plan.chunk_top_k)],
-                                         dtype=np.int64)
+            best = [row for fractions in lexical for row, _ in snapshot.lexical.best(fractions, plan.chunk_top_k)]
+            found["sparse"] = np.asarray(best, dtype=np.int64)
     page_fractions = np.zeros(0)
     if plan.page_lexical:
         with timer.stage("page_lexical"):
@@ -115,7 +115,7 @@ def _candidate_table(
     its page's, and its graph score, so fusion compares like with like."""
     sources = [source for source in ("dense", "sparse", "page_lexical", "graph") if source in found]
     every = np.concatenate([found[source] for source in sources]) if sources else np.zeros(0, np.int64)
-    unique, first = np.unique(every, return_index=True)
+    _, first = np.unique(every, return_index=True)
     rows = every[np.sort(first)]  # first-found order
     sorter = np.argsort(rows, kind="stable")
 

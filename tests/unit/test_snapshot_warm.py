@@ -10,6 +10,7 @@ import time
 
 from orchestrator.knowledge import store
 from orchestrator.knowledge.indexes import IndexSpec
+from orchestrator.knowledge.segments import Segment
 from orchestrator.knowledge.store import KnowledgeBase, Snapshot
 from tests.segment_factory import commit, make_segment
 
@@ -149,3 +150,20 @@ def test_a_built_snapshot_is_prepared_before_it_is_published(tmp_path):
     commit(collection, segment())
     asyncio.run(asyncio.wait_for(collection.visible(1), 20))
     assert prepared == [(1, ALL_PARTS, 0)]  # built, and queries still read generation 0 while it ran
+
+
+def test_warming_faults_in_every_segments_stored_vectors(tmp_path, monkeypatch):
+    knowledge = KnowledgeBase(tmp_path)
+    collection = knowledge.collection("docs", create=True)
+    commit(collection, segment("a.md", seed=1))
+    commit(collection, segment("b.md", seed=2))
+    stored = KnowledgeBase(tmp_path).collection("docs").snapshot  # opened from disk: its vectors are mapped
+    before = stored.evidence_vectors(list(range(len(stored.evidence))))
+    faulted = []
+    monkeypatch.setattr(Segment, "fault_in", lambda self, original=Segment.fault_in: (faulted.append(self.document.name), original(self)))
+    stored.warm()
+    assert sorted(faulted) == ["a.md", "b.md"]
+    assert (stored.evidence_vectors(list(range(len(stored.evidence)))) == before).all()  # read, not changed
+    faulted.clear()
+    Snapshot(2, [segment()], IndexSpec()).warm(current=lambda: False)
+    assert faulted == []  # a superseded snapshot stops before
