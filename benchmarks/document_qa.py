@@ -163,6 +163,9 @@ async def ask(client: AsyncThinkServeClient, question: Question, collection: str
             for item in sorted(items, key=lambda item: item.rank)[:5]
         ],
         "query_ms": query_ms,
+        # the orchestrator's own time (everything but waiting on models), as the final event reports it
+        "own_ms": final.cost.orchestrator_ms if final is not None else None,
+        "own_ms_by_stage": dict(final.cost.orchestrator_ms_by_stage) if final is not None else {},
         "answer": final.text if final is not None else "",
         "answer_source": final.answer_source if final is not None else "",
         "degraded": bool(final.degraded) if final is not None else False,
@@ -251,7 +254,30 @@ def score(questions: list[Question], runs: dict[int, dict], rankings: dict[int, 
             for name, values in (("retrieve", [runs[q.id]["retrieve_ms"] for q in questions]),
                                  ("query", [runs[q.id]["query_ms"] for q in questions]))
         },
+        "own_time_ms": own_time(questions, runs),
     }
+
+
+def own_time(questions: list[Question], runs: dict[int, dict]) -> dict[str, Any]:
+    """Query's own time (p50, p95) per route and in all, with the stages' p50, and the first question asked of
+    each collection apart (its first query after ingest); empty for runs recorded before it was."""
+    measured = [q for q in questions if runs[q.id].get("own_ms") is not None]
+    if not measured:
+        return {}
+    first_of: dict[str, int] = {}
+    for q in measured:
+        first_of.setdefault(q.document, q.id)
+
+    def summary(members: list[Question]) -> dict[str, Any]:
+        values = [runs[q.id]["own_ms"] for q in members]
+        stages = sorted({stage for q in members for stage in runs[q.id]["own_ms_by_stage"]})
+        return {"questions": len(members), "p50": float(np.percentile(values, 50)), "p95": float(np.percentile(values, 95)),
+                "stages_p50": {s: float(np.median([runs[q.id]["own_ms_by_stage"].get(s, 0.0) for q in members])) for s in stages}}
+
+    later = [q for q in measured if first_of[q.document] != q.id]
+    routes = sorted({runs[q.id]["route"] for q in later})
+    return {"all": summary(later), "first_per_collection": summary([q for q in measured if first_of[q.document] == q.id]),
+            **{route: summary([q for q in later if runs[q.id]["route"] == route]) for route in routes}}
 
 
 async def evaluate(address: str, triton_url: str, settings: Settings, paths: list[Path], questions: list[Question],
@@ -320,6 +346,23 @@ def _threshold_line(sweep: Optional[dict]) -> list[str]:
     return [f"- Refusing when Retrieve's best cosine is below t (what `retrieval.min_similarity` sets): {cells}. A low best cosine "
             f"separates unanswerable questions from the others with AUC {_f(sweep['auc'])} (0.5: no better than chance)."]
 
+
+def _own_time_lines(own: dict[str, Any]) -> list[str]:
+    """The report's line on the own time; none for runs recorded before it was."""
+    if not own:
+        return []
+
+    def stages(summary: dict[str, Any]) -> str:
+        ranked = sorted(summary["stages_p50"].items(), key=lambda item: -item[1])
+        return ", ".join(f"{stage} {ms:.2f}" for stage, ms in ranked if ms >= 0.05)
+    routes = [route for route in ("simple", "moderate", "complex") if route in own]
+    return [
+        f"- The orchestrator's own time per Query (everything but waiting on models, `cost.orchestrator_ms`): p50 "
+        f"{own['all']['p50']:.1f} ms, p95 {own['all']['p95']:.1f} over {own['all']['questions']} questions ("
+        + "; ".join(f"{route} p50 {own[route]['p50']:.1f} ms" for route in routes)
+        + f"); stages, p50 ms: {stages(own['all'])}. The first question of each collection (its first query after "
+        f"ingest): p50 {own['first_per_collection']['p50']:.1f} ms, p95 {own['first_per_collection']['p95']:.1f}."
+    ]
 
 def settings_record(settings: Settings) -> dict[str, Any]:
     """The settings a result depends on, as written into its JSON (and read back by --rescore)."""
@@ -396,6 +439,7 @@ def report(stats: dict, settings: dict[str, Any], dataset: Path, command: str, t
         f"- Latency, one query at a time: Retrieve p50 {scores['latency_ms']['retrieve']['p50']:.0f} ms / p95 "
         f"{scores['latency_ms']['retrieve']['p95']:.0f} ms; Query p50 {scores['latency_ms']['query']['p50']:.0f} ms / p95 "
         f"{scores['latency_ms']['query']['p95']:.0f} ms.",
+        *_own_time_lines(scores.get("own_time_ms") or {}),
         "",
         "## Ingest",
         "",

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from benchmarks.document_qa import collection_name
-from benchmarks.qa_dataset import (contains_answer, load_questions, normalize_answer, page_hits, refusal_scores,
+from benchmarks.document_qa import _own_time_lines, collection_name, own_time
+from benchmarks.qa_dataset import (Question, contains_answer, load_questions, normalize_answer, page_hits, refusal_scores,
                                    separation_auc)
 
 
@@ -64,3 +64,16 @@ def test_separation_auc_counts_positives_scoring_below_negatives_with_ties_half(
     assert separation_auc([0.1, 0.5, 0.3, 0.5], [True, True, False, False]) == pytest.approx(2.5 / 4)
     assert separation_auc([0.1, 0.2], [True, False]) == 1.0
     assert separation_auc([0.1, 0.2], [True, True]) is None
+
+
+def test_the_own_time_summary_sets_each_collections_first_query_apart():
+    questions = [Question(i, doc, f"q{i}", "1", (0,), ("Pure-text",), "Int") for i, doc in enumerate(["a", "a", "a", "b", "b"])]
+    own = [40.0, 3.0, 5.0, 30.0, 4.0]
+    runs = {i: {"own_ms": ms, "own_ms_by_stage": {"dense": ms / 2, "fusion": 0.1}, "route": "complex" if i == 2 else "simple"}
+            for i, ms in enumerate(own)}
+    summary = own_time(questions, runs)
+    assert summary["first_per_collection"]["questions"] == 2 and summary["first_per_collection"]["p50"] == 35.0
+    assert summary["all"]["questions"] == 3 and summary["all"]["p50"] == 4.0 and summary["all"]["stages_p50"]["dense"] == 2.0
+    assert summary["simple"]["p50"] == 3.5 and summary["complex"]["p50"] == 5.0
+    assert own_time(questions, {i: {"route": "simple"} for i in range(5)}) == {}  # a run recorded before: nothing
+    assert "first question of each collection" in _own_time_lines(summary)[0] and _own_time_lines({}) == []
