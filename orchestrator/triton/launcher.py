@@ -9,7 +9,9 @@ What this guards against (each seen with Triton 2.51 on CPU machines):
 - stubs orphaned by a killed server would become zombies of PID 1, which in a container may never reap them:
   the launching process makes itself their subreaper and reaps them;
 - a server that died is restarted on the SAME ports (`restart()`), so clients' channels reconnect to the same
-  address without being rebuilt; the dead server's stubs, regions and folders are removed first.
+  address without being rebuilt; the dead server's stubs, regions and folders are removed first;
+- a launching process killed without stopping the server (SIGKILL, the OOM killer) would leave it and its stubs
+  running in their own session: a watchdog beside the server ends them when this process is gone (watchdog.py).
 The python-backend stubs are listed with the model each serves (`stub_processes()`), so a supervisor can tell
 a model whose stub died: Triton keeps such a model READY while every request to it fails.
 """
@@ -77,6 +79,7 @@ class TritonServer:
         self.log_path: Optional[Path] = None
         self.endpoints: Optional[TritonEndpoints] = None
         self._process: Optional[subprocess.Popen] = None
+        self._watchdog: Optional[tuple[subprocess.Popen, int]] = None  # watchdog.py and our end of its pipe
         self._runtime_dir: Optional[Path] = None
         self._env_dirs_before: set[str] = set()
         self._env_dirs_ours: set[str] = set()
@@ -238,6 +241,7 @@ class TritonServer:
             self._process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
             )
+        self._watchdog = _start_watchdog(self._process.pid, self.shm_prefix, settings.exit_timeout_s)
         self.endpoints = TritonEndpoints(
             grpc=f"{LOOPBACK}:{ports['grpc_port']}",
             http=f"http://{LOOPBACK}:{ports['http_port']}",
@@ -299,9 +303,22 @@ class TritonServer:
                 with contextlib.suppress(ChildProcessError):  # ours only when we are their subreaper
                     os.waitpid(pid, 0)
             self._remove_leftovers()
+        self._stop_watchdog()
         if self._runtime_dir and not _keep_runtime_dir:
             shutil.rmtree(self._runtime_dir, ignore_errors=True)
             self._runtime_dir = None
+
+    def _stop_watchdog(self) -> None:
+        """Close our end of the watchdog's pipe once the server is gone: it finds nothing left and exits."""
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None:
+            process, pipe = watchdog
+            os.close(pipe)
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
     def _remove_leftovers(self) -> None:
         for region in glob.glob(f"/dev/shm/{self.shm_prefix}*"):
@@ -318,6 +335,24 @@ class _PortRace(Exception):
 
 def _new_server_id() -> str:
     return f"thinkserve-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def _start_watchdog(group: int, shm_prefix: str, grace_s: float) -> tuple[subprocess.Popen, int]:
+    """watchdog.py beside the server (see it for why), in a session of its own so that whatever kills this
+    process's group spares it; its stdin is a pipe whose write end, returned, only this process holds (pipes
+    are not inherited by other children). -I: nothing from the environment or the script's folder is imported."""
+    read_end, write_end = os.pipe()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-I", str(Path(__file__).with_name("watchdog.py")), str(group), shm_prefix, str(grace_s)],
+            stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+    except BaseException:
+        os.close(write_end)
+        raise
+    finally:
+        os.close(read_end)
+    return process, write_end
 
 
 def _become_subreaper() -> None:
