@@ -121,6 +121,17 @@ def write_long_pdf(path: Path, pages: int) -> Path:
     return path
 
 
+def write_header_line_pdf(path: Path, pages: int) -> Path:
+    """`pages` pages of one short line each, near the top edge, where MinerU takes a line for a running head."""
+    pdf = canvas.Canvas(str(path), pagesize=A4)
+    for number in range(1, pages + 1):
+        pdf.setFont("Helvetica", 11)
+        pdf.drawString(72, 800, f"Short note number {number}.")
+        pdf.showPage()
+    pdf.save()
+    return path
+
+
 def long_pdf_lines(number: int) -> list[str]:
     """The paragraph on page `number` (1-based) of `write_long_pdf`; its keyword is unique to the page."""
     return [

@@ -17,7 +17,9 @@ What is an error and what is a warning:
   string) while the rest is fine: the item is skipped with a warning naming its index, because one damaged
   item should not cost the user the whole document;
 - a missing asset file: a warning, the block is kept with asset "".
-Running heads (header, footer, page_number) are dropped, counted in one summary warning. Bboxes are clamped
+Running heads (header, footer, page_number) are dropped, counted in one summary warning, unless they are the
+document's only text (a few pages of one short line each): then the headers and footers are kept, and the
+warning says so. Bboxes are clamped
 into 0..1000 (a warning says how many were out of range).
 """
 
@@ -30,7 +32,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..errors import InvalidRequestError
 from .documents import BBOX_SCALE, Block, ParsedDocument
@@ -54,6 +56,9 @@ class _Reader:
     item_problems: list[str] = field(default_factory=list)  # items skipped: they count towards "unusable"
     item_notes: list[str] = field(default_factory=list)  # items kept with something missing
     running_heads: int = 0
+    # the running heads' text, in reading order: a document whose only text MinerU marked as headers or
+    # footers (a page of one short line each) keeps it rather than being refused as empty
+    running_head_blocks: list[Block] = field(default_factory=list)
     unknown_types: Counter[str] = field(default_factory=Counter)
     clamped: int = 0
 
@@ -89,6 +94,19 @@ class _Reader:
             return ""
         return candidate.relative_to(self.root).as_posix()
 
+    def set_aside(self, kind: str, text: Callable[[], str], page: int, bbox: Callable[[], tuple[int, int, int, int]]) -> None:
+        """A running head: dropped, unless the document turns out to have no other text. A malformed one is
+        only dropped (running heads were never checked, so they cannot make a document unusable)."""
+        self.running_heads += 1
+        if kind == "page_number":
+            return
+        try:
+            content, where = text(), bbox()
+        except _ItemError:
+            return
+        if content:
+            self.running_head_blocks.append(Block("text", content, page=page, bbox=where))
+
     # -- geometry ----------------------------------------------------------------------------------------
     def bbox(self, where: str, raw: Any) -> tuple[int, int, int, int]:
         if raw is None:
@@ -111,7 +129,10 @@ class _Reader:
     def summary(self, parser: str) -> list[str]:
         out = _capped(self.item_problems, "more items skipped") + _capped(self.item_notes, "more items kept incomplete")
         out += self.warnings
-        if self.running_heads:
+        if self.running_heads and self.running_head_blocks:
+            out.append(f"kept {len(self.running_head_blocks)} lines marked as page headers, footers or page numbers "
+                       "(running heads): they are the only text of the document")
+        elif self.running_heads:
             out.append(f"dropped {self.running_heads} page headers, footers and page numbers (running heads)")
         if self.unknown_types:
             kinds = ", ".join(f"{k} ({n})" for k, n in sorted(self.unknown_types.items()))
@@ -148,6 +169,10 @@ def read_content_list(path: Path, *, page_count: Optional[int] = None) -> Parsed
                 "objects) or V2 (a list of pages, each a list)"
             )
         blocks, pages = _read_v1(reader, data)
+    if any(block.content.strip() or block.caption or block.asset for block in blocks):
+        reader.running_head_blocks = []  # the document has content of its own: its running heads stay dropped
+    else:
+        blocks = sorted(reader.running_head_blocks + blocks, key=lambda block: block.page)
     total = len(data) if parser == "content_list_v1" else sum(len(page) for page in data)
     broken = len(reader.item_problems)
     if total and broken * 2 > total:
@@ -225,7 +250,7 @@ def _page_index(where: str, item: dict[str, Any]) -> int:
 
 def _v1_block(reader: _Reader, where: str, kind: str, item: dict[str, Any], page: int) -> Optional[Block]:
     if kind in RUNNING_HEADS:
-        reader.running_heads += 1
+        reader.set_aside(kind, lambda: _text(where, item.get("text")), page, lambda: reader.bbox(where, item.get("bbox")))
         return None
     bbox = reader.bbox(where, item.get("bbox"))
     common: dict[str, Any] = {"page": page, "bbox": bbox}
@@ -308,7 +333,8 @@ def _v2_block(
     reader: _Reader, where: str, kind: str, content: dict[str, Any], item: dict[str, Any], page: int
 ) -> Optional[Block]:
     if kind in RUNNING_HEADS:
-        reader.running_heads += 1
+        spans = next((value for key, value in content.items() if key.endswith("_content")), None)
+        reader.set_aside(kind, lambda: _spans(where, spans), page, lambda: reader.bbox(where, item.get("bbox")))
         return None
     common: dict[str, Any] = {"page": page, "bbox": reader.bbox(where, item.get("bbox"))}
     if kind == "title":

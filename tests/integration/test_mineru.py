@@ -27,6 +27,7 @@ from tests.pdf_factory import (
     write_corrupt_pdf,
     write_empty_pdf,
     write_encrypted_pdf,
+    write_header_line_pdf,
     write_long_pdf,
     write_sample_report,
 )
@@ -174,3 +175,11 @@ def test_render_pages(tmp_path, report):
 def test_long_pdf_is_fast_to_write_and_inspect(tmp_path):
     path = write_long_pdf(tmp_path / "long.pdf", 2000)
     assert inspect_pdf(path) == 2000
+
+
+def test_a_document_whose_only_lines_are_running_heads_keeps_them(tmp_path):
+    # MinerU takes a short line near the top of every page for a page header; dropped, nothing would be left
+    document = MineruParser().parse(write_header_line_pdf(tmp_path / "notes.pdf", 3), tmp_path / "work")
+    assert [(b.type, b.content, b.page) for b in document.blocks] == [
+        ("text", f"Short note number {n + 1}.", n) for n in range(3)]
+    assert any("they are the only text of the document" in warning for warning in document.warnings)

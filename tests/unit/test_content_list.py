@@ -423,3 +423,25 @@ def test_absurdly_nested_json_is_refused(tmp_path):
     path.write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(InvalidRequestError, match="deep.json: content list is nested too deeply"):
         read_content_list(path)
+
+
+def test_running_heads_are_kept_when_they_are_the_documents_only_text(tmp_path):
+    # three pages of one short line each, every one marked a header or footer: the whole document
+    items = [{"type": "header" if page % 2 else "footer", "text": f"Line {page}", "bbox": [100, 20, 900, 40], "page_idx": page}
+             for page in range(3)]
+    items.append({"type": "page_number", "text": "3", "bbox": [480, 960, 520, 980], "page_idx": 2})
+    document = read_content_list(write_list(tmp_path, items))
+    assert [(b.type, b.content, b.page) for b in document.blocks] == [("text", "Line 0", 0), ("text", "Line 1", 1), ("text", "Line 2", 2)]
+    assert document.warnings == [
+        "kept 3 lines marked as page headers, footers or page numbers (running heads): they are the only text of the document"]
+    # V2 the same way
+    pages = [[{"type": "page_header", "content": {"page_header_content": [{"type": "text", "content": f"Line {page}"}]},
+               "bbox": [100, 20, 900, 40]}] for page in range(2)]
+    document = read_content_list(write_list(tmp_path / "v2", pages))
+    assert [(b.content, b.page) for b in document.blocks] == [("Line 0", 0), ("Line 1", 1)]
+    # with any content of its own, a document's running heads are dropped; a malformed one is only dropped
+    items = [{"type": "header", "text": 7, "page_idx": 0}, {"type": "footer", "text": "Draft", "bbox": "x", "page_idx": 0},
+             {"type": "text", "text": "The body.", "page_idx": 0}]
+    document = read_content_list(write_list(tmp_path / "body", items))
+    assert [b.content for b in document.blocks] == ["The body."]
+    assert document.warnings == ["dropped 2 page headers, footers and page numbers (running heads)"]
