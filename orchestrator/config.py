@@ -67,6 +67,8 @@ class ServerSettings(_Section):
     max_upload_bytes: int = Field(50 * 1024 * 1024, gt=0)
     default_deadline_s: float = Field(120.0, gt=0)  # when the client sends no deadline
     shutdown_grace_s: float = Field(10.0, ge=0)
+    # how often the standard grpc.health.v1 status is checked against Triton (probes read the last verdict)
+    health_interval_s: float = Field(2.0, gt=0)
     # Admission (backpressure): this many queries (and retrievals) run at once, this many more wait; past
     # that a request is refused at once with RESOURCE_EXHAUSTED instead of growing everyone's latency.
     max_concurrent_queries: int = Field(4, ge=1)

@@ -14,6 +14,7 @@ from .api.gateway import Gateway
 from .api.http_server import HttpServer, check_exposure, server_credentials
 from .api.openai_http import openai_app
 from .api.protos import pb, pb_grpc
+from .api.standard_health import StandardHealth
 from .api.service import ThinkServeService
 from .config import Settings
 from .errors import ConfigurationError, TritonUnavailableError
@@ -44,6 +45,7 @@ class Deployment:
         # restarts our Triton / reloads a model whose stub died (with triton.url: watches readiness only)
         self.supervisor: Optional[TritonSupervisor] = None
         self.server: Optional[grpc.aio.Server] = None
+        self.standard_health: Optional[StandardHealth] = None  # grpc.health.v1 and reflection, unauthenticated
         self.address: str = ""
         self.gateway: Optional[Gateway] = None
         self.http: Optional[HttpServer] = None
@@ -117,6 +119,8 @@ class Deployment:
             ]
         )
         pb_grpc.add_ThinkServeServicer_to_server(service, self.server)
+        self.standard_health = StandardHealth(lambda: _serving(service), limits.health_interval_s)
+        self.standard_health.add_to(self.server)
         credentials = server_credentials(limits)
         try:
             if credentials is None:
@@ -128,6 +132,7 @@ class Deployment:
         if port == 0:
             raise ConfigurationError(f"cannot listen on {limits.host}:{limits.port} (server.port): address in use or not local")
         await self.server.start()
+        await self.standard_health.start()
         return f"{limits.host}:{port}"
 
     async def stop(self) -> None:
@@ -138,6 +143,9 @@ class Deployment:
             self.supervisor = None
         if self.gateway is not None:
             self.gateway.draining = True  # Health says so; new calls get UNAVAILABLE while running ones finish
+        if self.standard_health is not None:
+            await self.standard_health.stop()  # probes see NOT_SERVING before the drain, and stop sending
+            self.standard_health = None
         if self.http is not None:
             await self.http.stop(self.settings.server.shutdown_grace_s)
             self.http = None
@@ -155,3 +163,7 @@ class Deployment:
         if self.triton is not None:
             await asyncio.to_thread(self.triton.stop)
             self.triton = None
+
+
+async def _serving(service: ThinkServeService) -> bool:
+    return (await service.health()).serving

@@ -88,6 +88,11 @@ class ThinkServeService(pb_grpc.ThinkServeServicer):
 
     @unary
     async def Health(self, request, context, call: Call):
+        return await self.health()
+
+    async def health(self) -> "pb.HealthResponse":
+        """Serving: every required model ready in Triton with its circuit breaker closed, and not draining.
+        The Health RPC's answer, and the standard grpc.health.v1 status's (api/standard_health.py)."""
         ready = await asyncio.gather(*(self.models.client.model_ready(c.name) for c in self.required_models))
         breakers = self.models.client.health_snapshot().breakers
         models = []

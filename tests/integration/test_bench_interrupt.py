@@ -46,6 +46,17 @@ def _tritonservers_of(deployment_pid: int) -> list[int]:
     return found
 
 
+def _lines_until(stream, prefix: str, seconds: float) -> list[str]:
+    """A process's output lines up to the first that starts with `prefix` (or until `seconds` have passed)."""
+    lines = []
+    deadline = time.monotonic() + seconds
+    for line in stream:
+        lines.append(line)
+        if line.startswith(prefix) or time.monotonic() > deadline:
+            break
+    return lines
+
+
 def test_ctrl_c_stops_the_bench_and_its_own_deployment(tmp_path):
     command = [sys.executable, "-m", "orchestrator", "bench", "latency", "--documents", str(SAMPLE_DOCUMENT),
                "--questions", "2", "--configs", "simple", "--rounds", "200", "--option", "page_images=false",
@@ -53,13 +64,8 @@ def test_ctrl_c_stops_the_bench_and_its_own_deployment(tmp_path):
     # a session of its own, like a terminal's foreground job: Ctrl-C is SIGINT to the whole group
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    lines = []
     try:
-        deadline = time.monotonic() + 300
-        for line in process.stdout:
-            lines.append(line)
-            if line.startswith("latency:") or time.monotonic() > deadline:
-                break
+        lines = _lines_until(process.stdout, "latency:", 300)
         assert any(line.startswith("latency:") for line in lines), "".join(lines)
         deployments = _children(process.pid)
         servers = [pid for child in deployments for pid in _tritonservers_of(child)]

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.conftest import MODEL_ENVIRONMENT, MODEL_REPOSITORY, ROOT
-from tests.integration.test_bench_interrupt import _tritonservers_of
+from tests.integration.test_bench_interrupt import _lines_until, _tritonservers_of
 
 pytestmark = pytest.mark.integration
 
@@ -36,13 +36,8 @@ def test_kill_9_of_serve_ends_its_triton_and_every_stub(tmp_path):
     # a session of its own, as a supervisor would run it: the kill reaches serve's group only
     serve = subprocess.Popen([sys.executable, "-m", "orchestrator", "--config", str(config), "serve"], cwd=ROOT,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    lines = []
     try:
-        deadline = time.monotonic() + 300
-        for line in serve.stdout:
-            lines.append(line)
-            if line.startswith("serving") or time.monotonic() > deadline:
-                break
+        lines = _lines_until(serve.stdout, "serving", 300)
         assert any(line.startswith("serving") for line in lines), "".join(lines)
         servers = _tritonservers_of(serve.pid)
         assert len(servers) == 1, servers

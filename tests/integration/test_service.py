@@ -14,6 +14,10 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+from google.protobuf import descriptor_pool
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from orchestrator.api.security import new_token
@@ -436,6 +440,25 @@ def test_openai_streaming_sends_the_answer_as_server_sent_events(secured):
     assert text.strip() == last["thinkserve"]["text"].strip() and last["thinkserve"]["citations"]
 
 
+# ---------------------------------------------------------------------- standard health and reflection
+
+
+def test_standard_health_and_reflection_answer_probes_without_a_token(secured):
+    with grpc.insecure_channel(secured.address) as channel:  # no token: what a Kubernetes probe or grpcurl sends
+        health = health_pb2_grpc.HealthStub(channel)
+        for name in ("", "thinkserve.v1.ThinkServe"):
+            assert health.Check(health_pb2.HealthCheckRequest(service=name), timeout=10).status == \
+                health_pb2.HealthCheckResponse.SERVING
+        code, _ = status_of(lambda: health.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=10))
+        assert code == grpc.StatusCode.NOT_FOUND
+        database = ProtoReflectionDescriptorDatabase(channel)
+        assert {"thinkserve.v1.ThinkServe", "grpc.health.v1.Health", reflection.SERVICE_NAME} <= set(database.get_services())
+        query = descriptor_pool.DescriptorPool(database).FindServiceByName("thinkserve.v1.ThinkServe").FindMethodByName("Query")
+        assert query.input_type.full_name == "thinkserve.v1.QueryRequest" and query.server_streaming
+    with secured.client("") as anonymous:  # the API itself still needs a token
+        assert status_of(lambda: anonymous.list_documents("alpha"))[0] == grpc.StatusCode.UNAUTHENTICATED
+
+
 # ---------------------------------------------------------------------- shutdown
 
 
@@ -458,13 +481,27 @@ def test_shutdown_drains_the_requests_in_flight(triton, triton_settings, tmp_pat
                 except grpc.RpcError as error:
                     outcome["error"] = error
 
-            asker = threading.Thread(target=ask)
+            statuses: list[int] = []
+
+            def watch():  # what a load balancer watching the standard health sees
+                with grpc.insecure_channel(address) as channel:
+                    try:
+                        for reply in health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service="")):
+                            statuses.append(reply.status)
+                    except grpc.RpcError:
+                        pass  # the server went away
+
+            asker, watcher = threading.Thread(target=ask), threading.Thread(target=watch)
+            watcher.start()
             asker.start()
             time.sleep(0.8)  # the query is running
             loop.run(deployment.stop())
             asker.join(60)
+            watcher.join(60)
         assert "error" not in outcome, outcome.get("error")
         assert outcome["final"].answer_source == "llm"
+        serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+        assert statuses[0] == serving and statuses[-1] == not_serving, statuses  # told before the server went
     finally:
         loop.run(deployment.stop())
         loop.close()
