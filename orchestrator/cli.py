@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ def _settings(args) -> Settings:
         overrides["triton.url"] = args.triton_url
     if getattr(args, "model_repository", None):
         overrides["triton.model_repository"] = str(args.model_repository)
-    return Settings.load(args.config, overrides)
+    return Settings.load(args.config, overrides, environment=os.environ)  # THINKSERVE_SECTION__KEY variables
 
 
 def _client(args):
@@ -35,8 +36,6 @@ def _client(args):
 
 def _token(args) -> str:
     """--token, else the THINKSERVE_TOKEN environment variable (keeps the token out of shell history)."""
-    import os
-
     return getattr(args, "token", None) or os.environ.get("THINKSERVE_TOKEN", "")
 
 

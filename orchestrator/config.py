@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -120,6 +120,9 @@ class AuthSettings(_Section):
     # Tokens are required for every call once any is configured (and always off loopback). Only digests are
     # stored: a leaked settings file leaks no token.
     tokens: tuple[TokenGrant, ...] = ()
+    # A TOML file of more grants ([[tokens]] tables, as above), read at start: a secret a container mounts
+    # (THINKSERVE_AUTH__TOKENS_FILE=/run/secrets/thinkserve-tokens.toml) instead of a config file to edit.
+    tokens_file: Optional[Path] = None
 
     @model_validator(mode="after")
     def _unique(self) -> "AuthSettings":
@@ -441,24 +444,67 @@ class Settings(_Section):
         return configured if configured is not None else self.triton.model_repository / model / "1" / "tokenizer.json"
 
     @classmethod
-    def load(cls, path: Optional[Path] = None, overrides: Optional[dict[str, Any]] = None) -> "Settings":
-        """Settings from a TOML file (optional) with dotted-key overrides, e.g. {"server.port": 0}."""
+    def load(
+        cls, path: Optional[Path] = None, overrides: Optional[dict[str, Any]] = None,
+        environment: Optional[Mapping[str, str]] = None,
+    ) -> "Settings":
+        """Settings from a TOML file (optional), then the environment's THINKSERVE_SECTION__KEY variables (when
+        an `environment` is given: the commands pass os.environ), then dotted-key overrides, e.g.
+        {"server.port": 0}; then the grants of `auth.tokens_file` join `auth.tokens`."""
         data: dict[str, Any] = {}
         if path is not None:
             try:
                 data = tomllib.loads(Path(path).read_text())
             except (OSError, tomllib.TOMLDecodeError) as error:
                 raise ConfigurationError(f"cannot read settings file {path}: {error}") from None
-        for dotted, value in (overrides or {}).items():
-            if value is None:
-                continue
+        layers = {**environment_overrides(environment or {}), **{k: v for k, v in (overrides or {}).items() if v is not None}}
+        for dotted, value in layers.items():
             section = data
             *parents, leaf = dotted.split(".")
             for parent in parents:
                 section = section.setdefault(parent, {})
+                if not isinstance(section, dict):
+                    raise ConfigurationError(f"invalid settings: {dotted}: {parent} is a value, not a section")
             section[leaf] = value
+        auth = data.get("auth")
+        if isinstance(auth, dict) and auth.get("tokens_file"):
+            auth["tokens"] = [*auth.get("tokens", []), *_token_file(Path(auth["tokens_file"]))]
         try:
             return cls.model_validate(data)
         except ValidationError as error:
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
             raise ConfigurationError(f"invalid settings: {problems}") from None
+
+
+ENVIRONMENT_PREFIX = "THINKSERVE_"
+
+
+def environment_overrides(environment: Mapping[str, str]) -> dict[str, Any]:
+    """THINKSERVE_SECTION__KEY=value variables as dotted overrides ({"section.key": value}), at any depth
+    (THINKSERVE_ROUTES__SIMPLE__EVIDENCE_K). Only names whose first part is a settings field count (so
+    THINKSERVE_TOKEN, the client's token, is not a setting). A value reads as TOML when it is a TOML value
+    (8, 0.5, true, ["a", "b"], {name = "x"}, "quoted"), else as the text it is (a path, a host name)."""
+    fields = set(Settings.model_fields)
+    found: dict[str, Any] = {}
+    for name, raw in environment.items():
+        if not name.startswith(ENVIRONMENT_PREFIX):
+            continue
+        parts = name[len(ENVIRONMENT_PREFIX):].lower().split("__")
+        if parts[0] not in fields or not all(parts):
+            continue
+        try:
+            value = tomllib.loads(f"value = {raw}")["value"]
+        except tomllib.TOMLDecodeError:
+            value = raw
+        found[".".join(parts)] = value
+    return found
+
+
+def _token_file(path: Path) -> list[dict[str, Any]]:
+    try:
+        grants = tomllib.loads(path.read_text()).get("tokens", [])
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ConfigurationError(f"cannot read auth.tokens_file {path}: {error}") from None
+    if not isinstance(grants, list):
+        raise ConfigurationError(f"auth.tokens_file {path}: 'tokens' must be an array of tables ([[tokens]])")
+    return grants
