@@ -352,6 +352,10 @@ class IngestSettings(_Section):
     parser_tier: str = "flash"
     parser_mode: Literal["subprocess", "inprocess"] = "subprocess"
     parser_timeout_s: float = Field(1800.0, gt=0)
+    # The parse process's memory (address space, MiB; 0: unlimited): a document needing more fails alone with
+    # RESOURCE_EXHAUSTED instead of the kernel's OOM killer choosing Triton or the server. The flash tier's
+    # peak on the dev PDFs is 0.3-1.6 GB; one ordinary PDF with a huge vector chart once took 21.6 GB.
+    parser_memory_mb: int = Field(8192, ge=0)
     # "local" never downloads: higher tiers read models pre-placed in parser_model_dir (default ~/.mineru/models).
     parser_model_source: Literal["local", "auto", "huggingface", "modelscope"] = "local"
     parser_model_dir: Optional[Path] = None

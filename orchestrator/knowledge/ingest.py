@@ -373,6 +373,7 @@ def mineru_options(settings: IngestSettings) -> MineruOptions:
         timeout_s=settings.parser_timeout_s,
         model_source=settings.parser_model_source,
         model_dir=settings.parser_model_dir,
+        memory_limit_mb=(settings.parser_memory_mb or None) if settings.parser_mode == "subprocess" else None,
     )
 
 

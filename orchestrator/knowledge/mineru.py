@@ -41,6 +41,7 @@ import argparse
 import ipaddress
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -51,7 +52,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from ..errors import ConfigurationError, DeadlineExceededError, InvalidRequestError, ThinkServeError
+from ..errors import ConfigurationError, DeadlineExceededError, InvalidRequestError, ResourceExhaustedError, ThinkServeError
 from .content_list import read_content_list
 from .documents import ParsedDocument
 from .pdf import inspect_pdf
@@ -67,6 +68,9 @@ MIDDLE_JSON_NAME = "middle_json.json"
 RUN_RECORD_NAME = "mineru_run.json"
 STDERR_TAIL_CHARS = 4000
 EXIT_INVALID_INPUT = 3  # the worker's exit status when MinerU rejects the input itself
+EXIT_OUT_OF_MEMORY = 4  # ... when the parse ran out of the memory it may use (memory_limit_mb)
+# how the libraries under MinerU report a failed allocation (Python, C++, libc, Rust, OpenBLAS), matched case-free
+OUT_OF_MEMORY_SIGNS = ("memoryerror", "bad_alloc", "cannot allocate memory", "out of memory", "memory allocation")
 
 
 class MineruError(ThinkServeError, RuntimeError):
@@ -81,6 +85,11 @@ class MineruTimeoutError(MineruError, DeadlineExceededError):
     """The parse ran past `timeout_s` and was killed."""
 
 
+class MineruMemoryError(MineruError, ResourceExhaustedError):
+    """The parse needed more memory than it may use (`memory_limit_mb`), or the kernel killed it for memory:
+    the document fails alone, and nothing else on the machine was put at risk."""
+
+
 @dataclass(frozen=True)
 class MineruOptions:
     """How MinerU runs. Defaults run offline on a CPU machine with no model files."""
@@ -91,6 +100,9 @@ class MineruOptions:
     model_source: ModelSource = "local"  # "local": never download; higher tiers read models from model_dir
     model_dir: Optional[Path] = None  # MinerU's model folder (default ~/.mineru/models); subprocess mode only
     ocr_mode: Optional[OcrMode] = None  # None: "txt" for flash (it has no OCR models), "auto" otherwise
+    # The parse process's address space, in MiB (subprocess mode; None: unlimited). One ordinary PDF (a vector
+    # chart of 187,176 drawing objects) once took 21.6 GB; the flash tier's peak on the dev PDFs is 0.3-1.6 GB.
+    memory_limit_mb: Optional[int] = 8192
 
     def __post_init__(self) -> None:
         if self.tier not in ("flash", "basic", "standard", "advanced"):
@@ -103,6 +115,8 @@ class MineruOptions:
             raise ValueError(f"unknown model_source {self.model_source!r}")
         if self.ocr_mode not in (None, "auto", "txt", "ocr"):
             raise ValueError(f"unknown ocr_mode {self.ocr_mode!r}: auto, txt or ocr")
+        if self.memory_limit_mb is not None and self.memory_limit_mb <= 0:
+            raise ValueError(f"memory_limit_mb must be positive (or None: unlimited), got {self.memory_limit_mb}")
         if self.mode == "inprocess" and self.model_dir is not None:
             raise ValueError("model_dir applies to subprocess mode only (in-process MinerU reads settings at import)")
 
@@ -169,6 +183,9 @@ class MineruParser:
             "--ocr-mode",
             self.options.effective_ocr_mode,
         ]
+        if self.options.memory_limit_mb is not None:
+            command += ["--memory-limit-mb", str(self.options.memory_limit_mb)]
+        started = time.monotonic()
         process = subprocess.Popen(
             command,
             env=self._child_environment(),
@@ -192,6 +209,17 @@ class MineruParser:
             raise
         if process.returncode == EXIT_INVALID_INPUT:
             raise InvalidRequestError(f"{source.name}: MinerU rejected the input: {_last_line(stderr)}")
+        out_of_memory = process.returncode == EXIT_OUT_OF_MEMORY or process.returncode == -signal.SIGKILL or (
+            process.returncode != 0 and any(sign in _tail(stderr).casefold() for sign in OUT_OF_MEMORY_SIGNS)
+        )
+        if out_of_memory:
+            limit = self.options.memory_limit_mb
+            how = (f"needed more than its memory limit of {limit} MiB (ingest.parser_memory_mb)" if limit is not None
+                   and process.returncode != -signal.SIGKILL else "was killed by SIGKILL, most likely by the kernel's "
+                   "out-of-memory killer")
+            raise MineruMemoryError(
+                f"MinerU's parse of {source.name} {how}, {time.monotonic() - started:.0f} s into it; the document "
+                "was not ingested (a higher limit, or the document split into parts, can help)", _tail(stderr))
         if process.returncode != 0:
             raise MineruError(f"MinerU failed on {source.name} (exit status {process.returncode})", _tail(stderr))
 
@@ -331,10 +359,17 @@ def _worker(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--tier", default="flash")
     parser.add_argument("--ocr-mode", default="txt")
+    parser.add_argument("--memory-limit-mb", type=int, help="the address space this process (and each process it starts) may use")
     args = parser.parse_args(argv)
+    if args.memory_limit_mb is not None:  # before MinerU is imported: the limit holds for all of it
+        limit = args.memory_limit_mb * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     _refuse_network()
     try:
         parse_to_folder(args.source, args.out_dir, args.tier, args.ocr_mode)
+    except MemoryError:
+        traceback.print_exc()
+        return EXIT_OUT_OF_MEMORY
     except Exception as error:
         if _is_mineru_invalid_request(error):
             print(error, file=sys.stderr)

@@ -204,6 +204,36 @@ def test_bad_documents_fail_alone_with_their_cause(running_orchestrator, tmp_pat
     assert len([p for p in root.iterdir() if p.is_dir()]) == 1  # no staging folder of a failed document is left
 
 
+def test_a_parse_over_its_memory_limit_fails_alone_with_resource_exhausted(triton, triton_settings, tmp_path, capsys):
+    from orchestrator.deployment import Deployment
+    from tests.conftest import settings_with
+    from tests.integration.conftest import BackgroundLoop
+
+    # a limit below what any MinerU parse needs (about 300 MiB here): the PDF cannot be parsed within it
+    settings = settings_with(triton_settings.model_copy(update={"url": triton.endpoints.grpc}), tmp_path / "data",
+                             ingest={"parser_memory_mb": 200})
+    folder, source = tmp_path / "batch", tmp_path / "source"
+    folder.mkdir()
+    source.mkdir()
+    (folder / "report.pdf").write_bytes(pdf_factory.write_sample_report(source / "report.pdf").path.read_bytes())
+    (folder / "notes.md").write_text("# Notes\n\nThe warehouse in Leeds ships on Mondays.")
+    loop = BackgroundLoop()
+    deployment = Deployment(settings)
+    address = loop.run(deployment.start(progress=lambda _: None))
+    try:
+        failures = asyncio.run(ingest_paths(address, "limited", [folder], concurrency=2))
+        out = capsys.readouterr().out
+        assert failures == 1, out
+        line = next(line for line in out.splitlines() if line.startswith("FAILED report.pdf:"))
+        assert "RESOURCE_EXHAUSTED" in line and "report.pdf" in line and "memory limit of 200 MiB" in line, line
+        with ThinkServeClient(address) as client:
+            assert client.health().serving  # the server and Triton were never at risk
+            assert [d.name for d in client.list_documents("limited")] == ["notes.md"]  # the rest of the batch
+    finally:
+        loop.run(deployment.stop())
+        loop.close()
+
+
 def test_llm_extraction_and_vlm_descriptions_go_through_triton(triton, tmp_path, report_pdf):
     """The model paths the tiny profile does not use by default (its LLM and VLM have random weights): every
     chunk and unit goes to the LLM for extraction, every unit with an image to the VLM; the random output is

@@ -183,3 +183,9 @@ def test_a_document_whose_only_lines_are_running_heads_keeps_them(tmp_path):
     assert [(b.type, b.content, b.page) for b in document.blocks] == [
         ("text", f"Short note number {n + 1}.", n) for n in range(3)]
     assert any("they are the only text of the document" in warning for warning in document.warnings)
+
+
+def test_a_memory_limit_must_be_positive():
+    with pytest.raises(ValueError, match="memory_limit_mb"):
+        MineruOptions(memory_limit_mb=0)
+    assert MineruOptions().memory_limit_mb == 8192 and MineruOptions(memory_limit_mb=None).memory_limit_mb is None
