@@ -354,8 +354,10 @@ class IngestSettings(_Section):
     parser_timeout_s: float = Field(1800.0, gt=0)
     # The parse process's memory (address space, MiB; 0: unlimited): a document needing more fails alone with
     # RESOURCE_EXHAUSTED instead of the kernel's OOM killer choosing Triton or the server. The flash tier's
-    # peak on the dev PDFs is 0.3-1.6 GB; one ordinary PDF with a huge vector chart once took 21.6 GB.
-    parser_memory_mb: int = Field(8192, ge=0)
+    # peak on the dev PDFs is 0.3-1.6 GB; one ordinary PDF with a huge vector chart once took 21.6 GB. None:
+    # 8192 for the flash tier, unlimited for the others (their torch and CUDA reserve far more address space
+    # than they use, so an address-space limit is no measure of their memory).
+    parser_memory_mb: Optional[int] = Field(None, ge=0)
     # "local" never downloads: higher tiers read models pre-placed in parser_model_dir (default ~/.mineru/models).
     parser_model_source: Literal["local", "auto", "huggingface", "modelscope"] = "local"
     parser_model_dir: Optional[Path] = None

@@ -33,7 +33,7 @@ from .chunking import Span, TextChunk, chunk_blocks
 from .content_list import read_content_list
 from .documents import Block, ParsedDocument
 from .extraction import CooccurrenceExtractor, Extraction, LlmExtractor, describe_fallback, normalize_entity_name
-from .mineru import MineruOptions, MineruParser
+from .mineru import FLASH_PARSER_MEMORY_MB, MineruOptions, MineruParser
 from .passages import Passage, passages_of
 from .pdf import inspect_pdf, render_pages
 from .segments import DocumentRecord, EntityMention, EvidenceRecord, PageRecord, RelationMention, Segment
@@ -373,8 +373,17 @@ def mineru_options(settings: IngestSettings) -> MineruOptions:
         timeout_s=settings.parser_timeout_s,
         model_source=settings.parser_model_source,
         model_dir=settings.parser_model_dir,
-        memory_limit_mb=(settings.parser_memory_mb or None) if settings.parser_mode == "subprocess" else None,
+        memory_limit_mb=parser_memory_limit(settings),
     )
+
+
+def parser_memory_limit(settings: IngestSettings) -> Optional[int]:
+    """MiB the parse process may use, None for no limit (see IngestSettings.parser_memory_mb)."""
+    if settings.parser_mode != "subprocess":
+        return None  # in-process: the limit would be the server's own
+    if settings.parser_memory_mb is None:
+        return FLASH_PARSER_MEMORY_MB if settings.parser_tier == "flash" else None
+    return settings.parser_memory_mb or None
 
 
 def _local_name(name: str, suffix: str) -> str:

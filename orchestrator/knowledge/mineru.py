@@ -70,6 +70,7 @@ STDERR_TAIL_CHARS = 4000
 EXIT_INVALID_INPUT = 3  # the worker's exit status when MinerU rejects the input itself
 EXIT_OUT_OF_MEMORY = 4  # ... when the parse ran out of the memory it may use (memory_limit_mb)
 # how the libraries under MinerU report a failed allocation (Python, C++, libc, Rust, OpenBLAS), matched case-free
+FLASH_PARSER_MEMORY_MB = 8192  # the flash tier's default limit: 5x its peak on the dev PDFs (1.6 GB, a 160-page 10-K)
 OUT_OF_MEMORY_SIGNS = ("memoryerror", "bad_alloc", "cannot allocate memory", "out of memory", "memory allocation")
 
 
@@ -102,7 +103,7 @@ class MineruOptions:
     ocr_mode: Optional[OcrMode] = None  # None: "txt" for flash (it has no OCR models), "auto" otherwise
     # The parse process's address space, in MiB (subprocess mode; None: unlimited). One ordinary PDF (a vector
     # chart of 187,176 drawing objects) once took 21.6 GB; the flash tier's peak on the dev PDFs is 0.3-1.6 GB.
-    memory_limit_mb: Optional[int] = 8192
+    memory_limit_mb: Optional[int] = None
 
     def __post_init__(self) -> None:
         if self.tier not in ("flash", "basic", "standard", "advanced"):

@@ -188,4 +188,11 @@ def test_a_document_whose_only_lines_are_running_heads_keeps_them(tmp_path):
 def test_a_memory_limit_must_be_positive():
     with pytest.raises(ValueError, match="memory_limit_mb"):
         MineruOptions(memory_limit_mb=0)
-    assert MineruOptions().memory_limit_mb == 8192 and MineruOptions(memory_limit_mb=None).memory_limit_mb is None
+    from orchestrator.config import IngestSettings
+    from orchestrator.knowledge.ingest import parser_memory_limit
+
+    assert parser_memory_limit(IngestSettings()) == 8192  # the flash tier's default
+    assert parser_memory_limit(IngestSettings(parser_tier="standard")) is None  # torch and CUDA: no address-space limit
+    assert parser_memory_limit(IngestSettings(parser_tier="standard", parser_memory_mb=20000)) == 20000
+    assert parser_memory_limit(IngestSettings(parser_memory_mb=0)) is None
+    assert parser_memory_limit(IngestSettings(parser_mode="inprocess")) is None
