@@ -69,8 +69,8 @@ RUN_RECORD_NAME = "mineru_run.json"
 STDERR_TAIL_CHARS = 4000
 EXIT_INVALID_INPUT = 3  # the worker's exit status when MinerU rejects the input itself
 EXIT_OUT_OF_MEMORY = 4  # ... when the parse ran out of the memory it may use (memory_limit_mb)
-# how the libraries under MinerU report a failed allocation (Python, C++, libc, Rust, OpenBLAS), matched case-free
 FLASH_PARSER_MEMORY_MB = 8192  # the flash tier's default limit: 5x its peak on the dev PDFs (1.6 GB, a 160-page 10-K)
+# how the libraries under MinerU report a failed allocation (Python, C++, libc, Rust, OpenBLAS), matched case-free
 OUT_OF_MEMORY_SIGNS = ("memoryerror", "bad_alloc", "cannot allocate memory", "out of memory", "memory allocation")
 
 
@@ -215,9 +215,10 @@ class MineruParser:
         )
         if out_of_memory:
             limit = self.options.memory_limit_mb
-            how = (f"needed more than its memory limit of {limit} MiB (ingest.parser_memory_mb)" if limit is not None
-                   and process.returncode != -signal.SIGKILL else "was killed by SIGKILL, most likely by the kernel's "
-                   "out-of-memory killer")
+            if limit is not None and process.returncode != -signal.SIGKILL:
+                how = f"needed more than its memory limit of {limit} MiB (ingest.parser_memory_mb)"
+            else:
+                how = "was killed by SIGKILL, most likely by the kernel's out-of-memory killer"
             raise MineruMemoryError(
                 f"MinerU's parse of {source.name} {how}, {time.monotonic() - started:.0f} s into it; the document "
                 "was not ingested (a higher limit, or the document split into parts, can help)", _tail(stderr))
