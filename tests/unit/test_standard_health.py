@@ -39,10 +39,10 @@ def test_the_status_follows_the_check_and_turns_not_serving_on_stop():
             seen.append((await status(), await status(SERVICE_NAME)))
             for verdict in (False, None, True, "hang"):
                 verdicts["now"] = verdict
-                await asyncio.sleep(0.2 if verdict != "hang" else 1.3)  # a hanging check times out after 1 s
+                await asyncio.sleep(0.3 if verdict != "hang" else 1.6)  # a hanging check times out after 1 s
                 seen.append(await status())
             verdicts["now"] = True
-            await asyncio.sleep(1.2)  # the hanging check's timeout, then a check that answers
+            await asyncio.sleep(1.8)  # the hanging check's timeout, then a check that answers
             seen.append(await status())
             await standard.stop()
             seen.append((await status(), await status(SERVICE_NAME)))
