@@ -202,7 +202,9 @@ class KnowledgeGraph:
             # would sum them): dense over the graph's nodes, cheaper than sorting a two-hop frontier's entries
             reached = indices[entries]
             strength = np.bincount(reached, weights=data[entries], minlength=self.node_count)
-            candidates = np.flatnonzero((np.bincount(reached, minlength=self.node_count) > 0) & ~visited)
+            new = np.zeros(self.node_count, dtype=bool)
+            new[reached] = True
+            candidates = np.flatnonzero(new & ~visited)
             strength = strength[candidates]
             order = np.lexsort((candidates, -strength))[: limit - total]
             frontier = candidates[order].astype(np.int64)
