@@ -25,6 +25,8 @@ def _settings(args) -> Settings:
         overrides["triton.url"] = args.triton_url
     if getattr(args, "model_repository", None):
         overrides["triton.model_repository"] = str(args.model_repository)
+    if getattr(args, "read_only", False):
+        overrides["storage.read_only"] = True
     return Settings.load(args.config, overrides, environment=os.environ)  # THINKSERVE_SECTION__KEY variables
 
 
@@ -157,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="orchestrator gRPC port (0 = any free port)")
     serve.add_argument("--triton-url", help="use a running Triton (host:grpc_port) instead of starting one")
     serve.add_argument("--model-repository", type=Path, help="model repository (default: model_repository/tiny)")
+    serve.add_argument("--read-only", action="store_true",
+                       help="a read replica: serve queries over a data folder another serve writes, following it")
     serve.set_defaults(run=cmd_serve)
 
     for name, helptext, run in (

@@ -152,6 +152,15 @@ class StorageSettings(_Section):
     # collection is opened, built and retrieved from once in the background. Off: a commit is visible at once
     # and the first query after it builds what it needs.
     warm_snapshots: bool = True
+    # A read replica (`serve --read-only`): serves queries over a data folder another process writes, takes no
+    # lock, never removes anything, refuses writes (FAILED_PRECONDITION), and follows the writer's new
+    # manifest generations every follow_interval_s. Without it the server is the folder's one writer.
+    read_only: bool = False
+    follow_interval_s: float = Field(1.0, gt=0)
+    # The writer removes a dropped document's segment (and old stored indexes) only after this long, so a
+    # replica still serving the previous generation can read its page images and assets: keep it above
+    # follow_interval_s plus the longest query (server.default_deadline_s).
+    retain_dropped_s: float = Field(180.0, ge=0)
 
 
 RouteName = Literal["simple", "moderate", "complex"]

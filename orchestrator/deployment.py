@@ -51,6 +51,7 @@ class Deployment:
         self.http: Optional[HttpServer] = None
         self.http_address: str = ""
         self.tracing: Optional[Tracing] = None
+        self.knowledge: Optional[KnowledgeBase] = None
         self._span_exporter = span_exporter  # an OpenTelemetry SpanExporter to use instead of the configured one
 
     @property
@@ -60,6 +61,15 @@ class Deployment:
     async def start(self, progress: Callable[[str], None] = log.info) -> str:
         """Start everything; returns the orchestrator's gRPC address (host:port)."""
         try:
+            storage = self.settings.storage
+            # first: a second writer of the data folder refuses before it launches anything
+            self.knowledge = knowledge = KnowledgeBase(
+                storage.data_dir, index_spec(self.settings.index), read_only=storage.read_only,
+                warm=storage.warm_snapshots, retain_dropped_s=storage.retain_dropped_s,
+            )
+            if storage.read_only:
+                knowledge.follow(storage.follow_interval_s)
+                progress(f"read replica of {storage.data_dir}: following its writer every {storage.follow_interval_s:g} s")
             if not self.settings.triton.url:
                 progress("starting Triton (loading every model of the repository) ...")
                 self.triton = TritonServer(self.settings.triton, self.required_models)
@@ -72,9 +82,6 @@ class Deployment:
                 self.supervisor = TritonSupervisor(self.settings.triton, self.triton_client, self.triton)
                 self.supervisor.start()
             models = TritonModels(self.triton_client)
-            knowledge = KnowledgeBase(
-                self.settings.storage.data_dir, index_spec(self.settings.index), warm=self.settings.storage.warm_snapshots
-            )
             ingestor = Ingestor(
                 knowledge, models, self.settings.ingest, self.settings.tokenizer_file, self.settings.retrieval.relation_seeds
             )
@@ -163,6 +170,9 @@ class Deployment:
         if self.triton is not None:
             await asyncio.to_thread(self.triton.stop)
             self.triton = None
+        if self.knowledge is not None:
+            self.knowledge.close()  # a writer's lock goes last: nothing of this process writes any more
+            self.knowledge = None
 
 
 async def _serving(service: ThinkServeService) -> bool:

@@ -65,3 +65,15 @@ class ResourceExhaustedError(ThinkServeError):
 
 class AlreadyExistsError(ThinkServeError):
     status = grpc.StatusCode.ALREADY_EXISTS
+
+
+class DataFolderLockedError(ThinkServeError):
+    """Another process writes this data folder (knowledge/writer_lock.py): one writer per folder."""
+
+    status = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class ReadOnlyError(ThinkServeError):
+    """A write sent to a read replica: it serves queries over a folder another process writes."""
+
+    status = grpc.StatusCode.FAILED_PRECONDITION

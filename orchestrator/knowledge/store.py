@@ -10,6 +10,11 @@ then replaces manifest.json (os.replace of a fsynced file, then a fsync of the f
 leaves the old manifest or the new one, so the collection holds the document completely or not at all;
 folders no manifest names (staging leftovers, dropped segments) are removed when the collection is opened.
 Queries read the Snapshot they started with: a commit never changes a snapshot, it makes a new one.
+
+One process writes a data folder (writer_lock.py); read replicas open it read-only, never remove anything, and
+follow the manifest's new generations (Collection.follow). So that a replica can still read what it serves, the
+writer removes a dropped segment only once it has been unreferenced for `retain_dropped_s`, and writes a
+generation's stored indexes before the manifest that names them.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import re
 import secrets
 import shutil
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence, TypeVar
@@ -30,11 +36,12 @@ from typing import Callable, Mapping, Optional, Sequence, TypeVar
 import numpy as np
 from scipy import sparse
 
-from ..errors import AlreadyExistsError, InvalidRequestError, NotFoundError
+from ..errors import AlreadyExistsError, InvalidRequestError, NotFoundError, ReadOnlyError
 from . import stored_indexes
 from .graph import KnowledgeGraph, build_graph
 from .indexes import BM25Index, IndexSpec, VectorIndex
 from .segments import DocumentRecord, EvidenceRecord, PageRecord, Segment, fsync_path, write_durably
+from .writer_lock import WriterLock
 
 log = logging.getLogger("thinkserve.knowledge")
 T = TypeVar("T")
@@ -289,10 +296,10 @@ class Collection:
 
     def __init__(
         self, root: Path, spec: IndexSpec, read_only: bool = False, warm: bool = False,
-        prepare: Callable[[Snapshot], None] = lambda snapshot: None,
+        prepare: Callable[[Snapshot], None] = lambda snapshot: None, retain_dropped_s: float = 0.0,
     ):
         self.root = root
-        self.read_only = read_only  # a reader beside the serving process: never cleans up, never writes
+        self.read_only = read_only  # a reader beside the writing process: never cleans up, never writes
         self.warm = warm  # publish each new snapshot once built, build the opened one in the background
         self.prepare = prepare  # run on a built snapshot before it is published (the query path's warm-up)
         self.name = root.name
@@ -309,6 +316,10 @@ class Collection:
         self._files = threading.RLock()
         self._publishing = threading.Lock()
         self._publisher: Optional[threading.Thread] = None
+        # a folder no manifest names is removed once it has been unreferenced this long (readers may read it)
+        self.retain_dropped_s = retain_dropped_s
+        self._dropped: dict[str, float] = {}  # folder -> when this writer first found it unreferenced
+        self._identity: Optional[int] = None  # the folder's inode: a collection deleted and made again is another
 
     @property
     def snapshot(self) -> Snapshot:
@@ -334,12 +345,22 @@ class Collection:
         return (self.root / MANIFEST).exists()
 
     def _open(self) -> Snapshot:
+        self._identity = _identity(self.root)
         generation, self._manifest = read_manifest(self.root)
         segments = [Segment.load(self.root / entry.segment) for entry in self._manifest]
         names = [entry.segment for entry in self._manifest]
-        stored = stored_indexes.read(self.root, names, self.spec) if self.spec.kind != "flat" else stored_indexes.StoredIndexes()
+        stored = self._stored(names)
         snapshot = Snapshot(generation, segments, self.spec, stored=stored.indexes)
         self._indexes = stored.folder
+        rebuilt = self._report_indexes(snapshot, stored)
+        if not self.read_only:
+            if rebuilt:  # so the next start need not build them again
+                self._indexes = stored_indexes.write(self.root, generation, names, self.spec, snapshot.vector_tables)
+            self._remove_unreferenced()
+        return snapshot
+
+    def _report_indexes(self, snapshot: Snapshot, stored: stored_indexes.StoredIndexes) -> list[str]:
+        """Log where a snapshot's vector indexes came from; the tables built because none stored could be used."""
         rebuilt = [table for table, index in snapshot.vector_tables.items()
                    if stored_indexes.persisted(index) and table not in stored.indexes]
         if rebuilt:
@@ -347,15 +368,50 @@ class Collection:
                         "; ".join(stored.notes + snapshot.index_notes) or "none stored")
         elif stored.indexes:
             log.info("collection %s: vector indexes loaded from %s: %s", self.name, stored.folder, ", ".join(stored.indexes))
-        if not self.read_only:
-            if rebuilt:  # so the next start need not build them again
-                self._indexes = stored_indexes.write(self.root, generation, names, self.spec, snapshot.vector_tables)
-            self._remove_unreferenced()
-        return snapshot
+        return rebuilt
+
+    def _stored(self, names: list[str]) -> stored_indexes.StoredIndexes:
+        return stored_indexes.read(self.root, names, self.spec) if self.spec.kind != "flat" else stored_indexes.StoredIndexes()
+
+    def follow(self) -> bool:
+        """A read replica's step: publish the manifest's generation if the writer made a new one since (the
+        same generation loaded, a new document's vectors appended to the published indexes, or its stored
+        indexes read). True when a new snapshot was published. A segment the writer dropped meanwhile fails
+        the load: the next step reads the manifest that replaced it."""
+        current = self._snapshot
+        if current is None:  # never opened here: its first query opens the newest generation
+            return False
+        if _identity(self.root) != self._identity:  # deleted (and maybe made again) by the writer
+            snapshot = self._open()
+        else:
+            generation, manifest = read_manifest(self.root)
+            if generation == current.generation:
+                return False
+            loaded = {s.folder.name: s for s in current.segments if s.folder is not None}
+            segments = [loaded.get(e.segment) or Segment.load(self.root / e.segment) for e in manifest]
+            if _is_prefix(current.segments, segments):
+                snapshot = Snapshot(generation, segments, self.spec, base=current)
+            else:
+                stored = self._stored([e.segment for e in manifest])
+                snapshot = Snapshot(generation, segments, self.spec, stored=stored.indexes)
+                self._report_indexes(snapshot, stored)
+            self._manifest = manifest
+        if self.warm and snapshot.segments:
+            snapshot.warm()
+            self.prepare(snapshot)
+        self._snapshot = self._head = snapshot
+        return True
+
+    def require_writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyError(
+                f"collection {self.name} is open read-only here (a read replica): send ingests and deletes to the "
+                "data folder's writer"
+            )
 
     def _warm(self, snapshot: Snapshot) -> None:
         """The opened snapshot is published at once and built in the background (until a commit supersedes it)."""
-        if self.warm and not self.read_only and snapshot.segments:
+        if self.warm and snapshot.segments:
             threading.Thread(
                 target=snapshot.warm, args=(lambda: self._head is snapshot,), name=f"warm-{self.name}-{snapshot.generation}",
                 daemon=True,
@@ -363,8 +419,7 @@ class Collection:
 
     def staging_folder(self) -> Path:
         """A private folder on the collection's filesystem where one document's segment is assembled."""
-        if self.read_only:
-            raise RuntimeError(f"collection {self.name} is open read-only")
+        self.require_writable()
         self.root.mkdir(parents=True, exist_ok=True)
         folder = self.root / f"{_STAGING_PREFIX}{secrets.token_hex(6)}"
         self._staging.add(folder.name)  # before it exists: a clean-up running now must not take it
@@ -381,6 +436,7 @@ class Collection:
 
         Returns the replaced document's record, if any. Caller holds write_lock (commits are serialised).
         """
+        self.require_writable()
         old = self.head()
         if old.segments and old.dimension and segment.evidence_vectors.shape[1] != old.dimension:
             raise InvalidRequestError(
@@ -403,6 +459,7 @@ class Collection:
 
     def delete(self, name: str) -> DocumentRecord:
         """Remove a document: its segment leaves the manifest, so every record and vector of it goes."""
+        self.require_writable()
         old = self.head()
         if name not in old.documents:
             raise NotFoundError(f"collection {self.name} has no document named {name!r}")
@@ -413,13 +470,14 @@ class Collection:
         return old.documents[name]
 
     def _switch(self, snapshot: Snapshot, manifest: list[ManifestEntry]) -> None:
-        if self.read_only:
-            raise RuntimeError(f"collection {self.name} is open read-only")
-        write_manifest(self.root, snapshot.generation, manifest)
-        self._head, self._manifest = snapshot, manifest
-        self._indexes = stored_indexes.write(
+        self.require_writable()
+        # the indexes first: a replica that reads this manifest finds them (a crash before the manifest leaves
+        # a folder nothing names, removed later)
+        indexes = stored_indexes.write(
             self.root, snapshot.generation, [entry.segment for entry in manifest], self.spec, snapshot.vector_tables
         )
+        write_manifest(self.root, snapshot.generation, manifest)
+        self._head, self._manifest, self._indexes = snapshot, manifest, indexes
         if self.warm and snapshot.segments:
             self._remove_unreferenced()
             self._publish_when_built()
@@ -459,15 +517,20 @@ class Collection:
             self._publish(head)
 
     def _remove_unreferenced(self, published: Optional[Snapshot] = None) -> None:
-        """Segments neither the manifest nor the published snapshot (or the one about to be) names: staging
-        folders of interrupted ingests and dropped documents."""
+        """Folders neither the manifest nor the published snapshot (or the one about to be) names: staging
+        folders of interrupted ingests (at once: only this writer makes them), and dropped documents and
+        indexes once they have been unreferenced for `retain_dropped_s` (replicas may still read them)."""
         with self._files:
             live = {entry.segment for entry in self._manifest} | ({self._indexes} if self._indexes else set())
             reader = published or self._snapshot
             live |= {s.folder.name for s in (reader.segments if reader else ()) if s.folder is not None}
+            now = time.monotonic()
             for entry in self.root.iterdir() if self.root.exists() else ():
                 if entry.is_dir() and entry.name not in live and entry.name not in self._staging:
-                    shutil.rmtree(entry, ignore_errors=True)
+                    dropped = self._dropped.setdefault(entry.name, now)
+                    if entry.name.startswith(_STAGING_PREFIX) or now - dropped >= self.retain_dropped_s:
+                        shutil.rmtree(entry, ignore_errors=True)
+                        self._dropped.pop(entry.name, None)
                 elif entry.name.startswith(f".{MANIFEST}."):  # a manifest write cut short by a crash
                     entry.unlink(missing_ok=True)
 
@@ -475,13 +538,22 @@ class Collection:
 class KnowledgeBase:
     """All collections under one data folder; collections never share files."""
 
-    def __init__(self, data_dir: Path, spec: IndexSpec = IndexSpec(), read_only: bool = False, warm: bool = False):
+    def __init__(
+        self, data_dir: Path, spec: IndexSpec = IndexSpec(), read_only: bool = False, warm: bool = False,
+        retain_dropped_s: float = 0.0,
+    ):
         """`warm`: each collection builds a new snapshot's BM25 indexes and graph in the background after a
-        commit or an open, so the first query after it does not (a server sets it; tools and tests need not)."""
+        commit or an open, so the first query after it does not (a server sets it; tools and tests need not).
+        Writable: this process takes the folder's writer lock (DataFolderLockedError when another holds it).
+        `read_only`: a replica; `follow()` keeps it up with the writer. `retain_dropped_s`: see Collection."""
         self.root = data_dir / "collections"
         self.spec = spec
         self.read_only = read_only
         self.warm = warm
+        self.retain_dropped_s = retain_dropped_s
+        self._lock = None if read_only else WriterLock(data_dir)
+        self._follower: Optional[threading.Thread] = None
+        self._closed = threading.Event()
         # with `warm`: what a built snapshot goes through before it is published (the query pipeline sets it)
         self.prepare: Callable[[Snapshot], None] = lambda snapshot: None
         self._collections: dict[str, Collection] = {}
@@ -494,7 +566,8 @@ class KnowledgeBase:
             raise InvalidRequestError(f"collection name {name!r} must match {COLLECTION_NAME.pattern}")
         if name not in self._collections:
             self._collections[name] = Collection(
-                self.root / name, self.spec, self.read_only, self.warm, lambda snapshot: self.prepare(snapshot)
+                self.root / name, self.spec, self.read_only, self.warm, lambda snapshot: self.prepare(snapshot),
+                self.retain_dropped_s,
             )
         collection = self._collections[name]
         # A collection exists once its first document is committed, even if an ingest created the object.
@@ -511,6 +584,34 @@ class KnowledgeBase:
             except Exception:  # a collection that cannot be opened fails its own queries, with their error
                 log.exception("collection %s could not be opened at start", name)
 
+    def follow(self, interval_s: float) -> None:
+        """A replica: every `interval_s`, each opened collection publishes the writer's newest generation, and
+        one the writer deleted is forgotten (its queries get NOT_FOUND). On a background thread until close()."""
+        if not self.read_only:
+            raise RuntimeError("only a read-only KnowledgeBase follows a writer")
+        if self._follower is None:
+            self._follower = threading.Thread(target=self._follow, args=(interval_s,), name="follow-writer", daemon=True)
+            self._follower.start()
+
+    def _follow(self, interval_s: float) -> None:
+        while not self._closed.wait(interval_s):
+            for name, collection in list(self._collections.items()):
+                try:
+                    if not collection.exists():
+                        self._collections.pop(name, None)
+                    else:
+                        collection.follow()
+                except Exception as error:  # e.g. a segment dropped while it was read: the next round retries
+                    log.info("collection %s: following the writer failed this round (%s)", name, error)
+
+    def close(self) -> None:
+        """Stop following; a writer gives up the folder's lock."""
+        self._closed.set()
+        if self._follower is not None:
+            self._follower.join(10)
+        if self._lock is not None:
+            self._lock.release()
+
     def names(self) -> list[str]:
         if not self.root.exists():
             return []
@@ -519,6 +620,7 @@ class KnowledgeBase:
     def create(self, name: str) -> Collection:
         """An empty collection (an empty manifest); ALREADY_EXISTS when it has one."""
         collection = self.collection(name, create=True)
+        collection.require_writable()
         if collection.exists():
             raise AlreadyExistsError(f"collection {name!r} already exists")
         collection.root.mkdir(parents=True, exist_ok=True)
@@ -530,6 +632,7 @@ class KnowledgeBase:
 
         The folder is renamed away first (atomic), so a crash leaves the collection whole or gone."""
         collection = self.collection(name)
+        collection.require_writable()
         last = collection.snapshot
         graveyard = self.root / f"{_DELETED_PREFIX}{name}-{secrets.token_hex(4)}"
         os.replace(collection.root, graveyard)
@@ -553,6 +656,13 @@ def write_manifest(root: Path, generation: int, entries: list[ManifestEntry]) ->
     write_durably(temporary, json.dumps(body, ensure_ascii=False, indent=1))
     os.replace(temporary, root / MANIFEST)
     fsync_path(root)
+
+
+def _identity(root: Path) -> Optional[int]:
+    try:
+        return os.stat(root).st_ino
+    except FileNotFoundError:
+        return None
 
 
 def _is_prefix(prefix: Sequence[Segment], whole: Sequence[Segment]) -> bool:

@@ -11,8 +11,8 @@ a Flat index is a copy of its vectors, which the segments keep memory-mapped, so
 At open, the folder whose meta.json names exactly the manifest's segments is used if it was built with the
 same index settings; a table whose file is missing, has another length or cannot be read is rebuilt from the
 segments, and the collection logs why. The files are derived data: losing them costs a rebuild, never a record.
-They are written after the manifest switch, so a crash while writing them leaves a folder without meta.json,
-removed at the next open.
+They are written just before the manifest that names their segments (so a read replica that reads a manifest
+finds its indexes); a crash in between leaves a folder no manifest names, removed at the next open.
 """
 
 from __future__ import annotations

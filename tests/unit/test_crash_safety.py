@@ -60,7 +60,8 @@ def test_kill_9_during_commits_never_leaves_half_a_document(tmp_path, kind):
         leftovers = [p for p in root.iterdir() if p.name != MANIFEST and p.name not in listed] if root.exists() else []
         interrupted_rounds += bool(leftovers)
 
-        snapshot = KnowledgeBase(tmp_path, spec).collection("crash").snapshot  # a restart
+        restarted = KnowledgeBase(tmp_path, spec)  # a restart: the killed writer's lock went with it
+        snapshot = restarted.collection("crash").snapshot
         for name, version in acknowledged.items():
             assert name in snapshot.documents, f"{name} was acknowledged but is gone"
         for name in snapshot.documents:
@@ -75,5 +76,6 @@ def test_kill_9_during_commits_never_leaves_half_a_document(tmp_path, kind):
         assert sorted(p.name for p in root.iterdir()) == sorted([MANIFEST] + segments + [p.name for p in indexes])
         if indexes:
             assert json.loads((indexes[0] / META).read_text())["segments"] == segments
+        restarted.close()  # the next writer takes the folder
     assert acknowledged, "the writer never completed a commit: the test exercised nothing"
     assert interrupted_rounds >= 4, f"only {interrupted_rounds} of 8 kills landed inside a commit"
