@@ -7,11 +7,13 @@ from pathlib import Path
 from typing import AsyncIterator, Iterator, Optional
 
 import grpc
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from .api.protos import pb, pb_grpc
 from .local_documents import read_source
 
 CHUNK_BYTES = 1 << 20
+_TRACE_CONTEXT = TraceContextTextMapPropagator()
 _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024), ("grpc.max_send_message_length", 64 * 1024 * 1024)]
 
 
@@ -49,10 +51,14 @@ class Connection:
     client_key: Optional[bytes] = None
 
     def metadata(self, request_id: str = "") -> tuple[tuple[str, str], ...]:
+        """The token, the request id, and the caller's current OpenTelemetry span as a W3C traceparent (when
+        there is one), so the server's spans join the caller's trace."""
         pairs = [("authorization", f"Bearer {self.token}")] if self.token else []
         if request_id:
             pairs.append(("x-request-id", request_id))
-        return tuple(pairs)
+        carrier: dict[str, str] = {}
+        _TRACE_CONTEXT.inject(carrier)
+        return tuple(pairs + sorted(carrier.items()))
 
     def credentials(self) -> Optional[grpc.ChannelCredentials]:
         if not (self.tls or self.root_certificates):

@@ -138,8 +138,8 @@ class AuthSettings(_Section):
 
 class ObservabilitySettings(_Section):
     log_format: Literal["text", "json"] = "text"  # json: one object per line, with the request id
-    # OpenTelemetry spans per request and stage: off, console (stdout), or otlp (needs the
-    # opentelemetry-exporter-otlp package; endpoint below, or the exporter's own default).
+    # OpenTelemetry spans per request and stage: off, console (stdout), or otlp (the `otlp` extra; endpoint
+    # below, e.g. "http://collector:4317", or the exporter's own default). An incoming W3C traceparent continues.
     tracing: Literal["off", "console", "otlp"] = "off"
     otlp_endpoint: str = ""
     service_name: str = "thinkserve"

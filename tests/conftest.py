@@ -40,4 +40,5 @@ def settings_with(triton: TritonSettings, data_dir: Path, **sections) -> Setting
     """Settings for a test deployment: free orchestrator and HTTP ports, its own data folder."""
     sections["server"] = {"port": 0, **sections.get("server", {})}
     sections["http"] = {"port": 0, **sections.get("http", {})}
-    return Settings(triton=triton, storage={"data_dir": data_dir}, **sections)
+    sections["storage"] = {"data_dir": data_dir, **sections.get("storage", {})}
+    return Settings(triton=triton, **sections)

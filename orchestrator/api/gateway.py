@@ -15,10 +15,11 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AsyncIterator, Callable, Optional
+from typing import AsyncIterator, Callable, Mapping, Optional
 
 from opentelemetry import trace
 from opentelemetry.context import Context
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ..config import Settings
 from ..errors import InvalidRequestError, ThinkServeError, TritonUnavailableError
@@ -32,6 +33,7 @@ from .security import Principal, TokenAuthority
 
 log = logging.getLogger("thinkserve.api")
 REQUEST_ID_HEADER = "x-request-id"
+TRACE_CONTEXT = TraceContextTextMapPropagator()  # W3C traceparent / tracestate, whatever the global propagator
 
 
 @dataclass(frozen=True)
@@ -79,15 +81,20 @@ class Gateway:
 
     @contextlib.asynccontextmanager
     async def call(
-        self, method: str, authorization: str, request_id: str, client_timeout_s: Optional[float]
+        self, method: str, authorization: str, request_id: str, client_timeout_s: Optional[float],
+        carrier: Mapping[str, str] = {},
     ) -> AsyncIterator[Call]:
-        """One request: authenticated, traced, counted and logged under its request id."""
+        """One request: authenticated, traced, counted and logged under its request id. `carrier`: the
+        request's metadata or headers; a W3C `traceparent` in it makes the request's span a child of the
+        caller's, so a trace continues through ThinkServe."""
         token = REQUEST_ID.set(request_id)
         started = time.monotonic()
         code = "OK"
         # Not made the current span: a streamed HTTP answer ends this call in another task than it began in.
         # Stage spans name it as their parent explicitly instead.
-        span = self.tracer.start_span(f"thinkserve.{method}", attributes={"thinkserve.request_id": request_id})
+        span = self.tracer.start_span(
+            f"thinkserve.{method}", context=TRACE_CONTEXT.extract(carrier), attributes={"thinkserve.request_id": request_id}
+        )
         try:
             if self.draining and method != "Health":
                 raise TritonUnavailableError("the server is shutting down; retry on another replica")

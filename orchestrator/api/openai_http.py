@@ -57,7 +57,7 @@ def openai_app(gateway: Gateway, collections, triton_metrics_url: str = "") -> S
         try:
             body = await _json_body(request)
             timeout = _timeout(request)
-            opened = gateway.call("ChatCompletions", request.headers.get("authorization", ""), request_id, timeout)
+            opened = gateway.call("ChatCompletions", request.headers.get("authorization", ""), request_id, timeout, request.headers)
             call = await opened.__aenter__()
         except ThinkServeError as error:
             return _error(error, request_id)

@@ -29,7 +29,7 @@ async def _open(gateway: Gateway, context, method: str):
     metadata = dict(context.invocation_metadata() or ())
     request_id = request_id_from(metadata.get(REQUEST_ID_HEADER, ""))
     await context.send_initial_metadata(((REQUEST_ID_HEADER, request_id),))
-    return request_id, gateway.call(method, metadata.get("authorization", ""), request_id, context.time_remaining())
+    return request_id, gateway.call(method, metadata.get("authorization", ""), request_id, context.time_remaining(), metadata)
 
 
 async def _abort(context, error: Exception, request_id: str):

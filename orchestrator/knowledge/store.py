@@ -8,7 +8,8 @@
 Adding, replacing or deleting a document writes any new segment completely (fsynced) beside the live ones,
 then replaces manifest.json (os.replace of a fsynced file, then a fsync of the folder). A crash at any moment
 leaves the old manifest or the new one, so the collection holds the document completely or not at all;
-folders no manifest names (staging leftovers, dropped segments) are removed when the collection is opened.
+folders no manifest names (staging leftovers, dropped segments) are removed when the collection is opened or
+after a commit (dropped segments once `retain_dropped_s` has passed, below).
 Queries read the Snapshot they started with: a commit never changes a snapshot, it makes a new one.
 
 One process writes a data folder (writer_lock.py); read replicas open it read-only, never remove anything, and
@@ -319,7 +320,6 @@ class Collection:
         # a folder no manifest names is removed once it has been unreferenced this long (readers may read it)
         self.retain_dropped_s = retain_dropped_s
         self._dropped: dict[str, float] = {}  # folder -> when this writer first found it unreferenced
-        self._identity: Optional[int] = None  # the folder's inode: a collection deleted and made again is another
 
     @property
     def snapshot(self) -> Snapshot:
@@ -345,7 +345,6 @@ class Collection:
         return (self.root / MANIFEST).exists()
 
     def _open(self) -> Snapshot:
-        self._identity = _identity(self.root)
         generation, self._manifest = read_manifest(self.root)
         segments = [Segment.load(self.root / entry.segment) for entry in self._manifest]
         names = [entry.segment for entry in self._manifest]
@@ -381,21 +380,20 @@ class Collection:
         current = self._snapshot
         if current is None:  # never opened here: its first query opens the newest generation
             return False
-        if _identity(self.root) != self._identity:  # deleted (and maybe made again) by the writer
-            snapshot = self._open()
+        generation, manifest = read_manifest(self.root)
+        names = [entry.segment for entry in manifest]
+        loaded = {s.folder.name: s for s in current.segments if s.folder is not None}
+        # segment folder names carry a nonce: a collection deleted and made again differs even at one generation
+        if generation == current.generation and names == list(loaded):
+            return False
+        segments = [loaded.get(name) or Segment.load(self.root / name) for name in names]
+        if _is_prefix(current.segments, segments):
+            snapshot = Snapshot(generation, segments, self.spec, base=current)
         else:
-            generation, manifest = read_manifest(self.root)
-            if generation == current.generation:
-                return False
-            loaded = {s.folder.name: s for s in current.segments if s.folder is not None}
-            segments = [loaded.get(e.segment) or Segment.load(self.root / e.segment) for e in manifest]
-            if _is_prefix(current.segments, segments):
-                snapshot = Snapshot(generation, segments, self.spec, base=current)
-            else:
-                stored = self._stored([e.segment for e in manifest])
-                snapshot = Snapshot(generation, segments, self.spec, stored=stored.indexes)
-                self._report_indexes(snapshot, stored)
-            self._manifest = manifest
+            stored = self._stored(names)
+            snapshot = Snapshot(generation, segments, self.spec, stored=stored.indexes)
+            self._report_indexes(snapshot, stored)
+        self._manifest = manifest
         if self.warm and snapshot.segments:
             snapshot.warm()
             self.prepare(snapshot)
@@ -656,13 +654,6 @@ def write_manifest(root: Path, generation: int, entries: list[ManifestEntry]) ->
     write_durably(temporary, json.dumps(body, ensure_ascii=False, indent=1))
     os.replace(temporary, root / MANIFEST)
     fsync_path(root)
-
-
-def _identity(root: Path) -> Optional[int]:
-    try:
-        return os.stat(root).st_ino
-    except FileNotFoundError:
-        return None
 
 
 def _is_prefix(prefix: Sequence[Segment], whole: Sequence[Segment]) -> bool:

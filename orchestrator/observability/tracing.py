@@ -45,7 +45,7 @@ def setup_tracing(settings: ObservabilitySettings, exporter=None) -> Tracing:
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
         except ImportError:
             raise ConfigurationError(
-                "observability.tracing = 'otlp' needs the OTLP exporter: pip install opentelemetry-exporter-otlp-proto-grpc"
+                "observability.tracing = 'otlp' needs the OTLP exporter: pip install 'thinkserve[otlp]'"
             ) from None
         otlp = OTLPSpanExporter(endpoint=settings.otlp_endpoint) if settings.otlp_endpoint else OTLPSpanExporter()
         provider.add_span_processor(BatchSpanProcessor(otlp))

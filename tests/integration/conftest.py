@@ -66,6 +66,9 @@ def running_orchestrator(triton, triton_settings, tmp_path_factory):
         # The entity extractor reads chunks smaller than the 1,200-token default: the sample's entities then come
         # from several chunks (retrieval indexes passages whatever the chunk size).
         ingest={"chunk_tokens": 200, "chunk_overlap_tokens": 20},
+        # A dropped document's folder goes at once (the orphan tests check it): the one replica that reads this
+        # folder (test_read_replica) reads no page image or asset of a dropped document.
+        storage={"retain_dropped_s": 0},
     )
     loop = BackgroundLoop()
     deployment = Deployment(settings)

@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from orchestrator.api.security import new_token
 from orchestrator.client import AsyncThinkServeClient, ThinkServeClient
 from orchestrator.deployment import Deployment
+from orchestrator.observability.metrics import catalogue
 from tests.conftest import settings_with
 from tests.integration.conftest import BackgroundLoop, event_of
 
@@ -374,6 +375,8 @@ def test_request_ids_metrics_and_spans(secured):
     assert 'thinkserve_in_flight_requests{pool="queries"}' in metrics
     assert _sample(metrics, 'thinkserve_model_breaker_open{model="text_embedder"}') == 0
     assert _sample(metrics, "thinkserve_triton_retries_total") >= 0
+    for series, kind, _, _ in catalogue():  # every series the README lists (generated from the registry) is served
+        assert f"# TYPE {series} {kind}" in metrics, series
     external = httpx.get(f"{secured.http}/metrics/triton", timeout=10)  # this deployment did not launch its Triton
     assert external.status_code == 404 and "external triton.url" in external.text
     with secured.client("alpha") as alpha:

@@ -150,3 +150,18 @@ def test_a_dropped_segment_stays_readable_for_the_retention_time(tmp_path):
     assert served.asset_file(f"{served.evidence[0].document_id}/assets/note.txt") is None
     writer.close()
     reader.close()
+
+
+def test_a_collection_made_again_at_the_same_generation_is_followed(tmp_path):
+    writer = KnowledgeBase(tmp_path)
+    commit(writer.collection("docs", create=True), document("a.md"))
+    reader = KnowledgeBase(tmp_path, read_only=True)
+    followed = reader.collection("docs")
+    generation = followed.snapshot.generation
+    writer.delete("docs")
+    commit(writer.collection("docs", create=True), document("c.md"))  # between two steps of the replica
+    assert writer.collection("docs").head().generation == generation
+    assert followed.follow()
+    assert list(followed.snapshot.documents) == ["c.md"]
+    writer.close()
+    reader.close()
