@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Callable, Mapping, Optional
 
+import numpy as np
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -136,6 +137,17 @@ class Gateway:
                 elif isinstance(event, FinalAnswerEvent) and answer:
                     self.metrics.query_done(route, event)
                 yield event
+
+    async def embed(self, call: Call, texts: list[str]) -> tuple[np.ndarray, int]:
+        """The text embedder's vectors for `texts` and their token count (as the embedder counts them), admitted
+        as a query: what retrieval embeds a question with, for clients that index or compare texts themselves."""
+        limit = self.settings.server.max_question_chars
+        for number, text in enumerate(texts):
+            if len(text) > limit:
+                raise InvalidRequestError(f"input {number} has {len(text)} characters; the limit is {limit} (server.max_question_chars)")
+        async with self._admitted(self.admission.queries, call):
+            vectors = await self.pipeline.models.embed(texts, max(0.001, call.remaining()))
+        return vectors, sum(self.pipeline.tokenizer.count(text) for text in texts)
 
     @contextlib.asynccontextmanager
     async def _admitted(self, pool: AdmissionPool, call: Call):

@@ -48,7 +48,7 @@ from .fusion import ScoredCandidate, blend_rerank
 from .pages import PageHit, filter_pages, search_pages
 from .perception import load_image, perceive, visual_items
 from .plan import QueryOptions, QueryPlan, make_plan, router_mode, validate_options
-from .prompts import ANSWER_STOP, answer_prompt, cited_ranks
+from .prompts import ANSWER_STOP, Conversation, answer_prompt, cited_ranks
 from .retrieval import retrieve
 from .router import RouteDecision, decide, query_features
 from .timing import StageTimer
@@ -67,6 +67,7 @@ class QueryInput:
     collection: str
     question: str
     options: QueryOptions = QueryOptions()
+    conversation: Conversation = Conversation()  # a chat client's system prompt and earlier turns (the LLM reads them)
 
 
 @dataclass
@@ -91,6 +92,7 @@ class _Query:
     parts: list[str] = field(default_factory=list)  # streamed text
     degradations: list[str] = field(default_factory=list)  # stages skipped or replaced, and why
     uncertainty: Optional[UncertaintyReport] = None
+    conversation: Conversation = Conversation()
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -173,6 +175,7 @@ class QueryPipeline:
         self.validate(query)
         snapshot = self.knowledge.collection(query.collection).snapshot
         q = _Query(" ".join(query.question.split()), snapshot, deadline, request_id, StageTimer(self.tracer, trace_context))
+        q.conversation = query.conversation
         with q.timer.stage("route"):
             await self._route(q, query.options)
         yield RouteEvent(q.decision)
@@ -335,7 +338,9 @@ class QueryPipeline:
             images = [image for image in loaded if image]
         budget = await self._budget(model, q.plan.max_tokens, len(images))
         count = self.prompt_tokenizers[model].count
-        prompt, _ = answer_prompt(q.question, evidence, budget, count, q.decision.instruction, q.decision.sub_questions, notes)
+        prompt, _ = answer_prompt(
+            q.question, evidence, budget, count, q.decision.instruction, q.decision.sub_questions, notes, q.conversation
+        )
         started, last = time.monotonic(), None
         async with models.generate(prompt, self._generation(q.plan), images, self._answer_time(q), q.request_id) as chunks:
             iterator = chunks.__aiter__()

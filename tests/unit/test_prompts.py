@@ -1,6 +1,6 @@
 from orchestrator.knowledge.segments import EvidenceRecord
 from orchestrator.pipeline.events import EvidenceItem
-from orchestrator.pipeline.prompts import answer_prompt, cited_ranks, decoupler_prompt
+from orchestrator.pipeline.prompts import Conversation, answer_prompt, cited_ranks, decoupler_prompt
 
 
 def evidence(n, chars):
@@ -38,3 +38,22 @@ def test_a_first_entry_too_long_alone_is_cut_to_fit():
 
 def test_citations_keep_first_mention_order_and_ignore_unknown_ranks():
     assert cited_ranks("See [2] and [1], again [2]; not [9].", {1, 2, 3}) == [2, 1]
+
+
+def test_a_chat_clients_conversation_reaches_the_prompt_in_order_and_keeps_the_evidence_rules():
+    conversation = Conversation("Answer in French.", (("user", "Who makes the X1?"), ("assistant", "Acme [1].")))
+    prompt, used = answer_prompt("And its price?", evidence(2, 10), 500, four_chars, conversation=conversation)
+    system, rest = prompt.split("<|im_end|>\n", 1)
+    assert system.startswith("<|im_start|>system\nYou answer questions about documents") and system.endswith("Answer in French.")
+    assert rest.startswith("<|im_start|>user\nWho makes the X1?<|im_end|>\n<|im_start|>assistant\nAcme [1].<|im_end|>\n"
+                           "<|im_start|>user\nEvidence:")
+    assert prompt.endswith("Question: And its price?<|im_end|>\n<|im_start|>assistant\n") and len(used) == 2
+
+
+def test_a_long_conversation_loses_its_oldest_turns_first_and_never_the_evidence():
+    turns = tuple((("user", "q" * 400), ("assistant", "a" * 400)) * 5)
+    prompt, used = answer_prompt("What?", evidence(2, 40), 600, four_chars, conversation=Conversation("", turns))
+    assert four_chars(prompt) <= 600 and [item.rank for item in used] == [1, 2]
+    kept = prompt.count("q" * 400) + prompt.count("a" * 400)
+    assert 0 < kept < len(turns)  # a third of the budget: the newest turns that fit
+    assert prompt.index("a" * 400) < prompt.index("Evidence:")  # history comes before the question's turn
