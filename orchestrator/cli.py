@@ -122,6 +122,12 @@ QUERY_OPTIONS = (
 
 
 def cmd_health(args) -> int:
+    if args.probe:  # grpc.health.v1, no token: what a container healthcheck or a load balancer asks
+        from .api.standard_health import probe
+
+        status = probe(_address(args), timeout_s=5.0)
+        print(status)
+        return 0 if status == "SERVING" else 1
     with _client(args) as client:
         health = client.health()
     print(f"serving: {health.serving}  version {health.version}  profile {health.profile}")
@@ -173,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--address", help="orchestrator address host:port (default: from settings)")
         command.add_argument("--token", help="bearer token (default: the THINKSERVE_TOKEN environment variable)")
         command.set_defaults(run=run)
+        if name == "health":
+            command.add_argument("--probe", action="store_true",
+                                 help="ask the standard grpc.health.v1 service (no token): exit 0 when SERVING")
         if name == "ingest":
             command.add_argument("--collection", required=True)
             command.add_argument("paths", nargs="+", type=Path, help="files and folders (searched recursively)")

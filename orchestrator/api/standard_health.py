@@ -67,3 +67,14 @@ class StandardHealth:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         await self.servicer.enter_graceful_shutdown()
+
+
+def probe(address: str, timeout_s: float = 5.0, service: str = "") -> str:
+    """Ask a server's grpc.health.v1 service (plaintext, no token), as grpc_health_probe does: the status name
+    (SERVING, NOT_SERVING, ...), or UNREACHABLE with gRPC's reason."""
+    with grpc.insecure_channel(address) as channel:
+        try:
+            response = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout_s)
+        except grpc.RpcError as error:
+            return f"UNREACHABLE: {error.code().name}: {error.details()}"
+    return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -25,6 +27,7 @@ from orchestrator.client import AsyncThinkServeClient, ThinkServeClient
 from orchestrator.deployment import Deployment
 from orchestrator.observability.metrics import catalogue
 from tests.conftest import settings_with
+from tests.deploy_checks import expressions, families, metric_names
 from tests.integration.conftest import BackgroundLoop, event_of
 
 pytestmark = pytest.mark.integration
@@ -377,6 +380,8 @@ def test_request_ids_metrics_and_spans(secured):
     assert _sample(metrics, "thinkserve_triton_retries_total") >= 0
     for series, kind, _, _ in catalogue():  # every series the README lists (generated from the registry) is served
         assert f"# TYPE {series} {kind}" in metrics, series
+    for family in families(set().union(*map(metric_names, expressions()))):  # what the dashboard and alerts query
+        assert f"# TYPE {family} " in metrics, family
     external = httpx.get(f"{secured.http}/metrics/triton", timeout=10)  # this deployment did not launch its Triton
     assert external.status_code == 404 and "external triton.url" in external.text
     with secured.client("alpha") as alpha:
@@ -460,6 +465,13 @@ def test_standard_health_and_reflection_answer_probes_without_a_token(secured):
         assert query.input_type.full_name == "thinkserve.v1.QueryRequest" and query.server_streaming
     with secured.client("") as anonymous:  # the API itself still needs a token
         assert status_of(lambda: anonymous.list_documents("alpha"))[0] == grpc.StatusCode.UNAUTHENTICATED
+    # the container healthcheck (deploy/compose.yaml): the CLI's probe, no token
+    probe = subprocess.run([sys.executable, "-m", "orchestrator", "health", "--probe", "--address", secured.address],
+                           capture_output=True, text=True, timeout=60)
+    assert (probe.returncode, probe.stdout.strip()) == (0, "SERVING"), probe.stderr
+    closed = subprocess.run([sys.executable, "-m", "orchestrator", "health", "--probe", "--address", "127.0.0.1:1"],
+                            capture_output=True, text=True, timeout=60)
+    assert closed.returncode == 1 and closed.stdout.startswith("UNREACHABLE: UNAVAILABLE")
 
 
 # ---------------------------------------------------------------------- shutdown
