@@ -34,8 +34,12 @@ def server_upload(collection: str, server_path: str, name: str = "") -> Iterator
     yield pb.IngestRequest(header=pb.DocumentHeader(collection=collection, filename=name, server_path=server_path))
 
 
-def upload(collection: str, data: bytes, filename: str, media_type: str = "") -> Iterator["pb.IngestRequest"]:
-    yield pb.IngestRequest(header=pb.DocumentHeader(collection=collection, filename=filename, media_type=media_type))
+def upload(
+    collection: str, data: bytes, filename: str, media_type: str = "", return_when_durable: bool = False
+) -> Iterator["pb.IngestRequest"]:
+    yield pb.IngestRequest(header=pb.DocumentHeader(
+        collection=collection, filename=filename, media_type=media_type, return_when_durable=return_when_durable,
+    ))
     for start in range(0, len(data), CHUNK_BYTES):
         yield pb.IngestRequest(chunk=data[start : start + CHUNK_BYTES])
 
@@ -100,8 +104,11 @@ class ThinkServeClient:
     def stats(self, timeout_s: float = 30.0) -> "pb.StatsResponse":
         return self._call("Stats", pb.StatsRequest(), timeout_s)
 
-    def ingest(self, collection: str, data: bytes, filename: str, media_type: str = "") -> "pb.IngestReport":
-        return self._call("Ingest", upload(collection, data, filename, media_type), self.timeout_s)
+    def ingest(
+        self, collection: str, data: bytes, filename: str, media_type: str = "", return_when_durable: bool = False
+    ) -> "pb.IngestReport":
+        """`return_when_durable`: answer once committed, before queries see it (see the proto)."""
+        return self._call("Ingest", upload(collection, data, filename, media_type, return_when_durable), self.timeout_s)
 
     def ingest_file(self, collection: str, path: Path, name: str = "") -> "pb.IngestReport":
         """A file, or a MinerU output folder (sent zipped with its images); `name` defaults to the base name."""
@@ -169,8 +176,10 @@ class AsyncThinkServeClient:
     async def stats(self, timeout_s: float = 30.0) -> "pb.StatsResponse":
         return await self._call("Stats", pb.StatsRequest(), timeout_s)
 
-    async def ingest(self, collection: str, data: bytes, filename: str, media_type: str = "") -> "pb.IngestReport":
-        return await self._call("Ingest", upload(collection, data, filename, media_type), self.timeout_s)
+    async def ingest(
+        self, collection: str, data: bytes, filename: str, media_type: str = "", return_when_durable: bool = False
+    ) -> "pb.IngestReport":
+        return await self._call("Ingest", upload(collection, data, filename, media_type, return_when_durable), self.timeout_s)
 
     async def ingest_file(self, collection: str, path: Path, name: str = "") -> "pb.IngestReport":
         source = read_source(Path(path), name)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, TextIO
 
@@ -29,6 +30,7 @@ class BatchTotals:
     chunks: int = 0
     entities: int = 0
     failed: int = 0
+    pending: dict = field(default_factory=dict)  # name -> document id of commits queries may not see yet
 
 
 def estimated_pages(path: Path) -> int:
@@ -113,6 +115,9 @@ async def ingest_paths(
             ray_indices = set(on_ray)
             jobs = [direct(client, path, name) for i, (path, name) in enumerate(documents) if i not in ray_indices]
             await asyncio.gather(*jobs, *([parsed(client)] if on_ray else []))
+            unseen = await wait_visible(client, collection, totals.pending)
+            if unseen:
+                print(f"not yet visible to queries after 600 s (changed by another writer?): {', '.join(unseen)}", file=out)
     finally:
         bar.close()
         if session is not None:
@@ -123,6 +128,20 @@ async def ingest_paths(
         file=out,
     )
     return totals.failed
+
+
+async def wait_visible(
+    client: AsyncThinkServeClient, collection: str, expected: dict[str, str], timeout_s: float = 600.0, poll_s: float = 0.1
+) -> list[str]:
+    """Wait until the collection lists every expected (name, document id), i.e. queries see the whole batch;
+    returns the names still not seen after `timeout_s` (another writer may have changed them meanwhile)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        listed = {d.name: d.document_id for d in await client.list_documents(collection)}
+        missing = sorted(name for name, document_id in expected.items() if listed.get(name) != document_id)
+        if not missing or time.monotonic() > deadline:
+            return missing
+        await asyncio.sleep(poll_s)
 
 
 def _parsed_source(name: str, outcome: bytes | ParseFailure) -> Callable[[], LocalSource]:
@@ -141,7 +160,9 @@ async def _ingest_one(
 ) -> str:
     try:
         source = load()
-        report = await client.ingest(collection, source.data, source.name, source.media_type)
+        # durable is enough per document: the server then publishes the batch's commits together, and the
+        # batch waits once, at its end, until queries see them all
+        report = await client.ingest(collection, source.data, source.name, source.media_type, return_when_durable=True)
     except grpc.aio.AioRpcError as error:
         totals.failed += 1
         return f"FAILED {name}: {error.code().name}: {error.details()}"
@@ -153,6 +174,8 @@ async def _ingest_one(
         return f"FAILED {name}: {error}"
     document = report.document
     totals.documents += 1
+    if not report.visible:
+        totals.pending[document.name] = document.document_id
     if report.already_present:
         return f"{name}: already present as {document.name} (nothing changed)"
     totals.pages += document.pages

@@ -183,6 +183,7 @@ def ingest_report(result: IngestResult) -> "pb.IngestReport":
         document=document_info(result.document),
         replaced=result.replaced is not None,
         stages=[pb.StageTiming(stage=name, milliseconds=seconds * 1000) for name, seconds in result.stage_seconds.items()],
+        visible=result.visible,
     )
 
 

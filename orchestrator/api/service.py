@@ -162,6 +162,7 @@ class ThinkServeService(pb_grpc.ThinkServeServicer):
         async with self.gateway.ingest_slot(call, header.collection):
             result = await self.ingestor.ingest(
                 header.collection, name or "document", data, media_type, timeout_s=call.remaining(),
+                wait_visible=not header.return_when_durable,
             )
         convert.log_ingest(call.request_id, header.collection, result)
         return convert.ingest_report(result)

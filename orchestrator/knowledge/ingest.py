@@ -49,6 +49,7 @@ class IngestResult:
     replaced: Optional[DocumentRecord]  # the earlier version of a document of the same name
     seconds: float
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    visible: bool = True  # queries see the document (False when the caller did not wait for it)
 
 
 class _Stages:
@@ -82,9 +83,12 @@ class Ingestor:
         self.cooccurrence = CooccurrenceExtractor()
 
     async def ingest(
-        self, collection: str, filename: str, data: bytes, media_type: str = "", timeout_s: Optional[float] = None
+        self, collection: str, filename: str, data: bytes, media_type: str = "", timeout_s: Optional[float] = None,
+        wait_visible: bool = True,
     ) -> IngestResult:
-        """Add `data` as document `filename`; the same name with other bytes replaces the stored version."""
+        """Add `data` as document `filename`; the same name with other bytes replaces the stored version.
+        Returns once queries see it, or without `wait_visible` once its commit is durable (a bulk load's
+        commits are then published together instead of one build each)."""
         started = time.monotonic()
         name = filename.strip()
         if not name:
@@ -93,7 +97,8 @@ class Ingestor:
         document_id = hashlib.sha256(data).hexdigest()[:24]
         target = self.knowledge.collection(collection, create=True)
         if (present := _present(target.head().documents, document_id)) is not None:
-            return IngestResult(collection, present, True, None, time.monotonic() - started)
+            return IngestResult(collection, present, True, None, time.monotonic() - started,
+                                visible=_present(target.snapshot.documents, document_id) is not None)
 
         stages = _Stages()
         staging = target.staging_folder()
@@ -103,16 +108,19 @@ class Ingestor:
             async with target.write_lock:
                 if (present := _present(target.head().documents, document_id)) is not None:
                     target.discard_staging(staging)
-                    return IngestResult(collection, present, True, None, time.monotonic() - started)
+                    return IngestResult(collection, present, True, None, time.monotonic() - started,
+                                        visible=_present(target.snapshot.documents, document_id) is not None)
                 with stages.timed("commit"):
                     replaced = await asyncio.to_thread(target.commit, segment, staging)
                 generation = target.head().generation
         except BaseException:
             target.discard_staging(staging)
             raise
-        with stages.timed("publish"):  # read-your-writes: the next query sees the document, at full speed
-            await target.visible(generation)
-        return IngestResult(collection, segment.document, False, replaced, time.monotonic() - started, stages.seconds)
+        if wait_visible:
+            with stages.timed("publish"):  # read-your-writes: the next query sees the document, at full speed
+                await target.visible(generation)
+        return IngestResult(collection, segment.document, False, replaced, time.monotonic() - started, stages.seconds,
+                            visible=target.snapshot.generation >= generation)
 
     async def _parse(self, source: sources.SourceKind, name: str, data: bytes, staging: Path, stages: _Stages) -> ParsedDocument:
         """Parse into blocks whose assets live under staging/assets, with page renders under staging/pages."""

@@ -7,6 +7,7 @@ import asyncio
 import collections
 import io
 import json
+import time
 import zipfile
 
 import grpc
@@ -320,3 +321,16 @@ def test_a_content_list_with_its_original_takes_pages_and_page_images_from_it(cl
         client.ingest("origins", archive(items, huge), "huge")
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "'huge' has 2000 pages; the limit is ingest.max_pages = 1000" in refused.value.details()
+
+
+def test_an_ingest_can_return_once_durable_and_the_document_becomes_visible(running_orchestrator):
+    with ThinkServeClient(running_orchestrator.address) as client:
+        waited = client.ingest("durable", b"# Depot\n\nThe Oslo depot opens at six.", "depot.md")
+        assert waited.visible and "publish" in {s.stage for s in waited.stages}  # read-your-writes by default
+        report = client.ingest("durable", b"# Depot\n\nThe Oslo depot opens at seven.", "depot.md", return_when_durable=True)
+        assert report.replaced and "publish" not in {s.stage for s in report.stages}
+        deadline = time.monotonic() + 30
+        while [d.document_id for d in client.list_documents("durable")] != [report.document_id]:
+            assert time.monotonic() < deadline, "the durable commit never became visible"
+            time.sleep(0.05)
+        client.delete_collection("durable")
