@@ -32,6 +32,7 @@ def test_incremental_commit_adds_and_deletes_a_document(tmp_path):
                  "--queries", "5", "--bulk", "3")
     assert result["evidence"] == 900  # the added document was deleted again
     assert result["bulk"]["documents"] == 3 and result["bulk"]["wall_s"] >= result["bulk"]["commits_s"] > 0
+    assert result["bulk_durable"]["documents"] == 3 and result["bulk_durable"]["wall_s"] >= result["bulk_durable"]["commits_s"] > 0
     (round_,) = result["rounds"]
     assert round_["commit_s"] > 0 and round_["first_query_ms"] > 0 and round_["first_query_after_delete_ms"] > 0
     assert set(result["cold_builds_s"]) == {"lexical", "page_lexical", "graph", "node_evidence"}

@@ -33,6 +33,21 @@ def document(name: str, version: int = 0):
     return make_segment(name, [f"{name} version {version} passage {j}" for j in range(6)], dim=8, seed=version * 31 + len(name))
 
 
+@pytest.fixture
+def folder(tmp_path):
+    """A writer of tmp_path and a replica of it, closed after the test."""
+    writer, reader = KnowledgeBase(tmp_path), KnowledgeBase(tmp_path, read_only=True)
+    yield writer, reader
+    writer.close()
+    reader.close()
+
+
+def eventually(condition, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not condition():
+        time.sleep(0.02)
+
+
 def files_of(folder) -> dict[str, int]:
     return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in sorted(folder.rglob("*"))}
 
@@ -113,34 +128,27 @@ def test_a_replica_follows_adds_replaces_and_deletes_and_never_writes(tmp_path, 
     reader.close()
 
 
-def test_the_following_thread_forgets_a_deleted_collection_and_finds_it_made_again(tmp_path):
-    writer = KnowledgeBase(tmp_path)
+def test_the_following_thread_forgets_a_deleted_collection_and_finds_it_made_again(folder):
+    writer, reader = folder
     commit(writer.collection("docs", create=True), document("a.md"))
-    reader = KnowledgeBase(tmp_path, read_only=True)
     assert list(reader.collection("docs").snapshot.documents) == ["a.md"]
     reader.follow(0.05)
     commit(writer.collection("docs"), document("b.md"))
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and len(reader.collection("docs").snapshot.documents) < 2:
-        time.sleep(0.02)
+    eventually(lambda: len(reader.collection("docs").snapshot.documents) == 2)
     assert list(reader.collection("docs").snapshot.documents) == ["a.md", "b.md"]
 
     writer.delete("docs")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and "docs" in reader._collections:
-        time.sleep(0.02)
+    eventually(lambda: "docs" not in reader._collections)
     assert reader.names() == []
     commit(writer.collection("docs", create=True), document("c.md"))  # generation 1 again, another folder
     assert list(reader.collection("docs").snapshot.documents) == ["c.md"]
-    writer.close()
-    reader.close()
 
 
-def test_a_dropped_segment_stays_readable_for_the_retention_time(tmp_path):
-    writer = KnowledgeBase(tmp_path, retain_dropped_s=3600)
+def test_a_dropped_segment_stays_readable_for_the_retention_time(folder):
+    writer, reader = folder
+    writer.retain_dropped_s = 3600  # for the collections it opens from now on
     docs = writer.collection("docs", create=True)
     commit(docs, document("a.md"))
-    reader = KnowledgeBase(tmp_path, read_only=True)
     served = reader.collection("docs").snapshot  # a replica still serving this generation
     docs.delete("a.md")
     commit(docs, document("b.md"))
@@ -148,14 +156,11 @@ def test_a_dropped_segment_stays_readable_for_the_retention_time(tmp_path):
     docs.retain_dropped_s = 0  # past the retention: the next clean-up removes it
     commit(docs, document("c.md"))
     assert served.asset_file(f"{served.evidence[0].document_id}/assets/note.txt") is None
-    writer.close()
-    reader.close()
 
 
-def test_a_collection_made_again_at_the_same_generation_is_followed(tmp_path):
-    writer = KnowledgeBase(tmp_path)
+def test_a_collection_made_again_at_the_same_generation_is_followed(folder):
+    writer, reader = folder
     commit(writer.collection("docs", create=True), document("a.md"))
-    reader = KnowledgeBase(tmp_path, read_only=True)
     followed = reader.collection("docs")
     generation = followed.snapshot.generation
     writer.delete("docs")
@@ -163,5 +168,3 @@ def test_a_collection_made_again_at_the_same_generation_is_followed(tmp_path):
     assert writer.collection("docs").head().generation == generation
     assert followed.follow()
     assert list(followed.snapshot.documents) == ["c.md"]
-    writer.close()
-    reader.close()
