@@ -136,6 +136,8 @@ def openai_app(gateway: Gateway, collections, triton_metrics_url: str = "") -> S
                 vectors, tokens = await gateway.embed(call, texts)
         except ThinkServeError as error:
             return _error(error, request_id)
+        except Exception:  # logged with the request id by gateway.call
+            return _error(None, request_id)
         data = [
             {"object": "embedding", "index": i,
              "embedding": base64.b64encode(vector.astype("<f4").tobytes()).decode() if encoding == "base64" else vector.tolist()}
