@@ -143,6 +143,7 @@ def _clone(index: faiss.Index) -> faiss.Index:
     return faiss.clone_index(index)
 
 
+LEXICAL_TERMS_VERSION = 1  # raise when lexical_terms changes: stored term counts of another version are not used
 _WORD = re.compile(r"[0-9]+(?:[.,][0-9]+)*%?|[^\W_]+", re.UNICODE)
 
 

@@ -8,31 +8,47 @@
         relations.jsonl  relation mentions between entity keys
         pages.jsonl      page renders
         *.npy            vectors, row-aligned with the records above (memory-mapped when loaded)
+        terms.npz        the evidence texts tokenised for BM25 (TermCounts) and each evidence row's page, so
+                         opening a collection decodes and tokenises nothing (segments written before it have
+                         none: their records are read and tokenised on first use)
         assets/          images of the document's figures and tables; pages/ holds the page renders
 
 Everything a document contributes lives in its segment, so deleting a document is dropping one folder from
 the manifest, and the merged views (graph, indexes) are recomputed from the segments that remain: there is
 nothing left to orphan. Entities shared by several documents are merged when the snapshot is built.
+
+A loaded segment maps its vectors and reads its records on first use: a query reads the evidence records of
+the rows it returns, the graph the entity and relation mentions, nothing after ingest the blocks; what every
+query needs of every row (the BM25 term counts, each row's page) comes from terms.npz. So a restart decodes
+no JSON record (at a million chunks that was most of its time), and the background warm-up reads the rest.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import logging
 import mmap
 import os
+import threading
+import zipfile
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Generic, Iterable, Iterator, Optional, TypeVar
 
 import numpy as np
+from scipy import sparse
 
 from .chunking import Span
 from .documents import NO_PAGE, Block
 from .graph import DocumentGraph, MultimodalUnit
-from .indexes import TermCounts
+from .indexes import LEXICAL_TERMS_VERSION, TermCounts
 
+log = logging.getLogger("thinkserve.knowledge")
+R = TypeVar("R")
 DOCUMENT_FILE = "document.json"
+TERMS_FILE = "terms.npz"
 
 
 @dataclass(frozen=True)
@@ -108,13 +124,13 @@ class Segment:
     """A document's records and vectors. Built by the ingest pipeline, then written once and never changed."""
 
     document: DocumentRecord
-    blocks: list[Block]
-    evidence: list[EvidenceRecord]
+    blocks: Sequence[Block]  # a loaded segment's are read on first use (StoredRecords)
+    evidence: Sequence[EvidenceRecord]  # read on first use, as blocks
     evidence_vectors: np.ndarray
-    entities: list[EntityMention]
+    entities: Sequence[EntityMention]  # read on first use, as blocks
     entity_keys: list[str]  # unique keys in first-mention order, row-aligned with entity_vectors
     entity_vectors: np.ndarray
-    relations: list[RelationMention]
+    relations: Sequence[RelationMention]  # read on first use, as blocks
     relation_keys: list[tuple[str, str]]  # unique (source, target) pairs, sorted within the pair
     relation_vectors: np.ndarray
     pages: list[PageRecord] = field(default_factory=list)
@@ -135,6 +151,7 @@ class Segment:
         _write_array(folder / "relations.npy", self.relation_vectors)
         for family, vectors in self.page_vectors.items():
             _write_array(folder / f"pages-{family}.npy", vectors)
+        _write_terms(folder / TERMS_FILE, self.term_counts, self.evidence_pages)
         for sub in ("assets", "pages"):
             for path in sorted((folder / sub).rglob("*")) if (folder / sub).exists() else ():
                 if path.is_file():
@@ -158,15 +175,43 @@ class Segment:
         return frozenset(np.flatnonzero(np.any(vectors != 0, axis=1)).tolist()) if vectors.ndim == 2 and vectors.size else frozenset()
 
     @functools.cached_property
+    def _stored_terms(self) -> Optional[tuple[TermCounts, np.ndarray]]:
+        """terms.npz of a loaded segment, if it is there and fits its rows (else None, and a log line why)."""
+        path = self.folder / TERMS_FILE if self.folder is not None else None
+        if path is None or not path.exists():
+            return None
+        try:
+            return _read_terms(path, len(self.evidence))
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
+            log.warning("%s is not usable, the %d evidence texts are tokenised again: %s", path, len(self.evidence), error)
+            return None
+
+    @functools.cached_property
     def term_counts(self) -> TermCounts:
-        """Its evidence texts tokenised for BM25, once per loaded segment (every snapshot holding it shares them)."""
-        return TermCounts.of([e.text for e in self.evidence])
+        """Its evidence texts tokenised for BM25: computed once, when the segment is written, and read back from
+        terms.npz when it is loaded (every snapshot holding it shares them). A file that is missing, unreadable,
+        of another tokeniser version or of another row count is replaced by tokenising the texts again."""
+        stored = self._stored_terms
+        return stored[0] if stored is not None else TermCounts.of([e.text for e in self.evidence])
+
+    @functools.cached_property
+    def evidence_pages(self) -> np.ndarray:
+        """Each evidence row's page (NO_PAGE for sources without pages), from terms.npz when it is there."""
+        stored = self._stored_terms
+        return stored[1] if stored is not None else np.asarray([e.page for e in self.evidence], dtype=np.int64)
+
+    @functools.cached_property
+    def page_numbering(self) -> np.ndarray:
+        """Each evidence row's text page as a number 0.. in first-seen order (what page_term_counts groups by)."""
+        _, first, inverse = np.unique(self.evidence_pages, return_index=True, return_inverse=True)
+        rank = np.empty(len(first), dtype=np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+        return rank[inverse.reshape(-1)] if len(first) else np.zeros(0, dtype=np.int64)
 
     @functools.cached_property
     def page_term_counts(self) -> TermCounts:
         """The same per text page (its evidence joined, pages in first-seen order): BM25 over whole pages."""
-        first_seen: dict[int, int] = {}
-        numbers = np.asarray([first_seen.setdefault(e.page, len(first_seen)) for e in self.evidence], dtype=np.int64)
+        numbers = self.page_numbering
         rows = np.argsort(numbers, kind="stable")  # as Snapshot.page_rows orders them
         groups = np.split(rows, np.flatnonzero(np.diff(numbers[rows])) + 1) if len(rows) else []
         return self.term_counts.grouped(groups)
@@ -184,21 +229,111 @@ class Segment:
         page_vectors = {
             path.stem.removeprefix("pages-"): _mapped(path) for path in sorted(folder.glob("pages-*.npy"))
         }
+        evidence_vectors = _mapped(folder / "evidence.npy")  # row-aligned with evidence.jsonl: its length
         return cls(
             document=DocumentRecord(**document),
-            blocks=[_block(row) for row in _read_jsonl(folder / "blocks.jsonl")],
-            evidence=[_evidence(row) for row in _read_jsonl(folder / "evidence.jsonl")],
-            evidence_vectors=_mapped(folder / "evidence.npy"),
-            entities=[EntityMention(**row) for row in _read_jsonl(folder / "entities.jsonl")],
+            blocks=StoredRecords(folder / "blocks.jsonl", _block),
+            evidence=StoredRecords(folder / "evidence.jsonl", _evidence, count=len(evidence_vectors)),
+            evidence_vectors=evidence_vectors,
+            entities=StoredRecords(folder / "entities.jsonl", lambda row: EntityMention(**row)),
             entity_keys=list(keys["entities"]),
             entity_vectors=_mapped(folder / "entities.npy"),
-            relations=[RelationMention(**row) for row in _read_jsonl(folder / "relations.jsonl")],
+            relations=StoredRecords(folder / "relations.jsonl", lambda row: RelationMention(**row)),
             relation_keys=[tuple(pair) for pair in keys["relations"]],
             relation_vectors=_mapped(folder / "relations.npy"),
             pages=[PageRecord(**row) for row in _read_jsonl(folder / "pages.jsonl")],
             page_vectors=page_vectors,
             folder=folder,
         )
+
+
+class StoredRecords(Sequence, Generic[R]):
+    """The records of one JSONL file of a segment, read when first asked for (the file never changes).
+
+    A single row asked for before the whole list is decoded from its own line (the file is mapped and its line
+    starts found once): a query after a restart reads a few rows of many segments, and should not decode
+    every record of each."""
+
+    def __init__(self, path: Path, parse: Callable[[dict[str, Any]], R], count: Optional[int] = None):
+        """`count`: the number of records when it is known without reading them (the rows of their vectors)."""
+        self.path = path
+        self._parse = parse
+        self._count = count
+        self._lock = threading.Lock()
+        self._records: Optional[list[R]] = None
+        self._lines: Optional[tuple[Any, np.ndarray]] = None  # the mapped file, each line's start and end
+
+    @property
+    def records(self) -> list[R]:
+        if self._records is None:
+            with self._lock:  # the graph build and a query may ask at once: read once
+                if self._records is None:
+                    records = [self._parse(row) for row in _read_jsonl(self.path)]
+                    self._check(len(records))
+                    self._records, self._lines = records, None
+        return self._records
+
+    def _check(self, found: int) -> None:
+        if self._count is not None and found != self._count:
+            raise ValueError(f"{self.path} holds {found} records for {self._count} vectors")
+
+    def _row(self, index: int) -> R:
+        lines = self._lines
+        if lines is None:
+            with self._lock:
+                if self._lines is None:
+                    with open(self.path, "rb") as handle:
+                        size = os.fstat(handle.fileno()).st_size
+                        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+                    ends = np.flatnonzero(np.frombuffer(mapped, dtype=np.uint8) == ord("\n"))
+                    self._check(len(ends))
+                    self._lines = (mapped, np.stack([np.concatenate([[0], ends[:-1] + 1]), ends], axis=1))
+                lines = self._lines
+        mapped, bounds = lines
+        start, end = bounds[index]
+        return self._parse(json.loads(mapped[start:end]))
+
+    def __len__(self) -> int:
+        return self._count if self._count is not None else len(self.records)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        records = self._records
+        if records is not None or isinstance(index, slice) or self._count is None:
+            return (records if records is not None else self.records)[index]
+        return self._row(index)
+
+    def __iter__(self) -> Iterator[R]:
+        return iter(self.records)
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, (list, StoredRecords)) else NotImplemented
+
+
+def _write_terms(path: Path, terms: TermCounts, pages: np.ndarray) -> None:
+    """TermCounts as one npz: the CSR arrays, the lengths, the vocabulary in column order (one term per line:
+    a term never holds a line break) and the tokeniser's version; with each row's page."""
+    vocabulary = "\n".join(terms.vocabulary).encode("utf-8")
+    with open(path, "wb") as handle:
+        np.savez(
+            handle, version=np.int64(LEXICAL_TERMS_VERSION), data=terms.counts.data, indices=terms.counts.indices,
+            indptr=terms.counts.indptr, columns=np.int64(terms.counts.shape[1]), lengths=terms.lengths,
+            vocabulary=np.frombuffer(vocabulary, dtype=np.uint8), pages=np.asarray(pages, dtype=np.int64),
+        )
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _read_terms(path: Path, rows: int) -> tuple[TermCounts, np.ndarray]:
+    with np.load(path, allow_pickle=False) as stored:
+        if int(stored["version"]) != LEXICAL_TERMS_VERSION:
+            raise ValueError(f"tokenised by version {int(stored['version'])} of lexical_terms, now {LEXICAL_TERMS_VERSION}")
+        text = stored["vocabulary"].tobytes().decode("utf-8")
+        terms = text.split("\n") if text else []
+        columns = int(stored["columns"])
+        if len(terms) != columns or len(stored["indptr"]) != rows + 1 or len(stored["lengths"]) != rows or len(stored["pages"]) != rows:
+            raise ValueError(f"holds {len(stored['indptr']) - 1} rows and {len(terms)} terms for {rows} texts and {columns} columns")
+        counts = sparse.csr_matrix((stored["data"], stored["indices"], stored["indptr"]), shape=(rows, columns))
+        return TermCounts({term: column for column, term in enumerate(terms)}, counts, stored["lengths"]), stored["pages"]
 
 
 def _mapped(path: Path) -> np.ndarray:

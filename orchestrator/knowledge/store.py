@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import json
 import logging
 import os
@@ -32,7 +33,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Sequence, TypeVar
+from typing import Callable, Iterator, Mapping, Optional, Sequence, TypeVar
 
 import numpy as np
 from scipy import sparse
@@ -94,7 +95,7 @@ class Snapshot:
         self.segments = tuple(segments)
         self.spec = spec
         self.documents: dict[str, DocumentRecord] = {s.document.name: s.document for s in self.segments}
-        self.evidence: list[EvidenceRecord] = [e for s in self.segments for e in s.evidence]
+        self.evidence = EvidenceRows(self.segments)  # each segment's records are read when a row of it is
         self.pages: list[PageRecord] = [p for s in self.segments for p in s.pages]
         self._segment_of_document = {s.document.document_id: s for s in self.segments}
         self._lock = threading.RLock()  # lazy structures are built once, even when queries and warm() ask at once
@@ -174,10 +175,14 @@ class Snapshot:
 
     @_built_once
     def page_of_row(self) -> np.ndarray:
-        """Each evidence row's text page: the number of its (document, page) in `page_rows`. A source without
-        pages (Markdown, plain text) is one page."""
-        keys: dict[tuple[str, int], int] = {}
-        return np.asarray([keys.setdefault((e.document_id, e.page), len(keys)) for e in self.evidence], dtype=np.int64)
+        """Each evidence row's text page: the number of its (document, page) in `page_rows`, in first-seen order.
+        A source without pages (Markdown, plain text) is one page. A segment is one document."""
+        numbers, offset = [], 0
+        for segment in self.segments:
+            numbering = segment.page_numbering
+            numbers.append(numbering + offset)
+            offset += int(numbering.max()) + 1 if len(numbering) else 0
+        return np.concatenate(numbers) if numbers else np.zeros(0, dtype=np.int64)
 
     @functools.cached_property
     def page_rows(self) -> list[np.ndarray]:
@@ -245,9 +250,9 @@ class Snapshot:
             raise FileNotFoundError(f"document {page.document_id} has no folder on disk")
         return (segment.folder / page.image).read_bytes()
 
-    @functools.cached_property
+    @property
     def _evidence_starts(self) -> np.ndarray:
-        return np.cumsum([0] + [len(s.evidence) for s in self.segments])
+        return self.evidence.starts
 
     @functools.cached_property
     def _page_starts(self) -> np.ndarray:
@@ -638,6 +643,33 @@ class KnowledgeBase:
         self._collections.pop(name, None)
         shutil.rmtree(graveyard, ignore_errors=True)
         return last
+
+
+class EvidenceRows(Sequence[EvidenceRecord]):
+    """A snapshot's evidence records in row order (the rows of its evidence index): its segments' records
+    joined without copying them, so that a segment's records are read from disk only when a row of it is
+    asked for (a restart reads none; the background warm-up all)."""
+
+    def __init__(self, segments: Sequence[Segment]):
+        self.segments = segments
+        self.starts = np.cumsum([0] + [len(s.evidence) for s in segments])
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def __getitem__(self, row):  # type: ignore[override]
+        if isinstance(row, slice):
+            return [self[r] for r in range(*row.indices(len(self)))]
+        row = int(row)
+        if row < 0:
+            row += len(self)
+        if not 0 <= row < len(self):
+            raise IndexError(f"evidence row {row} of {len(self)}")
+        number = int(np.searchsorted(self.starts, row, side="right")) - 1
+        return self.segments[number].evidence[row - int(self.starts[number])]
+
+    def __iter__(self) -> Iterator[EvidenceRecord]:
+        return itertools.chain.from_iterable(segment.evidence for segment in self.segments)
 
 
 def read_manifest(root: Path) -> tuple[int, list[ManifestEntry]]:
