@@ -99,6 +99,9 @@ class Snapshot:
         self.pages: list[PageRecord] = [p for s in self.segments for p in s.pages]
         self._segment_of_document = {s.document.document_id: s for s in self.segments}
         self._lock = threading.RLock()  # lazy structures are built once, even when queries and warm() ask at once
+        # a background thread is building the lazy structures (an opened collection's first snapshot): a query may
+        # go without the graph meanwhile instead of waiting for it (retrieval.py)
+        self.building_in_background = False
         self.index_notes: list[str] = []  # why a stored index was not used
         appended = self.segments[len(base.segments) :] if base is not None and _is_prefix(base.segments, self.segments) else None
 
@@ -216,6 +219,21 @@ class Snapshot:
             pointers.append(len(columns))
         data = np.ones(len(columns), dtype=np.float64)
         return sparse.csr_matrix((data, columns, pointers), shape=(graph.node_count, len(self.evidence)))
+
+    def built(self, part: str) -> bool:
+        """Whether a lazily built structure ("graph", "node_evidence", "lexical", ...) exists yet."""
+        return part in self.__dict__
+
+    def warm_in_background(self, current: Callable[[], bool], name: str) -> None:
+        """warm() on a thread of its own, with `building_in_background` set until it ends."""
+        def run() -> None:
+            try:
+                self.warm(current)
+            finally:
+                self.building_in_background = False
+
+        self.building_in_background = True
+        threading.Thread(target=run, name=name, daemon=True).start()
 
     def warm(self, current: Callable[[], bool] = lambda: True) -> None:
         """Build what queries build on first use (BM25 indexes, graph, page tables), so none of them waits: a
@@ -415,10 +433,7 @@ class Collection:
     def _warm(self, snapshot: Snapshot) -> None:
         """The opened snapshot is published at once and built in the background (until a commit supersedes it)."""
         if self.warm and snapshot.segments:
-            threading.Thread(
-                target=snapshot.warm, args=(lambda: self._head is snapshot,), name=f"warm-{self.name}-{snapshot.generation}",
-                daemon=True,
-            ).start()
+            snapshot.warm_in_background(lambda: self._head is snapshot, f"warm-{self.name}-{snapshot.generation}")
 
     def staging_folder(self) -> Path:
         """A private folder on the collection's filesystem where one document's segment is assembled."""

@@ -248,6 +248,7 @@ class QueryPipeline:
             )
             q.timer.merge(retrieval.timings_ms)
             q.timer.record("retrieval", time.monotonic() - started)
+            q.degradations += retrieval.skipped
             ranked = retrieval.candidates
             if plan.rerank and ranked:
                 head = ranked[: max(settings.retrieval.rerank_candidates, plan.evidence_k)]

@@ -34,6 +34,7 @@ class Retrieval:
     expansion: GraphExpansion = field(default_factory=GraphExpansion)
     timings_ms: dict[str, float] = field(default_factory=dict)  # dense, sparse, graph, fusion
     best_semantic: float = 0.0  # the best cosine of any candidate, handed out or not (0 for none or negative)
+    skipped: list[str] = field(default_factory=list)  # signals left out of this retrieval, and why
 
 
 def fusion_weights(settings: RetrievalSettings, plan: QueryPlan) -> FusionWeights:
@@ -69,7 +70,13 @@ def retrieve(
     of the two sides overlap then."""
     timer = StageTimer()
     graph_wanted = plan.graph and plan.entity_top_k > 0
+    skipped = []
+    if graph_wanted and snapshot.building_in_background and not snapshot.built("node_evidence"):
+        # after a restart the graph of a large collection takes a while to build (a minute at a million chunks):
+        # queries go without its candidates until it is there rather than wait for it
+        graph_wanted, skipped = False, ["graph skipped: the collection's graph is still being built after its opening"]
     graph_side = pool.submit(_graph_side, snapshot, vectors, plan, settings, named_entities) if pool and graph_wanted else None
+    no_graph = (dict[str, float](), GraphExpansion(), dict[str, float]())
     found: dict[str, np.ndarray] = {}  # rows each source found, in the order it ranks them
     dense_scores = np.zeros(0, dtype=np.float32)
     with timer.stage("dense"):
@@ -91,7 +98,8 @@ def retrieve(
             pages = [page_rows[page] for page, _ in snapshot.page_lexical.best(page_fractions, plan.page_lexical_top_k)]
             found["page_lexical"] = np.concatenate(pages).astype(np.int64) if pages else np.zeros(0, np.int64)
     seeds, expansion, graph_timings = (
-        graph_side.result() if graph_side else _graph_side(snapshot, vectors, plan, settings, named_entities)
+        graph_side.result() if graph_side else
+        _graph_side(snapshot, vectors, plan, settings, named_entities) if graph_wanted else no_graph
     )
     for stage, milliseconds in graph_timings.items():
         timer.stages[stage] = timer.stages.get(stage, 0.0) + milliseconds
@@ -103,7 +111,7 @@ def retrieve(
         evidence = snapshot.evidence
         block_types = {row: evidence[row].block_type for row in table.rows.tolist()} if modality_preference else {}
         fused = fuse(table, block_types, modality_preference, fusion_weights(settings, plan), limit)
-    return Retrieval(fused, seeds, expansion, timer.stages, table.best_semantic())
+    return Retrieval(fused, seeds, expansion, timer.stages, table.best_semantic(), skipped)
 
 
 def _candidate_table(

@@ -8,10 +8,13 @@ import logging
 import threading
 import time
 
+from orchestrator.config import Settings
 from orchestrator.knowledge import store
 from orchestrator.knowledge.indexes import IndexSpec
 from orchestrator.knowledge.segments import Segment
 from orchestrator.knowledge.store import KnowledgeBase, Snapshot
+from orchestrator.pipeline.plan import QueryOptions, make_plan
+from orchestrator.pipeline.retrieval import retrieve
 from tests.segment_factory import commit, make_segment
 
 ENTITIES = {"alpha revenue": ["Alpha Corp", "Beta Ltd"]}
@@ -167,3 +170,24 @@ def test_warming_faults_in_every_segments_stored_vectors(tmp_path, monkeypatch):
     faulted.clear()
     Snapshot(2, [segment()], IndexSpec()).warm(current=lambda: False)
     assert faulted == []  # a superseded snapshot stops before
+
+
+def test_queries_after_an_opening_go_without_the_graph_until_the_background_build_has_it(tmp_path, monkeypatch):
+    commit(KnowledgeBase(tmp_path).collection("docs", create=True), segment())
+    builds = slow_graph_builds(monkeypatch, 1.0)
+    snapshot = KnowledgeBase(tmp_path, warm=True).collection("docs").snapshot  # opened: built in the background
+    plan = make_plan("moderate", QueryOptions(), Settings())  # a route that expands the graph
+    vectors = snapshot.evidence_vectors([0])
+
+    started = time.monotonic()
+    during = retrieve(snapshot, ["alpha revenue"], vectors, plan, Settings().retrieval)
+    assert time.monotonic() - started < 0.5  # did not wait for the graph
+    assert during.skipped == ["graph skipped: the collection's graph is still being built after its opening"]
+    assert "graph" not in during.timings_ms and during.expansion.nodes.size == 0 and during.candidates
+
+    assert wait_until(lambda: not snapshot.building_in_background) and builds == [1]
+    after = retrieve(snapshot, ["alpha revenue"], vectors, plan, Settings().retrieval)
+    assert after.skipped == [] and "graph" in after.timings_ms and after.entity_seeds
+    # a snapshot nobody builds in the background builds its graph for the query that needs it
+    fresh = Snapshot(1, snapshot.segments, IndexSpec())
+    assert retrieve(fresh, ["alpha revenue"], vectors, plan, Settings().retrieval).skipped == [] and builds == [1, 1]
