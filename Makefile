@@ -11,11 +11,12 @@ PIP_TORCH_ARGS ?=
 PIP := pip install --disable-pip-version-check --quiet
 BIN := $(VENV)/bin
 
-.PHONY: help setup models demo test test-unit test-integration bench clean
+.PHONY: help setup models demo lint test test-unit test-integration bench clean
 
 help:
 	@echo "make demo   - set everything up, build the tiny models, run the demo (Triton + orchestrator)"
 	@echo "make test   - set everything up, build the tiny models, run every test"
+	@echo "make lint   - the linter (ruff) and the import-boundary contracts (import-linter); make test runs it first"
 	@echo "make setup | models | bench | clean"
 
 setup: $(VENV)/.installed $(MODEL_VENV)/.installed
@@ -44,7 +45,13 @@ models: setup
 demo: models
 	$(BIN)/thinkserve demo
 
-test: models
+# Static checks, before any test runs: ruff with the rules chosen in pyproject.toml ([tool.ruff]; never a
+# reformat), then the layer, no-tests/benchmarks and no-cycle contracts ([tool.importlinter]).
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+
+test: lint models
 	$(BIN)/python -m pytest tests
 
 test-unit: setup

@@ -56,7 +56,7 @@ from orchestrator.triton.models import TritonModels
 
 from .measure import RESULTS, invocation, machine_info, uncommitted_changes, write_results
 from .page_baselines import Bm25Pages, DensePassages, page_texts
-from .qa_dataset import KS, Question, contains_answer, load_questions, page_hits, refusal_scores, separation_auc
+from .qa_dataset import Question, contains_answer, load_questions, page_hits, refusal_scores, separation_auc
 
 NAME = "document_qa"
 # best-cosine thresholds the refusal figures are swept over (retrieval.min_similarity is the product's)

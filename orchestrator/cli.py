@@ -13,21 +13,8 @@ from typing import Optional
 
 import grpc
 
-from .config import Settings
+from .cli_settings import settings_from_args
 from .errors import ThinkServeError
-
-
-def _settings(args) -> Settings:
-    overrides = {"profile": getattr(args, "profile", None)}
-    if getattr(args, "port", None) is not None:
-        overrides["server.port"] = args.port
-    if getattr(args, "triton_url", None):
-        overrides["triton.url"] = args.triton_url
-    if getattr(args, "model_repository", None):
-        overrides["triton.model_repository"] = str(args.model_repository)
-    if getattr(args, "read_only", False):
-        overrides["storage.read_only"] = True
-    return Settings.load(args.config, overrides, environment=os.environ)  # THINKSERVE_SECTION__KEY variables
 
 
 def _client(args):
@@ -44,7 +31,7 @@ def _token(args) -> str:
 def _address(args) -> str:
     if args.address:
         return args.address
-    server = _settings(args).server
+    server = settings_from_args(args).server
     return f"{server.host}:{server.port}"
 
 
@@ -53,7 +40,7 @@ def cmd_serve(args) -> int:
 
     from .observability.logs import configure_logging
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     configure_logging(settings.observability.log_format, logging.DEBUG if args.verbose else logging.INFO)
 
     async def serve() -> None:
@@ -83,7 +70,7 @@ def cmd_ingest(args) -> int:
         from .knowledge.ingest import mineru_options
         from .ray_ingest import ray_options_or_exit
 
-        ray = ray_options_or_exit(args.ray_address, args.ray_cpus, mineru_options(_settings(args).ingest))
+        ray = ray_options_or_exit(args.ray_address, args.ray_cpus, mineru_options(settings_from_args(args).ingest))
     elif args.ray_address or args.ray_cpus:
         raise ConfigurationError("--ray-address and --ray-cpus go with --ray")
     failures = asyncio.run(ingest_paths(_address(args), args.collection, args.paths, args.concurrency, _token(args), ray=ray))
@@ -151,7 +138,7 @@ def cmd_token(args) -> int:
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
-    return asyncio.run(run_demo(_settings(args), args.samples, args.questions))
+    return asyncio.run(run_demo(settings_from_args(args), args.samples, args.questions))
 
 
 def build_parser() -> argparse.ArgumentParser:

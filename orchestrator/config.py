@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ConfigurationError
-from .triton.contracts import ROUTE_LABELS
 
 
 class _Section(BaseModel):
@@ -164,7 +163,9 @@ class StorageSettings(_Section):
 
 
 RouteName = Literal["simple", "moderate", "complex"]
-ROUTE_NAMES: tuple[str, ...] = ROUTE_LABELS  # the router model's labels, in its output order
+# The router model's labels, in its output order (orchestrator.triton.contracts.ROUTE_LABELS, which sits above
+# the settings and may not be imported here; tests/unit/test_config.py keeps the two equal).
+ROUTE_NAMES: tuple[str, ...] = get_args(RouteName)
 
 
 class RoutePolicy(_Section):

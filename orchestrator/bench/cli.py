@@ -20,7 +20,6 @@ in a child process, ingests the documents (default: the sample report and genera
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -145,15 +144,15 @@ def parse_mix(text: Optional[str]) -> Optional[dict[str, float]]:
 
 
 def cmd_bench(args) -> int:
-    from ..cli import _settings
+    from ..cli_settings import settings_from_args
 
     if args.mode in ("ingest", "documents") or (args.mode == "micro" and args.passthrough and not args.micro):
         return run_wrapped(args.mode, args.passthrough)
     if args.mode == "micro":
-        return run_micro(args, _settings(args))
+        return run_micro(args, settings_from_args(args))
     if args.mode == "standins":
-        return run_standins_mode(args, _settings(args))
-    return asyncio.run(run_mode(args, _settings(args)))
+        return run_standins_mode(args, settings_from_args(args))
+    return asyncio.run(run_mode(args, settings_from_args(args)))
 
 
 def bench_settings(args):

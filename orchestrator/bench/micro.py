@@ -183,7 +183,8 @@ def faiss_micro(sizes: Sequence[int], kinds: Sequence[str] = ("flat", "ivf", "hn
                 latency = {}
                 for count in thread_counts:
                     faiss.omp_set_num_threads(count)
-                    latency[str(count)] = distribution(single_query_ms(lambda q: index.search(q, K), questions[:timed_queries]))
+                    latency[str(count)] = distribution(single_query_ms(lambda q, index=index: index.search(q, K),
+                                                                    questions[:timed_queries]))
                 faiss.omp_set_num_threads(threads)
                 entry["breadths"].append({"breadth": breadth, "recall_at_10": recall_at_k(rows, exact), "latency": latency})
                 progress(f"  {kind} breadth {breadth}: recall@10 {entry['breadths'][-1]['recall_at_10']:.3f}, p50 "

@@ -84,7 +84,9 @@ class _Reader:
         try:
             candidate = (self.root / PurePosixPath(posix)).resolve()
         except (OSError, RuntimeError) as error:  # a symlink loop, a name too long
-            raise InvalidRequestError(f"{self.path.name}: {where}: image path {raw!r} cannot be resolved ({error})")
+            raise InvalidRequestError(
+                f"{self.path.name}: {where}: image path {raw!r} cannot be resolved ({error})"
+            ) from error
         if not candidate.is_relative_to(self.root):
             raise InvalidRequestError(
                 f"{self.path.name}: {where}: image path {raw!r} points outside the content list's folder (refused)"

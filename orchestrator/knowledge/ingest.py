@@ -24,8 +24,8 @@ import numpy as np
 
 from ..config import IngestSettings
 from ..errors import InvalidRequestError
-from ..pipeline.prompts import chat
 from ..triton import contracts
+from ..triton.chatml import chat
 from ..tokens import PlainTokenizer
 from ..triton.models import GenerationOptions, TritonModels
 from . import sources

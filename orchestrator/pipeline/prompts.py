@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from ..triton.chatml import chat
 from .events import EvidenceItem
 
 ANSWER_STOP = ("<|im_end|>",)
@@ -38,11 +39,6 @@ class Conversation:
             turns.pop(0)
         system = self.system if count(self.system) <= budget_tokens else _cut(self.system, budget_tokens, count)
         return Conversation(system, tuple(turns))
-
-
-def chat(system: str, user: str, turns: Sequence[tuple[str, str]] = ()) -> str:
-    history = "".join(f"<|im_start|>{role}\n{text}<|im_end|>\n" for role, text in turns)
-    return f"<|im_start|>system\n{system}<|im_end|>\n{history}<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
 
 
 def evidence_block(item: EvidenceItem) -> str:

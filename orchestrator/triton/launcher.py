@@ -275,11 +275,11 @@ class TritonServer:
             return "no log"
         lines = self.log_path.read_text(errors="replace").splitlines()
         errors = [line for line in lines if line.startswith("E") and not any(h in line for h in HARMLESS_ERRORS)]
-        chosen = next((l for l in errors if "failed to load" in l), None) or (errors[-1] if errors else None)
+        chosen = next((entry for entry in errors if "failed to load" in entry), None) or (errors[-1] if errors else None)
         if chosen is None and errors_only:
             return f"no error logged (log: {self.log_path})"
         if chosen is None:
-            chosen = next((l for l in reversed(lines) if l.strip()), "empty log")
+            chosen = next((entry for entry in reversed(lines) if entry.strip()), "empty log")
         message = re.sub(r"^[EWI]\d{4} [\d:.]+ \d+ \S+\] ", "", chosen).strip().strip('"')
         message = message.split("\\n")[0].split(" At:")[0]
         return message[:400] + f" (log: {self.log_path})"

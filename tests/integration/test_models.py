@@ -179,7 +179,8 @@ def test_cancelling_a_stream_stops_generation_in_the_model(triton):
     deadline = time.monotonic() + 10
     line = ""
     while time.monotonic() < deadline and not line:
-        line = next((l for l in triton.log_path.read_text().splitlines() if request_id in l and "cancelled" in l), "")
+        line = next((logged for logged in triton.log_path.read_text().splitlines()
+                     if request_id in logged and "cancelled" in logged), "")
         time.sleep(0.2)
     assert line, "the LLM never reported the cancellation"
     produced = int(line.split("cancelled after ")[1].split()[0])

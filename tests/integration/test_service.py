@@ -268,7 +268,8 @@ def test_a_cancelled_client_cancels_its_generation_in_the_llm(secured, triton):
     deadline = time.monotonic() + 20
     line = ""
     while time.monotonic() < deadline and not line:
-        line = next((l for l in triton.log_path.read_text().splitlines() if request_id in l and "cancelled" in l), "")
+        line = next((logged for logged in triton.log_path.read_text().splitlines()
+                     if request_id in logged and "cancelled" in logged), "")
         time.sleep(0.2)
     assert line, "the LLM never saw the cancellation"
     assert int(line.split("cancelled after ")[1].split()[0]) < 400
@@ -299,7 +300,8 @@ def test_a_deadline_that_expires_during_generation_cancels_it_in_the_llm(secured
         pytest.fail("the LLM ended every answer before the deadline; no cancellation to observe")
     line, deadline = "", time.monotonic() + 20
     while time.monotonic() < deadline and not line:
-        line = next((l for l in triton.log_path.read_text().splitlines() if request_id in l and "cancelled" in l), "")
+        line = next((logged for logged in triton.log_path.read_text().splitlines()
+                     if request_id in logged and "cancelled" in logged), "")
         time.sleep(0.2)
     assert line and int(line.split("cancelled after ")[1].split()[0]) < 1000
 
@@ -397,7 +399,8 @@ def _sample(exposition: str, series: str, default=None) -> float:
     if default is not None:  # a labelled counter appears once it is first counted
         return default
     family = series.split("{")[0]
-    raise AssertionError(f"{series} not in the metrics: {[l for l in exposition.splitlines() if l.startswith(family)]}")
+    present = [entry for entry in exposition.splitlines() if entry.startswith(family)]
+    raise AssertionError(f"{series} not in the metrics: {present}")
 
 
 # ---------------------------------------------------------------------- OpenAI-compatible endpoint

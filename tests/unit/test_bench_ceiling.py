@@ -43,7 +43,9 @@ def test_the_schedule_follows_the_pipeline():
 
 
 def test_the_sweep_goes_past_the_end_to_end_best_level_then_stops_at_saturation():
-    level = lambda c, qps: {"concurrency": c, "throughput_qps": qps}
+    def level(c, qps):
+        return {"concurrency": c, "throughput_qps": qps}
+
     assert sweep_stops(None, level(1, 1.0), reach=4, gain=0.1) is None
     # flat from 2 to 4, but end to end peaked at 4: the ceiling must be measured there and beyond
     assert sweep_stops(level(2, 1.0), level(4, 1.0), reach=4, gain=0.1) is None

@@ -54,14 +54,17 @@ def test_level_counts_only_the_window_and_separates_rejections():
 
 
 def test_the_sweep_stops_at_saturation_or_failures():
-    level = lambda c, qps, rejected=0, errors=0: {"concurrency": c, "throughput_qps": qps, "completed": 100,
-                                                   "rejected": rejected, "errors": errors}
+    def level(c, qps, rejected=0, errors=0):
+        return {"concurrency": c, "throughput_qps": qps, "completed": 100, "rejected": rejected, "errors": errors}
+
     assert saturated(None, level(1, 1.0), 0.10) is None
     assert saturated(level(1, 1.0), level(2, 1.5), 0.10) is None
     assert "less than 10%" in saturated(level(2, 1.5), level(4, 1.6), 0.10)
     assert "rejected" in saturated(level(2, 1.5), level(4, 3.0, rejected=10), 0.10)
     # levels that finish nothing inside their windows (a window shorter than a query) stop the sweep too
-    nothing = lambda c: {"concurrency": c, "throughput_qps": 0.0, "completed": 0, "rejected": 0, "errors": 0}
+    def nothing(c):
+        return {"concurrency": c, "throughput_qps": 0.0, "completed": 0, "rejected": 0, "errors": 0}
+
     assert "less than 10%" in saturated(nothing(1), nothing(2), 0.10)
 
 

@@ -61,3 +61,11 @@ def test_scratch_settings_take_free_ports_and_their_own_folder(tmp_path):
     scratch = base.scratch(tmp_path / "data")
     assert (scratch.server.port, scratch.http.port, scratch.storage.data_dir) == (0, 0, tmp_path / "data")
     assert scratch.ingest == base.ingest and base.server.port != 0  # the original is untouched
+
+
+def test_the_route_names_are_the_router_models_labels_in_its_output_order():
+    from orchestrator.config import ROUTE_NAMES, RouteSettings
+    from orchestrator.triton.contracts import ROUTE_LABELS
+
+    assert ROUTE_NAMES == ROUTE_LABELS == ("simple", "moderate", "complex")
+    assert set(RouteSettings.model_fields) == set(ROUTE_NAMES)  # a policy per route, none without a route

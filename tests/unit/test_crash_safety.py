@@ -62,7 +62,7 @@ def test_kill_9_during_commits_never_leaves_half_a_document(tmp_path, kind):
 
         restarted = KnowledgeBase(tmp_path, spec)  # a restart: the killed writer's lock went with it
         snapshot = restarted.collection("crash").snapshot
-        for name, version in acknowledged.items():
+        for name in acknowledged:
             assert name in snapshot.documents, f"{name} was acknowledged but is gone"
         for name in snapshot.documents:
             texts = [e.text for e in snapshot.evidence if e.document_name == name]

@@ -5,7 +5,6 @@ import importlib.util
 import networkx as nx
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 from orchestrator.knowledge.graph import (
     BELONGS_TO,

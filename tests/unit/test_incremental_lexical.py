@@ -33,7 +33,6 @@ def assert_same(assembled: BM25Index, scratch: BM25Index) -> None:
 @settings(max_examples=60, deadline=None)
 @given(operations)
 def test_assembled_indexes_equal_from_scratch_after_any_adds_replacements_and_deletes(steps):
-    segments: dict[str, object] = {}
     snapshot = Snapshot(0, [], IndexSpec())
     for generation, (operation, number, document_texts, pages) in enumerate(steps, 1):
         name = f"doc{number}.md"

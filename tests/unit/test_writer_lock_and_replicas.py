@@ -78,7 +78,9 @@ def test_one_process_may_open_its_folder_twice_and_releases_it_with_the_last(tmp
     first.close()
     probe = [sys.executable, "-c", "import sys, pathlib; from orchestrator.knowledge.store import KnowledgeBase; "
              "KnowledgeBase(pathlib.Path(sys.argv[1]))", str(tmp_path)]
-    run = lambda: subprocess.run(probe, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    def run():
+        return subprocess.run(probe, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
     assert "DataFolderLockedError" in run().stderr  # the second still holds it
     second.close()
     assert run().returncode == 0
