@@ -321,6 +321,7 @@ class Collection:
     def __init__(
         self, root: Path, spec: IndexSpec, read_only: bool = False, warm: bool = False,
         prepare: Callable[[Snapshot], None] = lambda snapshot: None, retain_dropped_s: float = 0.0,
+        index_write_vectors: int = 0,
     ):
         self.root = root
         self.read_only = read_only  # a reader beside the writing process: never cleans up, never writes
@@ -333,7 +334,11 @@ class Collection:
         self._head: Optional[Snapshot] = None  # the newest committed snapshot, which writers build on
         self._manifest: list[ManifestEntry] = []
         self._staging: set[str] = set()  # folders of ingests running now in this process
-        self._indexes: Optional[str] = None  # the folder of the stored indexes of the manifest's generation
+        self._indexes: Optional[str] = None  # the folder of the newest stored indexes (stored_indexes.py)
+        self._indexes_segments: list[str] = []  # the segments they hold: the manifest's, or a prefix of it
+        # stored indexes are written again once the documents appended since hold this many evidence vectors (or
+        # when a delete or replacement removed one they hold); 0: with every commit
+        self.index_write_vectors = index_write_vectors
         self._open_lock = threading.Lock()
         # held (in worker threads) from a commit's rename to its manifest and stored indexes, and by the clean-up
         # that removes folders nothing names, which the publisher also runs
@@ -372,14 +377,24 @@ class Collection:
         segments = [Segment.load(self.root / entry.segment) for entry in self._manifest]
         names = [entry.segment for entry in self._manifest]
         stored = self._stored(names)
-        snapshot = Snapshot(generation, segments, self.spec, stored=stored.indexes)
-        self._indexes = stored.folder
+        snapshot = self._from_stored(generation, segments, stored)
+        self._indexes, self._indexes_segments = stored.folder, names[: stored.covered]
         rebuilt = self._report_indexes(snapshot, stored)
         if not self.read_only:
-            if rebuilt:  # so the next start need not build them again
-                self._indexes = stored_indexes.write(self.root, generation, names, self.spec, snapshot.vector_tables)
+            if rebuilt or self._index_write_due(snapshot, names):  # so the next start need not build them again
+                self._write_indexes(snapshot, names)
             self._remove_unreferenced()
         return snapshot
+
+    def _from_stored(self, generation: int, segments: list[Segment], stored: stored_indexes.StoredIndexes) -> Snapshot:
+        """A snapshot of `segments` whose vector indexes are the stored ones, with the vectors of the documents
+        appended since they were written added to them."""
+        if 0 < stored.covered < len(segments):
+            prefix = Snapshot(generation, segments[: stored.covered], self.spec, stored=stored.indexes)
+            snapshot = Snapshot(generation, segments, self.spec, base=prefix)
+            snapshot.index_notes = prefix.index_notes + snapshot.index_notes
+            return snapshot
+        return Snapshot(generation, segments, self.spec, stored=stored.indexes)
 
     def _report_indexes(self, snapshot: Snapshot, stored: stored_indexes.StoredIndexes) -> list[str]:
         """Log where a snapshot's vector indexes came from; the tables built because none stored could be used."""
@@ -389,8 +404,23 @@ class Collection:
             log.warning("collection %s: vector indexes built from the documents: %s (%s)", self.name, ", ".join(rebuilt),
                         "; ".join(stored.notes + snapshot.index_notes) or "none stored")
         elif stored.indexes:
-            log.info("collection %s: vector indexes loaded from %s: %s", self.name, stored.folder, ", ".join(stored.indexes))
+            added = len(snapshot.segments) - stored.covered
+            log.info("collection %s: vector indexes loaded from %s: %s%s", self.name, stored.folder, ", ".join(stored.indexes),
+                     f" (the vectors of the {added} documents appended since added to them)" if added else "")
         return rebuilt
+
+    def _index_write_due(self, snapshot: Snapshot, names: list[str]) -> bool:
+        """Whether the stored indexes should be written for this manifest: they no longer hold a prefix of it (a
+        delete or replacement), or the documents appended since hold index_write_vectors vectors."""
+        held = self._indexes_segments
+        if names[: len(held)] != held:
+            return True
+        appended = sum(len(segment.evidence) for segment in snapshot.segments[len(held) :])
+        return appended > 0 and appended >= self.index_write_vectors
+
+    def _write_indexes(self, snapshot: Snapshot, names: list[str]) -> None:
+        folder = stored_indexes.write(self.root, snapshot.generation, names, self.spec, snapshot.vector_tables)
+        self._indexes, self._indexes_segments = folder, names if folder is not None else []
 
     def _stored(self, names: list[str]) -> stored_indexes.StoredIndexes:
         return stored_indexes.read(self.root, names, self.spec) if self.spec.kind != "flat" else stored_indexes.StoredIndexes()
@@ -413,8 +443,7 @@ class Collection:
         if _is_prefix(current.segments, segments):
             snapshot = Snapshot(generation, segments, self.spec, base=current)
         else:
-            stored = self._stored(names)
-            snapshot = Snapshot(generation, segments, self.spec, stored=stored.indexes)
+            snapshot = self._from_stored(generation, segments, stored := self._stored(names))
             self._report_indexes(snapshot, stored)
         self._manifest = manifest
         if self.warm and snapshot.segments:
@@ -489,13 +518,13 @@ class Collection:
 
     def _switch(self, snapshot: Snapshot, manifest: list[ManifestEntry]) -> None:
         self.require_writable()
-        # the indexes first: a replica that reads this manifest finds them (a crash before the manifest leaves
-        # a folder nothing names, removed later)
-        indexes = stored_indexes.write(
-            self.root, snapshot.generation, [entry.segment for entry in manifest], self.spec, snapshot.vector_tables
-        )
+        # the indexes first, when due: a replica that reads this manifest finds them, or a prefix of them (a crash
+        # before the manifest leaves a folder nothing names, removed later)
+        names = [entry.segment for entry in manifest]
+        if self._index_write_due(snapshot, names):
+            self._write_indexes(snapshot, names)
         write_manifest(self.root, snapshot.generation, manifest)
-        self._head, self._manifest, self._indexes = snapshot, manifest, indexes
+        self._head, self._manifest = snapshot, manifest
         if self.warm and snapshot.segments:
             self._remove_unreferenced()
             self._publish_when_built()
@@ -558,17 +587,19 @@ class KnowledgeBase:
 
     def __init__(
         self, data_dir: Path, spec: IndexSpec = IndexSpec(), read_only: bool = False, warm: bool = False,
-        retain_dropped_s: float = 0.0,
+        retain_dropped_s: float = 0.0, index_write_vectors: int = 0,
     ):
         """`warm`: each collection builds a new snapshot's BM25 indexes and graph in the background after a
         commit or an open, so the first query after it does not (a server sets it; tools and tests need not).
         Writable: this process takes the folder's writer lock (DataFolderLockedError when another holds it).
-        `read_only`: a replica; `follow()` keeps it up with the writer. `retain_dropped_s`: see Collection."""
+        `read_only`: a replica; `follow()` keeps it up with the writer. `retain_dropped_s`, `index_write_vectors`:
+        see Collection."""
         self.root = data_dir / "collections"
         self.spec = spec
         self.read_only = read_only
         self.warm = warm
         self.retain_dropped_s = retain_dropped_s
+        self.index_write_vectors = index_write_vectors
         self._lock = None if read_only else WriterLock(data_dir)
         self._follower: Optional[threading.Thread] = None
         self._closed = threading.Event()
@@ -585,7 +616,7 @@ class KnowledgeBase:
         if name not in self._collections:
             self._collections[name] = Collection(
                 self.root / name, self.spec, self.read_only, self.warm, lambda snapshot: self.prepare(snapshot),
-                self.retain_dropped_s,
+                self.retain_dropped_s, self.index_write_vectors,
             )
         collection = self._collections[name]
         # A collection exists once its first document is committed, even if an ingest created the object.

@@ -8,11 +8,15 @@ a Flat index is a copy of its vectors, which the segments keep memory-mapped, so
         meta.json       written last: the segments it was built from (manifest order), the index settings,
                         each table's kind, size and file length
 
-At open, the folder whose meta.json names exactly the manifest's segments is used if it was built with the
-same index settings; a table whose file is missing, has another length or cannot be read is rebuilt from the
-segments, and the collection logs why. The files are derived data: losing them costs a rebuild, never a record.
-They are written just before the manifest that names their segments (so a read replica that reads a manifest
-finds its indexes); a crash in between leaves a folder no manifest names, removed at the next open.
+A writer does not write them at every commit (at a million vectors they are 3 GB): only once the documents
+appended since the last write hold `index_write_vectors` vectors, or when a delete or replacement removed a
+document they hold. At open, the folder whose meta.json names the longest prefix of the manifest's segments
+(all of them, or all but the documents appended since) is used if it was built with the same index settings,
+and the remaining documents' vectors are added to it; a table whose file is missing, has another length or
+cannot be read is rebuilt from the segments, and the collection logs why. The files are derived data: losing
+them costs a rebuild, never a record. They are written just before the manifest that names their segments (so a
+read replica that reads a manifest finds its indexes); a crash in between leaves a folder no manifest names,
+removed at the next open.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ class StoredIndexes:
 
     indexes: dict[str, VectorIndex] = field(default_factory=dict)
     folder: Optional[str] = None  # kept by the collection's clean-up
+    covered: int = 0  # the manifest's first `covered` segments are what the indexes hold
     notes: list[str] = field(default_factory=list)
 
 
@@ -71,7 +76,8 @@ def write(root: Path, generation: int, segments: Sequence[str], spec: IndexSpec,
 
 
 def read(root: Path, segments: Sequence[str], spec: IndexSpec) -> StoredIndexes:
-    """The stored indexes of the collection whose manifest names `segments`, as far as they can be trusted."""
+    """The stored indexes of the collection whose manifest names `segments` (or its longest prefix that has
+    any: the documents appended since are added by the caller), as far as they can be trusted."""
     found = StoredIndexes()
     candidates = sorted(root.glob(f"{PREFIX}*/{META}")) if root.exists() else []
     metas = []
@@ -80,16 +86,17 @@ def read(root: Path, segments: Sequence[str], spec: IndexSpec) -> StoredIndexes:
             metas.append((path.parent, json.loads(path.read_text(encoding="utf-8"))))
         except (OSError, ValueError) as error:
             found.notes.append(f"{path.parent.name}: unreadable {META} ({error})")
-    matching = [(folder, meta) for folder, meta in metas if meta.get("segments") == list(segments)]
+    names = list(segments)
+    matching = [(folder, meta) for folder, meta in metas if _is_prefix(meta.get("segments"), names)]
     if not matching:
         if segments:
             found.notes.append(f"no stored indexes were written for this manifest's {len(segments)} documents")
         return found
-    folder, meta = matching[-1]
+    folder, meta = max(matching, key=lambda found: len(found[1]["segments"]))  # the longest prefix
     if meta.get("settings") != _settings(spec):
         found.notes.append(f"{folder.name} was built with other index settings ({meta.get('settings')})")
         return found
-    found.folder = folder.name
+    found.folder, found.covered = folder.name, len(meta["segments"])
     for table, facts in meta.get("tables", {}).items():
         path = folder / f"{table}.faiss"
         try:
@@ -104,3 +111,7 @@ def read(root: Path, segments: Sequence[str], spec: IndexSpec) -> StoredIndexes:
             continue
         found.indexes[table] = index
     return found
+
+
+def _is_prefix(prefix: object, names: list[str]) -> bool:
+    return isinstance(prefix, list) and 0 < len(prefix) <= len(names) and names[: len(prefix)] == prefix

@@ -118,3 +118,45 @@ def test_a_read_only_reader_loads_but_never_writes_or_removes(tmp_path, caplog):
     (folder / "entity.faiss").unlink()
     reader = KnowledgeBase(tmp_path, HNSW, read_only=True).collection("docs").snapshot
     assert reader.entity_index.size == 2 and index_folders(tmp_path) == [folder]
+
+
+def test_indexes_are_written_once_enough_vectors_were_appended_and_a_restart_adds_the_rest(tmp_path, caplog):
+    collection = KnowledgeBase(tmp_path, HNSW, index_write_vectors=100).collection("docs", create=True)
+
+    def add(number):
+        texts = [f"{'alpha' if number == 0 else 'beta'} text {j}" for j in range(40)]
+        commit(collection, make_segment(f"doc{number}.md", texts, ENTITIES, dim=16, seed=number, content=str(number)))
+
+    add(0), add(1)
+    assert index_folders(tmp_path) == []  # 80 vectors appended: below 100, nothing written
+    add(2)
+    (folder,) = index_folders(tmp_path)  # 120: written, holding the three documents
+    held = json.loads((folder / META).read_text())["segments"]
+    add(3)
+    assert index_folders(tmp_path) == [folder]  # 40 appended since: not written again
+    names = [s.folder.name for s in collection.head().segments]
+    assert held == names[:3]
+
+    with caplog.at_level(logging.INFO, logger="thinkserve.knowledge"):
+        reopened = KnowledgeBase(tmp_path, HNSW, index_write_vectors=100).collection("docs").snapshot
+    assert (f"vector indexes loaded from {folder.name}: evidence, entity, relation (the vectors of the 1 documents "
+            "appended since added to them)") in caplog.text and "built from" not in caplog.text
+    assert reopened.evidence_index.size == len(reopened.evidence) == 160 and reopened.evidence_index.kind == "hnsw"
+    queries = unit_vectors(4, 16, seed=7)
+    assert same(results(reopened, queries), results(collection.head(), queries))
+    assert index_folders(tmp_path) == [folder]  # the restart wrote nothing: 40 vectors appended since
+
+    collection.delete("doc0.md")  # the stored indexes hold a document that is gone: written at once
+    (rewritten,) = index_folders(tmp_path)
+    assert rewritten != folder and json.loads((rewritten / META).read_text())["segments"] == names[1:]
+
+
+def test_a_replica_adds_what_was_appended_since_the_stored_indexes_to_them(tmp_path):
+    collection = KnowledgeBase(tmp_path, HNSW, index_write_vectors=60).collection("docs", create=True)
+    for number in range(3):  # the indexes are written at the second commit (80 vectors) and not at the third
+        commit(collection, make_segment(f"doc{number}.md", [f"text {j} of {number}" for j in range(40)], dim=16, seed=number))
+    (folder,) = index_folders(tmp_path)
+    assert len(json.loads((folder / META).read_text())["segments"]) == 2
+    replica = KnowledgeBase(tmp_path, HNSW, read_only=True).collection("docs").snapshot
+    queries = unit_vectors(4, 16, seed=3)
+    assert replica.evidence_index.size == 120 and same(results(replica, queries), results(collection.head(), queries))
