@@ -67,7 +67,7 @@ from orchestrator.triton.models import TritonModels
 
 from .document_qa import DEFAULT_DATASET, _interrupt
 from .ingest import _LOAD_PROBE, BATCHED_MODELS, batch_histogram, compute_seconds
-from .measure import RESULTS, invocation, machine_info, uncommitted_changes, write_results
+from .measure import RESULTS, invocation, machine_info, uncommitted_changes, write_and_show
 from .page_baselines import page_texts, windows
 
 NAME = "content_list_ingest"
@@ -499,9 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     stats.update(corpus=corpus, parse=parse, summary=summarize_passes(stats["passes"]))
     payload, markdown = report(stats, settings, args.dataset, command, machine, args.concurrency, args.rounds,
                                args.origin)
-    paths = write_results(args.name, payload, markdown, args.output or RESULTS / args.dataset.resolve().name)
-    print(markdown)
-    print(f"written: {', '.join(map(str, paths))}", file=sys.stderr)
+    write_and_show(args.name, payload, markdown, args.output or RESULTS / args.dataset.resolve().name)
     return 0
 
 

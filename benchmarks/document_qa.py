@@ -54,7 +54,7 @@ from orchestrator.tokens import PlainTokenizer
 from orchestrator.triton.client import TritonClient
 from orchestrator.triton.models import TritonModels
 
-from .measure import RESULTS, invocation, machine_info, uncommitted_changes, write_results
+from .measure import RESULTS, invocation, machine_info, uncommitted_changes, write_and_show
 from .page_baselines import Bm25Pages, DensePassages, page_texts
 from .qa_dataset import Question, contains_answer, load_questions, page_hits, refusal_scores, separation_auc
 
@@ -531,9 +531,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                                         args.ablations, work, lambda message: print(f"* {message}", file=sys.stderr, flush=True)))
         payload, markdown = report(stats, settings_record(settings), args.dataset, command, args.top_k,
                                    args.ingest_concurrency, time.monotonic() - started, overrides)
-    paths = write_results(args.name, payload, markdown, args.output or RESULTS / args.dataset.resolve().name)
-    print(markdown)
-    print(f"written: {', '.join(map(str, paths))}", file=sys.stderr)
+    write_and_show(args.name, payload, markdown, args.output or RESULTS / args.dataset.resolve().name)
     return 0
 
 

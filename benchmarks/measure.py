@@ -72,6 +72,13 @@ def write_results(name: str, payload: dict, markdown: str, directory: Path = RES
     return json_path, md_path
 
 
+def write_and_show(name: str, payload: dict, markdown: str, directory: Path) -> None:
+    """Write the results, print the report, and say on stderr where the files went."""
+    paths = write_results(name, payload, markdown, directory)
+    print(markdown)
+    print(f"written: {', '.join(map(str, paths))}", file=sys.stderr)
+
+
 def uncommitted_changes() -> list[str]:
     """Tracked files that differ from the commit in machine_info (others may be editing the code measured)."""
     status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
