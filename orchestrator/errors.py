@@ -41,6 +41,14 @@ class InvalidRequestError(ThinkServeError):
     status = grpc.StatusCode.INVALID_ARGUMENT
 
 
+class InvalidOptionError(InvalidRequestError):
+    """A query option of the wrong type, unknown, or out of its range; `param` names it (OpenAI's error field)."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(message)
+        self.param = option
+
+
 class NotFoundError(ThinkServeError):
     status = grpc.StatusCode.NOT_FOUND
 

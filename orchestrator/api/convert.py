@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import fields as dataclass_fields
 from typing import Sequence
 
 from ..knowledge.chunking import Span
@@ -28,13 +27,12 @@ from .protos import pb
 
 
 log = logging.getLogger("thinkserve.api")
-_OPTION_FIELDS = tuple(f.name for f in dataclass_fields(QueryOptions))
 
 
 def query_input(request: "pb.QueryRequest") -> QueryInput:
     options = request.options
-    values = {name: getattr(options, name) for name in _OPTION_FIELDS if options.HasField(name)}
-    return QueryInput(collection=request.collection, question=request.question, options=QueryOptions(**values))
+    values = {name: getattr(options, name) for name in QueryOptions.model_fields if options.HasField(name)}
+    return QueryInput(collection=request.collection, question=request.question, options=QueryOptions.parse(values))
 
 
 def route_decision(decision: RouteDecision) -> "pb.RouteDecision":

@@ -24,7 +24,6 @@ from __future__ import annotations
 import base64
 import json
 import time
-from dataclasses import fields as dataclass_fields
 from typing import Any, AsyncIterator, Optional
 
 import grpc
@@ -34,7 +33,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..errors import InvalidRequestError, ThinkServeError
+from ..errors import InvalidOptionError, InvalidRequestError, ThinkServeError
 from ..observability.metrics import CONTENT_TYPE
 from ..pipeline.events import AnswerDeltaEvent, FinalAnswerEvent, RouteEvent
 from ..pipeline.plan import QueryOptions
@@ -58,7 +57,6 @@ ERROR_TYPES = {  # HTTP status -> OpenAI's error type (what its SDKs and dashboa
     409: "invalid_request_error", 429: "rate_limit_error", 503: "server_error", 504: "timeout_error",
 }
 RETRY_AFTER_S = 1  # a full queue or a draining replica: worth retrying after a second (on another replica)
-_OPTION_FIELDS = {f.name for f in dataclass_fields(QueryOptions)}
 FINISH_REASONS = {"length": "length"}  # everything else ends as "stop"
 MAX_BODY_BYTES = 1 << 20
 MAX_EMBEDDING_INPUTS = 256
@@ -223,19 +221,20 @@ def _query(body: dict) -> tuple[QueryInput, bool, bool]:
         raise ParameterError("model", "name the collection in `model` (or `collection`); GET /v1/models lists them")
     question, conversation = _conversation(body.get("messages"))
     options: dict[str, Any] = {}
+    param = {}  # option -> the request field it came from (OpenAI's `param` of an error)
     extra = body.get("thinkserve") or {}
     if not isinstance(extra, dict):
         raise ParameterError("thinkserve", "`thinkserve` must be an object of query options")
-    unknown = sorted(set(extra) - _OPTION_FIELDS)
-    if unknown:
-        raise ParameterError("thinkserve", f"unknown thinkserve options {unknown}; known: {sorted(_OPTION_FIELDS)}")
     options.update(extra)
+    param.update((name, f"thinkserve.{name}") for name in extra)
     for source, target in (("max_completion_tokens", "max_tokens"), ("max_tokens", "max_tokens"),
                            ("temperature", "temperature"), ("top_p", "top_p"), ("seed", "seed")):
         if body.get(source) is not None:
-            options[target] = body[source]
-    for name, value in options.items():
-        _check_option(name, value)
+            options[target], param[target] = body[source], source
+    try:
+        parsed = QueryOptions.parse(options)
+    except InvalidOptionError as error:
+        raise ParameterError(param.get(error.param, error.param), str(error)) from None
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise ParameterError("stream", "`stream` must be true or false")
@@ -244,7 +243,7 @@ def _query(body: dict) -> tuple[QueryInput, bool, bool]:
                                        or set(stream_options) - {"include_usage", "include_obfuscation"}):
         raise ParameterError("stream_options", "`stream_options` is an object ({\"include_usage\": true}) and needs `stream: true`")
     include_usage = bool((stream_options or {}).get("include_usage", False))
-    return QueryInput(collection, question, QueryOptions(**options), conversation), stream, include_usage
+    return QueryInput(collection, question, parsed, conversation), stream, include_usage
 
 
 def _check_parameters(body: dict) -> None:
@@ -281,21 +280,6 @@ def _embedding_request(body: dict) -> tuple[list[str], str]:
     if body.get("dimensions") is not None:
         raise ParameterError("dimensions", "the embedder's dimension is fixed: leave `dimensions` out")
     return texts, encoding
-
-
-def _check_option(name: str, value: Any) -> None:
-    """JSON types against the option's proto type: a string where a number belongs is a 400, not a 500."""
-    kind = QueryOptions.__dataclass_fields__[name].type
-    if value is None:
-        return
-    if "bool" in str(kind) and not isinstance(value, bool):
-        raise InvalidRequestError(f"option {name} must be true or false")
-    if "int" in str(kind) and (isinstance(value, bool) or not isinstance(value, int)):
-        raise InvalidRequestError(f"option {name} must be an integer")
-    if "float" in str(kind) and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        raise InvalidRequestError(f"option {name} must be a number")
-    if "str" in str(kind) and not isinstance(value, str):
-        raise InvalidRequestError(f"option {name} must be a string")
 
 
 def _conversation(messages: Any) -> tuple[str, Conversation]:

@@ -8,21 +8,28 @@ cannot change the answer (the cross-encoder at rerank_weight 0) runs only when t
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Mapping, Optional
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..config import ROUTE_NAMES, Settings
-from ..errors import InvalidRequestError
+from ..errors import InvalidOptionError
 
 ROUTER_MODES = ("features", "model")
 PERCEPTION_MODES = ("dpr", "end_to_end", "off")
 ANSWERERS = ("extractive", "llm")
+_TYPE_NAMES = {"int_type": "an integer", "float_type": "a number", "bool_type": "true or false", "string_type": "a string"}
 
 
-@dataclass(frozen=True)
-class QueryOptions:
-    """Per-request overrides; None keeps the server's setting."""
+class QueryOptions(BaseModel):
+    """Per-request overrides; None keeps the server's setting.
+
+    One validated model for every API (gRPC and the HTTP endpoints): `parse` takes a request's values and
+    rejects unknown names and wrong types (strictly: "5" is not an integer, true is not a number), `check` the
+    values against the limits of the server's settings. Both raise InvalidOptionError naming the option."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     top_k: Optional[int] = None  # evidence items handed to the answerer
     chunk_top_k: Optional[int] = None
@@ -45,6 +52,50 @@ class QueryOptions:
     temperature: Optional[float] = None
     top_p: Optional[float] = None
     seed: Optional[int] = None
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any]) -> "QueryOptions":
+        """The options of a request (JSON values or a proto's set fields)."""
+        try:
+            return cls.model_validate(dict(values))
+        except ValidationError as error:
+            first = error.errors()[0]
+            name = ".".join(str(part) for part in first["loc"]) or "options"
+            if first["type"] == "extra_forbidden":
+                raise InvalidOptionError(name, f"unknown option {name}; known: {', '.join(cls.model_fields)}") from None
+            kind = _TYPE_NAMES.get(first["type"], f"valid ({first['msg']})")
+            raise InvalidOptionError(name, f"option {name} must be {kind}, got {first.get('input')!r}") from None
+
+    def check(self, settings: Settings) -> None:
+        """Reject values out of their limits before any work, naming the option and its limit."""
+        limit = settings.retrieval.max_top_k
+        for name in ("top_k", "chunk_top_k", "entity_top_k"):
+            value = getattr(self, name)
+            if value is not None and not (0 if name == "entity_top_k" else 1) <= value <= limit:
+                raise InvalidOptionError(name, f"{name} must be in 1..{limit} (retrieval.max_top_k), got {value}")
+        if self.graph_hops is not None and not 0 <= self.graph_hops <= 4:
+            raise InvalidOptionError("graph_hops", f"graph_hops must be in 0..4, got {self.graph_hops}")
+        if self.page_top_m is not None and not 1 <= self.page_top_m <= settings.pages.max_top_m:
+            raise InvalidOptionError(
+                "page_top_m", f"page_top_m must be in 1..{settings.pages.max_top_m} (pages.max_top_m), got {self.page_top_m}"
+            )
+        if self.page_top_k is not None and not 0 <= self.page_top_k <= limit:
+            raise InvalidOptionError("page_top_k", f"page_top_k must be in 0..{limit} (retrieval.max_top_k), got {self.page_top_k}")
+        for name, allowed in (("route", ROUTE_NAMES), ("router", ROUTER_MODES), ("perception", PERCEPTION_MODES),
+                              ("answerer", ANSWERERS)):
+            value = getattr(self, name)
+            if value is not None and value not in allowed:
+                raise InvalidOptionError(name, f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+        generation = settings.generation
+        if self.max_tokens is not None and not 0 <= self.max_tokens <= generation.max_tokens_limit:
+            raise InvalidOptionError(
+                "max_tokens",
+                f"max_tokens must be in 0..{generation.max_tokens_limit} (generation.max_tokens_limit), got {self.max_tokens}",
+            )
+        if self.temperature is not None and not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise InvalidOptionError("temperature", f"temperature must be a finite number >= 0, got {self.temperature}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:  # NaN fails this too
+            raise InvalidOptionError("top_p", f"top_p must be in (0, 1], got {self.top_p}")
 
 
 @dataclass(frozen=True)
@@ -74,34 +125,6 @@ class QueryPlan:
     temperature: float
     top_p: float
     seed: Optional[int]
-
-
-def validate_options(options: QueryOptions, settings: Settings) -> None:
-    """Reject bad options before any work, naming the option and its limit."""
-    limit = settings.retrieval.max_top_k
-    for name in ("top_k", "chunk_top_k", "entity_top_k"):
-        value = getattr(options, name)
-        if value is not None and not (0 if name == "entity_top_k" else 1) <= value <= limit:
-            raise InvalidRequestError(f"{name} must be in 1..{limit} (retrieval.max_top_k), got {value}")
-    if options.graph_hops is not None and not 0 <= options.graph_hops <= 4:
-        raise InvalidRequestError(f"graph_hops must be in 0..4, got {options.graph_hops}")
-    if options.page_top_m is not None and not 1 <= options.page_top_m <= settings.pages.max_top_m:
-        raise InvalidRequestError(f"page_top_m must be in 1..{settings.pages.max_top_m} (pages.max_top_m), got {options.page_top_m}")
-    if options.page_top_k is not None and not 0 <= options.page_top_k <= limit:
-        raise InvalidRequestError(f"page_top_k must be in 0..{limit} (retrieval.max_top_k), got {options.page_top_k}")
-    for name, allowed in (("route", ROUTE_NAMES), ("router", ROUTER_MODES), ("perception", PERCEPTION_MODES), ("answerer", ANSWERERS)):
-        value = getattr(options, name)
-        if value is not None and value not in allowed:
-            raise InvalidRequestError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
-    generation = settings.generation
-    if options.max_tokens is not None and not 0 <= options.max_tokens <= generation.max_tokens_limit:
-        raise InvalidRequestError(
-            f"max_tokens must be in 0..{generation.max_tokens_limit} (generation.max_tokens_limit), got {options.max_tokens}"
-        )
-    if options.temperature is not None and not (math.isfinite(options.temperature) and options.temperature >= 0):
-        raise InvalidRequestError(f"temperature must be a finite number >= 0, got {options.temperature}")
-    if options.top_p is not None and not 0 < options.top_p <= 1:  # NaN fails this too
-        raise InvalidRequestError(f"top_p must be in (0, 1], got {options.top_p}")
 
 
 def router_mode(options: QueryOptions, settings: Settings) -> str:

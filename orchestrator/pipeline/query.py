@@ -47,7 +47,7 @@ from .extractive import extractive_answer, sentence_citations
 from .fusion import ScoredCandidate, blend_rerank
 from .pages import PageHit, filter_pages, search_pages
 from .perception import load_image, perceive, visual_items
-from .plan import QueryOptions, QueryPlan, make_plan, router_mode, validate_options
+from .plan import QueryOptions, QueryPlan, make_plan, router_mode
 from .prompts import ANSWER_STOP, Conversation, answer_prompt, cited_ranks
 from .retrieval import retrieve
 from .router import RouteDecision, decide, query_features
@@ -163,7 +163,7 @@ class QueryPipeline:
         limit = self.settings.server.max_question_chars
         if len(query.question) > limit:
             raise InvalidRequestError(f"question has {len(query.question)} characters; the limit is {limit} (server.max_question_chars)")
-        validate_options(query.options, self.settings)
+        query.options.check(self.settings)
         self.knowledge.collection(query.collection)  # NotFoundError for an unknown collection
 
     async def run(

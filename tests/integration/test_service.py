@@ -430,7 +430,12 @@ def test_openai_models_and_chat_completion(secured):
         missing = http.post("/v1/chat/completions", json={**body, "model": "nowhere"}, headers=_headers("alpha"))
         assert missing.status_code == 403 and missing.json()["error"]["code"] == "PERMISSION_DENIED"
         bad = http.post("/v1/chat/completions", json={**body, "thinkserve": {"graph_hops": "two"}}, headers=_headers("alpha"))
-        assert bad.status_code == 400 and "graph_hops" in bad.json()["error"]["message"]
+        assert bad.status_code == 400 and "graph_hops must be an integer" in bad.json()["error"]["message"]
+        assert bad.json()["error"]["param"] == "thinkserve.graph_hops"  # where the request put it
+        hot = http.post("/v1/chat/completions", json={**body, "temperature": "hot"}, headers=_headers("alpha"))
+        assert hot.status_code == 400 and hot.json()["error"]["param"] == "temperature"
+        far = http.post("/v1/chat/completions", json={**body, "thinkserve": {"graph_hops": 9}}, headers=_headers("alpha"))
+        assert far.status_code == 400 and far.json()["error"]["message"] == "graph_hops must be in 0..4, got 9"
 
 
 def test_openai_streaming_sends_the_answer_as_server_sent_events(secured):

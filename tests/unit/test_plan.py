@@ -1,8 +1,8 @@
 import pytest
 
 from orchestrator.config import Settings
-from orchestrator.errors import InvalidRequestError
-from orchestrator.pipeline.plan import QueryOptions, make_plan, router_mode, validate_options
+from orchestrator.errors import InvalidOptionError, InvalidRequestError
+from orchestrator.pipeline.plan import QueryOptions, make_plan, router_mode
 
 
 def test_the_route_policy_decides_unless_the_request_or_server_say_otherwise():
@@ -73,4 +73,34 @@ def test_router_mode():
 )
 def test_bad_options_name_the_option_and_its_limit(options, message):
     with pytest.raises(InvalidRequestError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
-        validate_options(options, Settings())
+        options.check(Settings())
+
+
+@pytest.mark.parametrize(
+    "values, option, message",
+    [
+        ({"top_k": "5"}, "top_k", "option top_k must be an integer, got '5'"),
+        ({"top_k": 5.0}, "top_k", "option top_k must be an integer, got 5.0"),
+        ({"graph_hops": True}, "graph_hops", "option graph_hops must be an integer, got True"),
+        ({"temperature": "warm"}, "temperature", "option temperature must be a number, got 'warm'"),
+        ({"top_p": False}, "top_p", "option top_p must be a number, got False"),
+        ({"rerank": 1}, "rerank", "option rerank must be true or false, got 1"),
+        ({"route": 3}, "route", "option route must be a string, got 3"),
+        ({"rerankk": True}, "rerankk", "unknown option rerankk; known: top_k, chunk_top_k"),
+    ],
+)
+def test_request_values_of_the_wrong_type_or_name_are_refused_naming_the_option(values, option, message):
+    with pytest.raises(InvalidOptionError) as refused:
+        QueryOptions.parse(values)
+    assert refused.value.param == option and str(refused.value).startswith(message)
+    assert isinstance(refused.value, InvalidRequestError)  # INVALID_ARGUMENT over gRPC, 400 over HTTP
+
+
+def test_parsed_values_keep_their_types_and_unset_options_stay_none():
+    options = QueryOptions.parse({"top_k": 3, "temperature": 1, "rerank": False, "route": "simple", "seed": None})
+    assert options == QueryOptions(top_k=3, temperature=1.0, rerank=False, route="simple")
+    assert isinstance(options.temperature, float) and options.answerer is None
+    options.check(Settings())
+    with pytest.raises(InvalidOptionError, match="route must be one of") as refused:
+        QueryOptions.parse({"route": "hard"}).check(Settings())
+    assert refused.value.param == "route"

@@ -19,7 +19,7 @@ from orchestrator.errors import (
     ResourceExhaustedError,
     UnauthenticatedError,
 )
-from orchestrator.pipeline.plan import QueryOptions, validate_options
+from orchestrator.pipeline.plan import QueryOptions
 
 FAR = 1e18  # a deadline that never comes
 
@@ -158,4 +158,4 @@ def test_tls_settings_go_in_pairs():
 @pytest.mark.parametrize("value", [math.nan, math.inf, -0.5])
 def test_temperatures_that_are_not_finite_and_non_negative_are_refused(value):
     with pytest.raises(InvalidRequestError, match="temperature"):
-        validate_options(QueryOptions(temperature=value), Settings())
+        QueryOptions(temperature=value).check(Settings())
