@@ -76,7 +76,6 @@ def retrieve(
         # queries go without its candidates until it is there rather than wait for it
         graph_wanted, skipped = False, ["graph skipped: the collection's graph is still being built after its opening"]
     graph_side = pool.submit(_graph_side, snapshot, vectors, plan, settings, named_entities) if pool and graph_wanted else None
-    no_graph = (dict[str, float](), GraphExpansion(), dict[str, float]())
     found: dict[str, np.ndarray] = {}  # rows each source found, in the order it ranks them
     dense_scores = np.zeros(0, dtype=np.float32)
     with timer.stage("dense"):
@@ -99,7 +98,7 @@ def retrieve(
             found["page_lexical"] = np.concatenate(pages).astype(np.int64) if pages else np.zeros(0, np.int64)
     seeds, expansion, graph_timings = (
         graph_side.result() if graph_side else
-        _graph_side(snapshot, vectors, plan, settings, named_entities) if graph_wanted else no_graph
+        _graph_side(snapshot, vectors, plan, settings, named_entities) if graph_wanted else ({}, GraphExpansion(), {})
     )
     for stage, milliseconds in graph_timings.items():
         timer.stages[stage] = timer.stages.get(stage, 0.0) + milliseconds
