@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import fields as dataclass_fields
 
 import grpc
 import httpx
@@ -62,7 +61,7 @@ def _option_strategy(kind: str):
 
 
 OPTIONS = st.fixed_dictionaries({}, optional={
-    f.name: _option_strategy(str(f.type)) for f in dataclass_fields(QueryOptions) if f.name != "seed"
+    name: _option_strategy(str(field.annotation)) for name, field in QueryOptions.model_fields.items() if name != "seed"
 } | {"seed": st.integers(min_value=0, max_value=2**64 - 1)})
 COLLECTIONS = st.one_of(st.just(COLLECTION), st.text(max_size=80))
 QUESTIONS = st.one_of(st.text(max_size=300), st.just("How many robots did Acme sell?"), st.text(min_size=3990, max_size=4100))
