@@ -162,7 +162,8 @@ class StorageSettings(_Section):
     retain_dropped_s: float = Field(180.0, ge=0)
     # HNSW / IVF indexes are stored (so a restart need not build them) once the documents appended since the last
     # write hold this many vectors, and after a delete or replacement: at a million vectors a write is 3 GB, and a
-    # restart adds what was appended since (about 4 s for 20,000 vectors on 2 cores). 0: at every commit.
+    # restart adds what was appended since (about 4 s for 20,000 HNSW vectors on 2 cores, estimated from the
+    # build rate of benchmarks/results/collection_restart.md). 0: at every commit.
     index_write_vectors: int = Field(20_000, ge=0)
 
 

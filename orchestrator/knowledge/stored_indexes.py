@@ -92,7 +92,7 @@ def read(root: Path, segments: Sequence[str], spec: IndexSpec) -> StoredIndexes:
         if segments:
             found.notes.append(f"no stored indexes were written for this manifest's {len(segments)} documents")
         return found
-    folder, meta = max(matching, key=lambda found: len(found[1]["segments"]))  # the longest prefix
+    folder, meta = max(matching, key=lambda candidate: len(candidate[1]["segments"]))  # the longest prefix
     if meta.get("settings") != _settings(spec):
         found.notes.append(f"{folder.name} was built with other index settings ({meta.get('settings')})")
         return found
