@@ -503,9 +503,11 @@ def _textless_pages(parsed: ParsedDocument) -> list[str]:
     shown = ", ".join(str(page + 1) for page in missing[:10]) + (", ..." if len(missing) > 10 else "")
     why = ("scanned or image-only pages, and MinerU's flash tier does no OCR" if parsed.parser.endswith("/flash")
            else f"the parser ({parsed.parser}) found none on them")
+    found_by = ("their page images and captions" if parsed.page_images else
+                "the captions of their figures and tables (no page images: the document came without its original)")
     return [
         f"{len(missing)} of {parsed.page_count} pages have no extractable text (page {shown}): {why}; "
-        "only their page images and captions can be found"
+        f"only {found_by} can be found"
     ]
 
 

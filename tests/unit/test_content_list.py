@@ -12,7 +12,8 @@ import pytest
 
 from orchestrator.errors import InvalidRequestError
 from orchestrator.knowledge.content_list import read_content_list, table_text
-from orchestrator.knowledge.documents import Block
+from orchestrator.knowledge.documents import Block, ParsedDocument
+from orchestrator.knowledge.ingest import _textless_pages
 
 TABLE_HTML = (
     "<table><tr><th>Region</th><th>Revenue</th></tr>"
@@ -445,3 +446,15 @@ def test_running_heads_are_kept_when_they_are_the_documents_only_text(tmp_path):
     document = read_content_list(write_list(tmp_path / "body", items))
     assert [b.content for b in document.blocks] == ["The body."]
     assert document.warnings == ["dropped 2 page headers, footers and page numbers (running heads)"]
+
+
+def test_textless_pages_are_named_with_what_can_still_find_them(tmp_path):
+    blocks = [Block("text", "Revenue grew.", page=0), Block("image", "", page=2, caption="Figure 1: a chart")]
+    without_renders = ParsedDocument(blocks, page_count=3, parser="content_list_v1")
+    (warning,) = _textless_pages(without_renders)
+    assert warning.startswith("1 of 3 pages have no extractable text (page 2): the parser (content_list_v1) found none")
+    assert warning.endswith("only the captions of their figures and tables (no page images: the document came "
+                            "without its original) can be found")
+    with_renders = ParsedDocument(blocks, page_count=3, parser="mineru-4.0.12/flash", page_images=[tmp_path] * 3)
+    (warning,) = _textless_pages(with_renders)
+    assert "MinerU's flash tier does no OCR" in warning and warning.endswith("only their page images and captions can be found")
