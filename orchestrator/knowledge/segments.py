@@ -250,9 +250,9 @@ class Segment:
 class StoredRecords(Sequence, Generic[R]):
     """The records of one JSONL file of a segment, read when first asked for (the file never changes).
 
-    A single row asked for before the whole list is decoded from its own line (the line ends are found once;
-    the line is read with a file opened for it, so no descriptor stays open per segment): a query after a
-    restart reads a few rows of many segments, and should not decode every record of each."""
+    A single row asked for before the whole list is decoded from its own line (the file is mapped and its line
+    starts found once): a query after a restart reads a few rows of many segments, and should not decode
+    every record of each."""
 
     def __init__(self, path: Path, parse: Callable[[dict[str, Any]], R], count: Optional[int] = None):
         """`count`: the number of records when it is known without reading them (the rows of their vectors)."""
@@ -261,7 +261,7 @@ class StoredRecords(Sequence, Generic[R]):
         self._count = count
         self._lock = threading.Lock()
         self._records: Optional[list[R]] = None
-        self._bounds: Optional[np.ndarray] = None  # each line's start and end offset in the file
+        self._lines: Optional[tuple[Any, np.ndarray]] = None  # the mapped file, each line's start and end
 
     @property
     def records(self) -> list[R]:
@@ -270,7 +270,7 @@ class StoredRecords(Sequence, Generic[R]):
                 if self._records is None:
                     records = [self._parse(row) for row in _read_jsonl(self.path)]
                     self._check(len(records))
-                    self._records, self._bounds = records, None
+                    self._records, self._lines = records, None
         return self._records
 
     def _check(self, found: int) -> None:
@@ -278,18 +278,20 @@ class StoredRecords(Sequence, Generic[R]):
             raise ValueError(f"{self.path} holds {found} records for {self._count} vectors")
 
     def _row(self, index: int) -> R:
-        bounds = self._bounds
-        if bounds is None:
+        lines = self._lines
+        if lines is None:
             with self._lock:
-                if self._bounds is None:
-                    ends = np.flatnonzero(np.frombuffer(self.path.read_bytes(), dtype=np.uint8) == ord("\n"))
+                if self._lines is None:
+                    with open(self.path, "rb") as handle:
+                        size = os.fstat(handle.fileno()).st_size
+                        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+                    ends = np.flatnonzero(np.frombuffer(mapped, dtype=np.uint8) == ord("\n"))
                     self._check(len(ends))
-                    self._bounds = np.stack([np.concatenate([[0], ends[:-1] + 1]), ends], axis=1)
-                bounds = self._bounds
-        start, end = (int(offset) for offset in bounds[index])
-        with open(self.path, "rb") as handle:
-            handle.seek(start)
-            return self._parse(json.loads(handle.read(end - start)))
+                    self._lines = (mapped, np.stack([np.concatenate([[0], ends[:-1] + 1]), ends], axis=1))
+                lines = self._lines
+        mapped, bounds = lines
+        start, end = bounds[index]
+        return self._parse(json.loads(mapped[start:end]))
 
     def __len__(self) -> int:
         return self._count if self._count is not None else len(self.records)

@@ -75,7 +75,7 @@ def test_opening_reads_no_record_and_a_query_reads_only_its_rows_documents(tmp_p
     assert row == memory[0].evidence[1] and score > 0
     # the row was decoded from its own line: no segment decoded its whole evidence file
     assert all(len(unread(segment)) == 4 for segment in loaded)
-    assert [segment.evidence._bounds is not None for segment in loaded] == [True, False, False]
+    assert [segment.evidence._lines is not None for segment in loaded] == [True, False, False]
     assert snapshot.evidence[-1] == memory[2].evidence[-1] and snapshot.evidence[3:5] == memory[1].evidence[:2]
     assert [snapshot.evidence[row] for row in range(9)] == [e for segment in memory for e in segment.evidence]
 
