@@ -300,7 +300,9 @@ class UncertaintySettings(_Section):
     """Uncertainty-guided answering (HKRAG): pruner, judger, decoupler, summarizer (LLM answerer only)."""
 
     enabled: bool = True
-    threshold: float = Field(0.8, ge=0, le=1)  # normalised mean token entropy above which an answer is uncertain
+    # Mean token entropy (nats) above which a probe answer is uncertain; None: the LLM's own threshold, calibrated
+    # by the build on answerable questions and declared in its config (thinkserve_build.calibration).
+    threshold_nats: Optional[float] = Field(None, ge=0)
     sufficiency: float = Field(1.5, gt=0)  # the pruner stops adding evidence once relevance sums to this
     probe_tokens: int = Field(16, ge=1)  # length of the answer whose entropy the judger measures
     max_iterations: int = Field(2, ge=0)  # decoupler rounds

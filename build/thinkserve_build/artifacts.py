@@ -34,13 +34,13 @@ class Artifact:
 def fingerprint(role: str, spec, checkpoint: ResolvedCheckpoint) -> str:
     from thinkserve_backend import decoding, images
 
-    from . import export, onnx_tools
+    from . import calibration, export, onnx_tools
 
     material = {
         "role": role,
         "spec": dataclasses.asdict(spec),
         "checkpoint": checkpoint.identity,
-        "code": source_hash(export, onnx_tools, decoding, images),
+        "code": source_hash(export, onnx_tools, calibration, decoding, images),
         "versions": {name: importlib.metadata.version(name) for name in TOOL_PACKAGES},
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import onnx_tools
+from . import calibration, onnx_tools
 from .profiles import ClassifierSpec, EmbedderSpec, GeneratorSpec, PageEncoderSpec
 
 Log = Callable[[str], None]
@@ -344,13 +344,30 @@ def export_llm(location: str, spec: GeneratorSpec, out: Path) -> dict:
         raise onnx_tools.ExportMismatchError(
             f"LLM: ONNX greedy tokens {produced} != PyTorch {expected[0, prompt.shape[1]:].tolist()}"
         )
+    max_context = min(spec.max_context, model.config.max_position_embeddings)
+    served = KVCacheDecoder(onnx_tools.session(path))
+    eos_token_ids = _eos_token_ids(tokenizer, model)
+
+    def probe(text: str) -> list[float]:
+        """Each token's normalised entropy in a greedy probe answer, through the loop Triton runs."""
+        steps = generate(
+            served,
+            np.array([tokenizer(text).input_ids], dtype=np.int64),
+            GenerationParams(max_tokens=calibration.PROBE_TOKENS),
+            decode=lambda ids: tokenizer.decode(list(ids)),
+            eos_token_ids=eos_token_ids,
+            max_context=max_context,
+        )
+        return [entropy for step in steps for entropy in step.normalized_entropy]
+
     return {
         "decoder_file": path.name,
         "tokenizer_file": _save_tokenizer(tokenizer, out),
-        "eos_token_ids": _eos_token_ids(tokenizer, model),
-        "max_context": min(spec.max_context, model.config.max_position_embeddings),
+        "eos_token_ids": eos_token_ids,
+        "max_context": max_context,
         "default_max_tokens": spec.default_max_tokens,
         "vocab_size": model.config.vocab_size,
+        "judger_entropy_nats": calibration.judger_threshold(probe, model.config.vocab_size, spec.judger_percentile),
     }
 
 

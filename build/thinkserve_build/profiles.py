@@ -49,6 +49,8 @@ class GeneratorSpec:
     checkpoint: Checkpoint
     max_context: int = 2048  # prompt + generated tokens
     default_max_tokens: int = 256
+    # LLM: the judger flags a probe more uncertain than this share of answerable probes (thinkserve_build.calibration)
+    judger_percentile: float = 75.0
 
 
 @dataclass(frozen=True)

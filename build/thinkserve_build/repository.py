@@ -51,6 +51,9 @@ class CpuTarget:
             max_concurrent_generations=serving.concurrent_generations,
             intra_op_threads=serving.intra_op_threads,
         )
+        for fact, parameter in (("vocab_size", contracts.VOCABULARY_PARAMETER), ("judger_entropy_nats", contracts.JUDGER_THRESHOLD_PARAMETER)):
+            if fact in artifact.facts:
+                parameters[parameter] = artifact.facts[fact]
         python_class = f"{BACKEND}.generator:LanguageModel"
         if "vision_file" in artifact.facts:
             _add_vision_parts(artifact, files, parameters)

@@ -27,7 +27,7 @@ from ..errors import InvalidRequestError
 from ..triton import contracts
 from ..triton.chatml import chat
 from ..tokens import PlainTokenizer
-from ..triton.models import GenerationOptions, TritonModels
+from ..triton.protocol import GenerationOptions, Models
 from . import sources
 from .chunking import Span, TextChunk, chunk_blocks
 from .content_list import read_content_list
@@ -69,7 +69,7 @@ class _Stages:
 
 class Ingestor:
     def __init__(
-        self, knowledge: KnowledgeBase, models: TritonModels, settings: IngestSettings, tokenizer_file: Path,
+        self, knowledge: KnowledgeBase, models: Models, settings: IngestSettings, tokenizer_file: Path,
         embed_relations: bool = False,
     ):
         """`embed_relations`: embed the relations too (retrieval.relation_seeds reads them; nothing else does,

@@ -1,7 +1,7 @@
 """What one query cost: every model call with its stage, wall time, items and tokens.
 
-Stages get a `StageModels` view of the Triton models: the same methods as `TritonModels`, each call recorded
-in the query's ledger under that stage. From the ledger come the cost report (calls, items, tokens in and out,
+Stages get a `StageModels` view of the models: the protocol's methods (orchestrator.triton.protocol.Models)
+over any implementation of it, each call recorded in the query's ledger under that stage. From the ledger come the cost report (calls, items, tokens in and out,
 model milliseconds per model and stage) and the orchestrator's own time: the query's wall time minus the
 time at least one model call was in flight.
 
@@ -21,7 +21,7 @@ from typing import AsyncIterator, Awaitable, Callable, Optional, Sequence, TypeV
 import numpy as np
 
 from ..triton import contracts
-from ..triton.models import GenerationChunk, GenerationOptions, TritonModels
+from ..triton.protocol import GenerationChunk, GenerationOptions, GeneratorFacts, Models
 from .timing import StageTimer
 from .usage import CostReport, ModelUsage
 
@@ -110,9 +110,9 @@ def own_time_by_stage(timer: StageTimer, ledger: QueryLedger, orchestrator_ms: f
 
 
 class StageModels:
-    """TritonModels' methods for one stage of one query, each call recorded in the ledger."""
+    """The models' methods for one stage of one query, each call recorded in the ledger."""
 
-    def __init__(self, models: TritonModels, ledger: QueryLedger, stage: str, count_tokens: TokenCounter):
+    def __init__(self, models: Models, ledger: QueryLedger, stage: str, count_tokens: TokenCounter):
         self.models = models
         self.ledger = ledger
         self.stage = stage
@@ -157,9 +157,16 @@ class StageModels:
         return await self._counted(contracts.page_text_encoder(family).name, len(texts),
                                    self.models.embed_page_text(family, texts, timeout_s), lambda: self.count_tokens(texts))
 
+    async def embed_page_images(self, family: str, images: Sequence[bytes], timeout_s: Optional[float] = None) -> np.ndarray:
+        return await self._counted(contracts.page_image_encoder(family).name, len(images),
+                                   self.models.embed_page_images(family, images, timeout_s), lambda: 0)
+
     async def page_relevance(self, question: str, images: Sequence[bytes], timeout_s: Optional[float] = None) -> np.ndarray:
         return await self._counted(contracts.VLM_RELEVANCE.name, len(images), self.models.page_relevance(question, images, timeout_s),
                                    lambda: self.count_tokens([question]) * len(images))
+
+    async def generator_facts(self, model: str) -> GeneratorFacts:
+        return await self.models.generator_facts(model)  # the deployed config, read once: not a model call
 
     @contextlib.asynccontextmanager
     async def generate(

@@ -84,8 +84,8 @@ class UncertaintyReport:
 
     evidence_used: int  # evidence items the pruner kept
     relevance_mass: float  # what they summed to
-    entropies: tuple[float, ...]  # normalised mean token entropy of each probe answer
-    threshold: float
+    entropies: tuple[float, ...]  # mean token entropy (nats) of each probe answer
+    threshold: float  # in nats: the LLM's calibrated threshold, or uncertainty.threshold_nats
     iterations: int  # decoupler rounds that ran
     uncertain: bool  # still above the threshold at the end
     details: str = ""  # the fine-print notes the decoupler mined

@@ -11,7 +11,7 @@ import asyncio
 from typing import Optional, Sequence
 
 from ..knowledge.store import Snapshot
-from ..triton.models import GenerationOptions
+from ..triton.protocol import GenerationOptions
 from .accounting import StageModels
 from .events import EvidenceItem
 from .prompts import perception_prompt

@@ -28,7 +28,7 @@ from ..knowledge.segments import EvidenceRecord
 from ..knowledge.store import KnowledgeBase, Snapshot
 from ..tokens import PlainTokenizer
 from ..triton import contracts
-from ..triton.models import GenerationOptions, TritonModels
+from ..triton.protocol import GenerationOptions, Models
 from .accounting import QueryLedger, StageModels, own_time_by_stage
 from .events import (
     AnswerDeltaEvent,
@@ -111,7 +111,7 @@ class _Query:
 
 class QueryPipeline:
     def __init__(
-        self, settings: Settings, models: TritonModels, knowledge: KnowledgeBase, tokenizer: PlainTokenizer,
+        self, settings: Settings, models: Models, knowledge: KnowledgeBase, tokenizer: PlainTokenizer,
         tracer: trace.Tracer = trace.NoOpTracer(),
     ):
         self.settings = settings
@@ -124,7 +124,6 @@ class QueryPipeline:
             model: PlainTokenizer(settings.generator_tokenizer_file(model), f"generation.{model}_tokenizer")
             for model in (contracts.LLM.name, contracts.VLM.name)
         }
-        self._limits: dict[str, tuple[int, int]] = {}
         # the graph's side of retrieval runs here beside the passage searches (retrieval.retrieve)
         self.search_pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="graph-search")
         knowledge.prepare = self.exercise  # each new snapshot is retrieved from once before queries see it
@@ -415,19 +414,8 @@ class QueryPipeline:
 
     async def _budget(self, model: str, max_tokens: int, images: int = 0) -> int:
         """Prompt tokens the model can take: its declared context less the answer's tokens and the images'."""
-        if model not in self._limits:
-            parameters = (await self.models.client.model_config(model)).parameters
-            if contracts.CONTEXT_PARAMETER not in parameters:
-                raise TritonUnavailableError(
-                    f"model {model} does not declare its context length (config parameter "
-                    f"{contracts.CONTEXT_PARAMETER!r}): rebuild the model repository"
-                )
-            per_image = parameters.get(contracts.IMAGE_TOKENS_PARAMETER)
-            self._limits[model] = (
-                int(parameters[contracts.CONTEXT_PARAMETER].string_value), int(per_image.string_value) if per_image else 0
-            )
-        context, per_image = self._limits[model]
-        return context - max_tokens - images * per_image
+        facts = await self.models.generator_facts(model)
+        return facts.context_tokens - max_tokens - images * facts.image_tokens
 
 
 def evidence_citations(text: str, records: dict[int, EvidenceRecord]) -> tuple[Citation, ...]:

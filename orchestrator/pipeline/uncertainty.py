@@ -1,8 +1,9 @@
 """Uncertainty-guided answering (HKRAG): pruner, judger, decoupler; the summarizer is the final answer stream.
 
 Pruner: the smallest top-n of the ranked evidence whose relevance sums to `sufficiency` (capacity: the
-route's evidence_k). Judger: a short probe answer from that evidence; its normalised mean token entropy (from
-the LLM's own distributions) above `threshold` marks the pair uncertain. Decoupler: while uncertain and under
+route's evidence_k). Judger: a short probe answer from that evidence; its mean token entropy in nats (from the
+LLM's own distributions) above the threshold marks the pair uncertain. The threshold is the LLM's own, calibrated
+by the build (thinkserve_build.calibration says why nats and how), or `threshold_nats` when set. Decoupler: while uncertain and under
 `max_iterations`, mine fine-print details anchored on the salient evidence, then probe again with them. The
 probes are never shown to the reader and never fed back as input (as in the paper); the summarizer answers
 from the kept evidence and the mined details.
@@ -14,7 +15,9 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from ..config import UncertaintySettings
-from ..triton.models import GenerationOptions
+from ..errors import TritonUnavailableError
+from ..triton import contracts
+from ..triton.protocol import GenerationOptions, GeneratorFacts, mean_entropy_nats
 from .accounting import StageModels
 from .events import EvidenceItem, UncertaintyReport
 from .prompts import Count, answer_prompt, decoupler_prompt
@@ -31,9 +34,16 @@ def prune(relevances: Sequence[float], capacity: int, sufficiency: float) -> tup
     return limit, mass
 
 
-def mean_entropy(entropies: Sequence[float]) -> float:
-    """Normalised mean token entropy in [0, 1]; an answer with no tokens is as uncertain as can be."""
-    return sum(entropies) / len(entropies) if entropies else 1.0
+def judger_threshold(settings: UncertaintySettings, facts: GeneratorFacts) -> float:
+    """The setting when given, else what the LLM declares (its build calibrated it)."""
+    if settings.threshold_nats is not None:
+        return settings.threshold_nats
+    if facts.judger_entropy_nats is None:
+        raise TritonUnavailableError(
+            f"the LLM does not declare the judger's threshold (config parameter {contracts.JUDGER_THRESHOLD_PARAMETER!r}): "
+            "rebuild the model repository, or set uncertainty.threshold_nats"
+        )
+    return facts.judger_entropy_nats
 
 
 @dataclass(frozen=True)
@@ -56,17 +66,25 @@ async def deliberate(
     timeout_s: float,
     request_id: str = "",
 ) -> Deliberation:
+    facts = await models.generator_facts(contracts.LLM.name)
+    if facts.vocabulary < 2:
+        raise TritonUnavailableError(
+            f"the LLM does not declare its vocabulary size (config parameter {contracts.VOCABULARY_PARAMETER!r}), "
+            "without which its entropies cannot be read in nats: rebuild the model repository"
+        )
+    threshold = judger_threshold(settings, facts)
     kept, mass = prune([item.score for item in evidence], capacity, settings.sufficiency)
     salient = list(evidence[:kept])
     probe_options = replace(options, max_tokens=settings.probe_tokens)
 
     async def probe(notes: str) -> float:
         prompt, _ = answer_prompt(question, salient, budget_tokens - settings.probe_tokens, count, instruction, notes=notes)
-        return mean_entropy((await models.complete(prompt, probe_options, timeout_s=timeout_s, request_id=request_id)).normalized_entropy)
+        completion = await models.complete(prompt, probe_options, timeout_s=timeout_s, request_id=request_id)
+        return mean_entropy_nats(completion.normalized_entropy, facts.vocabulary)
 
     entropies = [await probe("")]
     notes, iterations = "", 0
-    while entropies[-1] > settings.threshold and iterations < settings.max_iterations:
+    while entropies[-1] > threshold and iterations < settings.max_iterations:
         iterations += 1
         prompt = decoupler_prompt(question, salient, notes, budget_tokens - settings.detail_tokens, count)
         details = await models.complete(prompt, replace(options, max_tokens=settings.detail_tokens), timeout_s=timeout_s, request_id=request_id)
@@ -77,9 +95,9 @@ async def deliberate(
         evidence_used=kept,
         relevance_mass=mass,
         entropies=tuple(entropies),
-        threshold=settings.threshold,
+        threshold=threshold,
         iterations=iterations,
-        uncertain=entropies[-1] > settings.threshold,
+        uncertain=entropies[-1] > threshold,
         details=notes,
     )
     return Deliberation(salient, notes, report)

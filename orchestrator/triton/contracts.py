@@ -96,6 +96,10 @@ GENERATION_OUTPUTS: tuple[Tensor, ...] = (
 CONTEXT_PARAMETER = "max_context"
 # ... and a VLM the number of prompt positions one image takes, so prompts with images fit too.
 IMAGE_TOKENS_PARAMETER = "image_tokens_per_image"
+# ... and the size of its vocabulary (the logits of a step), which turns a normalized_entropy back into nats.
+VOCABULARY_PARAMETER = "vocab_size"
+# The LLM declares the judger's threshold in nats, calibrated by the build (thinkserve_build.calibration).
+JUDGER_THRESHOLD_PARAMETER = "judger_entropy_nats"
 
 LLM = ModelContract(
     name="llm",

@@ -8,35 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
 from typing import AsyncIterator, Optional, Sequence
 
 import numpy as np
 
+from ..errors import TritonUnavailableError
 from . import contracts
 from .client import TritonClient
+from .protocol import GenerationChunk, GenerationOptions, GeneratorFacts
 
-
-@dataclass(frozen=True)
-class GenerationOptions:
-    max_tokens: int
-    temperature: float = 0.0
-    top_p: float = 1.0
-    stop: tuple[str, ...] = ()
-    seed: Optional[int] = None
-
-
-@dataclass(frozen=True)
-class GenerationChunk:
-    """One streamed response of the LLM or VLM."""
-
-    text: str
-    token_ids: tuple[int, ...]
-    log_probs: tuple[float, ...]
-    normalized_entropy: tuple[float, ...]
-    finish_reason: str  # empty until the last chunk
-    prompt_tokens: int
-    completion_tokens: int
+__all__ = ["GenerationChunk", "GenerationOptions", "GeneratorFacts", "TritonModels"]
 
 
 def _strings(values: Sequence[str | bytes]) -> np.ndarray:
@@ -44,9 +25,35 @@ def _strings(values: Sequence[str | bytes]) -> np.ndarray:
 
 
 class TritonModels:
+    """orchestrator.triton.protocol.Models over Triton."""
+
     def __init__(self, client: TritonClient):
         self.client = client
         self._max_batch: dict[str, int] = {}
+        self._facts: dict[str, GeneratorFacts] = {}
+
+    async def generator_facts(self, model: str) -> GeneratorFacts:
+        """Read from the deployed config's parameters once; a generator that does not declare its context
+        cannot be given a prompt safely, so it counts as unavailable until the repository is rebuilt."""
+        if model not in self._facts:
+            parameters = (await self.client.model_config(model)).parameters
+            if contracts.CONTEXT_PARAMETER not in parameters:
+                raise TritonUnavailableError(
+                    f"model {model} does not declare its context length (config parameter "
+                    f"{contracts.CONTEXT_PARAMETER!r}): rebuild the model repository"
+                )
+
+            def value(name: str) -> Optional[str]:
+                return parameters[name].string_value if name in parameters else None
+
+            threshold = value(contracts.JUDGER_THRESHOLD_PARAMETER)
+            self._facts[model] = GeneratorFacts(
+                context_tokens=int(value(contracts.CONTEXT_PARAMETER)),
+                image_tokens=int(value(contracts.IMAGE_TOKENS_PARAMETER) or 0),
+                vocabulary=int(value(contracts.VOCABULARY_PARAMETER) or 0),
+                judger_entropy_nats=float(threshold) if threshold is not None else None,
+            )
+        return self._facts[model]
 
     async def max_batch_size(self, model: str) -> int:
         if model not in self._max_batch:

@@ -1,12 +1,13 @@
 """The model compiler: caching, the int8 embedder, and the hf profile sharing the tiny profile's code."""
 
+import math
 import os
 from dataclasses import replace
 
 import pytest
 
 from tests.conftest import ROOT
-from thinkserve_build import artifacts, compiler, export, onnx_tools, profiles
+from thinkserve_build import artifacts, calibration, compiler, export, onnx_tools, profiles
 from thinkserve_build.checkpoints import ResolvedCheckpoint, resolve
 
 CACHE = ROOT / ".thinkserve" / "cache"
@@ -85,3 +86,19 @@ def test_exported_decoder_matches_pytorch_greedy_decoding(tmp_path):
     facts = export.export_llm(location, spec, tmp_path)  # raises ExportMismatchError on any divergence
     assert facts["eos_token_ids"] and facts["max_context"] == 2048
     assert (tmp_path / facts["decoder_file"]).is_file()
+    assert 0 < facts["judger_entropy_nats"] < math.log(facts["vocab_size"])  # calibrated on the exported decoder
+
+
+def test_the_judger_threshold_is_the_chosen_percentile_of_the_probes_mean_entropies_in_nats():
+    prompts = calibration.probe_prompts()
+    assert len(prompts) == len(calibration.CALIBRATION) >= 16 and all("Evidence:\n[1]" in p for p in prompts)
+    index = {prompt: i for i, prompt in enumerate(prompts)}
+    vocabulary = 1000
+
+    def probe(prompt: str) -> list[float]:  # the i-th probe's tokens average (i + 1) / 100 of ln(vocabulary)
+        share = (index[prompt] + 1) / 100
+        return [share - 0.01, share, share + 0.01]
+
+    values = [(i + 1) / 100 * math.log(vocabulary) for i in range(len(prompts))]
+    assert calibration.judger_threshold(probe, vocabulary, 50) == pytest.approx(sorted(values)[len(values) // 2 - 1] / 2 + sorted(values)[len(values) // 2] / 2)
+    assert calibration.judger_threshold(probe, vocabulary, 100) == pytest.approx(max(values))

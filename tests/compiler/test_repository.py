@@ -1,11 +1,13 @@
 """The generated model repository: every config.pbtxt parses with Triton's schema, the public models match
 the orchestrator's contracts, and every ensemble is wired to tensors that exist."""
 
+import math
 from pathlib import Path
 
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
+from orchestrator.triton import contracts
 from orchestrator.triton.contracts import all_contracts
 from thinkserve_build.model_config import DATATYPES, parse
 
@@ -72,3 +74,11 @@ def test_python_models_have_their_code_and_files(model_repository):
         for key, value in config.parameters.items():
             if key.endswith("_file"):
                 assert (version / value.string_value).is_file(), (name, key)
+
+
+def test_the_llm_declares_its_context_vocabulary_and_calibrated_judger_threshold(model_repository):
+    parameters = configs(model_repository)[contracts.LLM.name].parameters
+    vocabulary = int(parameters[contracts.VOCABULARY_PARAMETER].string_value)
+    threshold = float(parameters[contracts.JUDGER_THRESHOLD_PARAMETER].string_value)
+    assert int(parameters[contracts.CONTEXT_PARAMETER].string_value) > 0 and vocabulary > 1
+    assert 0 < threshold < math.log(vocabulary)  # in nats, below the uniform distribution's entropy

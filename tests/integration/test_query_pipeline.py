@@ -7,6 +7,7 @@ was printed on; a second Triton without the LLM proves the degraded answer.
 from __future__ import annotations
 
 import asyncio
+import math
 
 import pytest
 
@@ -15,12 +16,18 @@ from orchestrator.deployment import Deployment
 from orchestrator.triton import contracts
 from orchestrator.triton.client import TritonClient
 from tests import pdf_factory
-from tests.conftest import settings_with
+from tests.conftest import MODEL_REPOSITORY, settings_with
 from tests.integration.conftest import BackgroundLoop, event_of, repository_subset
+from thinkserve_build.model_config import parse
 
 pytestmark = pytest.mark.integration
 
 COLLECTION = "pipeline"
+
+
+def llm_parameter(name: str) -> float:
+    """A parameter of the built LLM's config.pbtxt, as the build wrote it."""
+    return float(parse((MODEL_REPOSITORY / contracts.LLM.name / "config.pbtxt").read_text()).parameters[name].string_value)
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +84,8 @@ def test_every_model_the_complex_route_configures_is_called(client, report, trit
     assert next(item for item in evidence if item.block_type == "table").page == 1
     if route.label == "complex":
         assert final.HasField("uncertainty") and len(final.uncertainty.entropies) == final.uncertainty.iterations + 1
-        assert final.uncertainty.iterations <= 2 and 0 <= final.uncertainty.entropies[0] <= 1
+        ceiling = math.log(llm_parameter(contracts.VOCABULARY_PARAMETER))  # the uniform distribution's entropy
+        assert final.uncertainty.iterations <= 2 and 0 <= final.uncertainty.entropies[0] <= ceiling + 1e-3
     assert final.answer_source == "llm" and final.cost.model_ms > 0
 
 
@@ -89,8 +97,9 @@ def test_the_fixed_complex_route_runs_the_page_filter_and_the_uncertainty_loop(c
     assert stages["vlm_filter"].model == "vlm_relevance" and stages["vlm_filter"].items == 3  # one page per item, one call
     assert {"page_images", "vlm_filter", "uncertainty", "perception", "llm_ttft", "llm_generation"} <= {t.stage for t in final.timings}
     loop = final.uncertainty
-    assert loop.evidence_used >= 1 and loop.threshold == pytest.approx(0.8)
-    assert len(loop.entropies) == loop.iterations + 1 and (loop.iterations == 2 or loop.entropies[-1] <= 0.8)
+    threshold = llm_parameter(contracts.JUDGER_THRESHOLD_PARAMETER)  # calibrated by the build, in nats
+    assert loop.evidence_used >= 1 and loop.threshold == pytest.approx(threshold, rel=1e-6)
+    assert len(loop.entropies) == loop.iterations + 1 and (loop.iterations == 2 or loop.entropies[-1] <= threshold)
 
 
 def test_a_unit_brings_the_text_next_to_it_on_its_page(client, report):

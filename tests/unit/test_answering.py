@@ -10,7 +10,11 @@ from orchestrator.knowledge.segments import EvidenceRecord
 from orchestrator.pipeline.events import EvidenceItem
 from orchestrator.pipeline.extractive import Sentence, candidate_sentences, choose, compose, shortlist, word_overlap
 from orchestrator.pipeline.prompts import answer_prompt, cited_ranks, decoupler_prompt, evidence_block
-from orchestrator.pipeline.uncertainty import mean_entropy, prune
+from orchestrator.config import UncertaintySettings
+from orchestrator.errors import TritonUnavailableError
+from orchestrator.pipeline.uncertainty import judger_threshold, prune
+from orchestrator.triton.protocol import GeneratorFacts, mean_entropy_nats
+from thinkserve_backend.sampling import choose_token
 
 
 def item(rank: int, text: str, kind: str = "chunk", section: str = "", perception: str = "", page: int = 0) -> EvidenceItem:
@@ -64,9 +68,38 @@ def test_pruner_keeps_the_smallest_sufficient_prefix_within_capacity():
     assert prune([2.0], capacity=0, sufficiency=1.5) == (1, 2.0)  # at least one
 
 
-def test_judger_entropy_is_the_mean_of_normalised_token_entropies():
-    assert mean_entropy([0.9, 0.7, 0.8]) == pytest.approx(0.8)
-    assert mean_entropy([]) == 1.0
+def test_judger_entropy_is_the_mean_token_entropy_in_nats():
+    vocabulary = 1000
+    assert mean_entropy_nats([0.9, 0.7, 0.8], vocabulary) == pytest.approx(0.8 * np.log(vocabulary))
+    assert mean_entropy_nats([], vocabulary) == pytest.approx(np.log(vocabulary))  # no tokens: as uncertain as can be
+
+
+def test_the_judger_threshold_means_the_same_with_a_real_size_vocabulary():
+    """Qwen2's 151,936 logits, as the served generator's sampler reads them: a confident step (90% on one token,
+    the rest on 20 others) and a lost one (spread evenly over 2,000 tokens). Divided by ln(151,936) = 11.93, the
+    lost step is 0.64, under the old 0.8: it was never flagged. In nats the two are 0.55 and 7.6, either side
+    of any threshold a build calibrates (thinkserve_build.calibration)."""
+    vocabulary = 151_936
+    rng = np.random.default_rng(0)
+    confident = np.full(vocabulary, -1e9, np.float32)
+    confident[:21] = np.log([0.9] + [0.1 / 20] * 20)
+    lost = np.full(vocabulary, -1e9, np.float32)
+    lost[:2000] = 0.0
+    steps = {name: choose_token(logits, 0.0, 1.0, rng).normalized_entropy for name, logits in (("confident", confident), ("lost", lost))}
+    assert steps["lost"] == pytest.approx(np.log(2000) / np.log(vocabulary), abs=1e-6) and steps["lost"] < 0.8
+    nats = {name: mean_entropy_nats([value] * 16, vocabulary) for name, value in steps.items()}
+    assert nats["confident"] == pytest.approx(-(0.9 * np.log(0.9) + 0.1 * np.log(0.1 / 20)), abs=1e-4)  # 0.55
+    assert nats["lost"] == pytest.approx(np.log(2000), abs=1e-4)  # 7.60
+    threshold = judger_threshold(UncertaintySettings(), GeneratorFacts(8192, vocabulary=vocabulary, judger_entropy_nats=2.0))
+    assert nats["confident"] < threshold < nats["lost"]
+
+
+def test_the_judger_threshold_comes_from_the_setting_else_from_the_model():
+    facts = GeneratorFacts(2048, vocabulary=4099, judger_entropy_nats=4.2)
+    assert judger_threshold(UncertaintySettings(), facts) == 4.2
+    assert judger_threshold(UncertaintySettings(threshold_nats=1.5), facts) == 1.5
+    with pytest.raises(TritonUnavailableError, match="judger_entropy_nats.*rebuild the model repository"):
+        judger_threshold(UncertaintySettings(), GeneratorFacts(2048, vocabulary=4099))
 
 
 def test_prompts_carry_the_evidence_its_perception_and_the_instruction():

@@ -1,0 +1,197 @@
+"""The query pipeline's control flow, fast: degradation, deadlines, the LLM's fallback, the judger's loop.
+
+Documents are ingested through the real Ingestor and asked through the QueryPipeline the server runs, with
+the in-process model double (tests/model_double.py) in place of Triton. The same paths run against the real
+Triton in tests/integration/test_query_pipeline.py (the LLM missing, the uncertainty loop, the page filter)
+and tests/integration/test_service.py (deadlines).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+
+import pytest
+
+from orchestrator.config import Settings
+from orchestrator.errors import ModelExecutionError, TritonUnavailableError
+from orchestrator.knowledge.ingest import Ingestor
+from orchestrator.knowledge.store import KnowledgeBase
+from orchestrator.pipeline.events import AnswerDeltaEvent, EvidenceEvent, FinalAnswerEvent, RouteEvent
+from orchestrator.pipeline.plan import QueryOptions
+from orchestrator.pipeline.query import QueryInput, QueryPipeline
+from orchestrator.tokens import PlainTokenizer
+from orchestrator.triton import contracts
+from orchestrator.triton.protocol import GeneratorFacts
+from tests.conftest import MODEL_REPOSITORY
+from tests.model_double import InProcessModels
+
+COLLECTION = "reports"
+DOCUMENTS = {
+    "northwind.md": "# Northwind annual report\n\nNorthwind's revenue was 412 million euros in 2024, up from 380 million.\n\n"
+                    "## Staff\n\nNorthwind employed 1,250 people at the end of the year.",
+    "contoso.md": "# Contoso\n\nContoso opened three new warehouses in Lisbon, Porto and Faro during 2024.",
+}
+QUESTION = "What was Northwind's revenue in 2024?"
+
+
+def settings(**overrides) -> Settings:
+    return Settings.load(overrides={"triton": {"model_repository": str(MODEL_REPOSITORY)}, **overrides})
+
+
+@pytest.fixture
+def ask(tmp_path):
+    """ask(options, models=..., settings=..., deadline_s=...) -> (events, final) after ingesting DOCUMENTS."""
+    pipelines: list[QueryPipeline] = []
+
+    def run(options: QueryOptions, models: InProcessModels | None = None, config: Settings | None = None,
+            deadline_s: float = 30.0):
+        models = models or InProcessModels()
+        config = config or settings()
+        knowledge = KnowledgeBase(tmp_path / f"data{len(pipelines)}")
+        pipeline = QueryPipeline(config, models, knowledge, PlainTokenizer(config.tokenizer_file, "ingest.tokenizer"))
+        pipelines.append(pipeline)
+        failures, models.failures = models.failures, {}  # ingest with every model up
+        ingestor = Ingestor(knowledge, models, config.ingest, config.tokenizer_file)
+
+        async def go():
+            for name, text in DOCUMENTS.items():
+                await ingestor.ingest(COLLECTION, name, text.encode())
+            models.failures, models.calls[:] = failures, []
+            return [event async for event in pipeline.run(QueryInput(COLLECTION, QUESTION, options), time.monotonic() + deadline_s)]
+
+        events = asyncio.run(go())
+        final = events[-1]
+        assert isinstance(final, FinalAnswerEvent)
+        return events, final
+
+    yield run
+    for pipeline in pipelines:
+        pipeline.close()
+
+
+def answer_text(events) -> str:
+    return "".join(event.text for event in events if isinstance(event, AnswerDeltaEvent))
+
+
+def test_the_llm_answer_streams_with_its_citation_and_cost(ask):
+    models = InProcessModels()
+    events, final = ask(QueryOptions(answerer="llm", route="simple"), models)
+    assert (final.answer_source, final.degraded) == ("llm", False)
+    assert final.text == models.answer and answer_text(events).strip() == models.answer
+    assert final.citations[0].document_name == "northwind.md"  # [1] is the passage that holds the revenue
+    llm = next(u for u in final.cost.usage if u.model == contracts.LLM.name)
+    assert (llm.calls, llm.tokens_out) == (1, len(models.answer.split())) and llm.tokens_in > 0
+    assert [e.__class__ for e in events[:2]] == [RouteEvent, EvidenceEvent]
+
+
+def test_a_reranker_that_is_down_is_skipped_and_the_answer_says_so(ask):
+    models = InProcessModels(failures={contracts.RERANKER.name: TritonUnavailableError("reranker: connection refused")})
+    events, final = ask(QueryOptions(answerer="llm", route="simple", rerank=True), models)
+    assert final.answer_source == "llm" and final.degraded
+    assert "rerank skipped: reranker: connection refused" in final.degraded_reason
+    evidence = next(e for e in events if isinstance(e, EvidenceEvent))
+    assert evidence.items[0].record.document_name == "northwind.md" and evidence.items[0].signals.rerank is None
+
+
+def test_a_router_model_that_fails_falls_back_to_the_feature_router(ask):
+    models = InProcessModels(failures={contracts.ROUTER.name: ModelExecutionError("router: out of memory")})
+    events, final = ask(QueryOptions(router="model"), models)
+    route = events[0]
+    assert isinstance(route, RouteEvent) and route.decision.source == "features"
+    assert "route skipped: router: out of memory" in final.degraded_reason
+    assert contracts.ROUTER.name in models.calls  # it was asked
+
+
+def test_a_reranker_slower_than_the_deadline_is_skipped_and_the_answer_still_comes(ask):
+    models = InProcessModels(delays={contracts.RERANKER.name: 30.0})
+    started = time.monotonic()
+    _, final = ask(QueryOptions(route="simple", rerank=True), models, deadline_s=1.0)
+    assert time.monotonic() - started < 10.0  # the query waited for its deadline, not for the reranker
+    assert "rerank skipped: reranker: no answer within" in final.degraded_reason
+    assert final.answer_source == "extractive" and "412 million euros" in final.text
+
+
+def test_an_llm_that_breaks_midway_is_replaced_by_the_extractive_answer(ask):
+    models = InProcessModels(fail_after_chunks=2)
+    events, final = ask(QueryOptions(answerer="llm", route="simple"), models)
+    assert final.answer_source == "extractive" and final.degraded
+    assert "the LLM failed after 2 streamed parts: llm: the generation broke after 2 chunks" in final.degraded_reason
+    assert "412 million euros" in final.text and final.citations[0].document_name == "northwind.md"
+    streamed = answer_text(events)
+    assert streamed.startswith("Northwind's revenue ") and "412 million euros" in streamed  # the two parts, then the fallback
+
+
+def test_an_llm_too_slow_for_the_deadline_is_replaced_by_the_extractive_answer(ask):
+    models = InProcessModels(token_delay_s=0.4)
+    events, final = ask(QueryOptions(answerer="llm", route="simple", max_tokens=8), models, deadline_s=2.0)
+    assert final.answer_source == "extractive"
+    assert "the deadline would pass before the answer is complete" in final.degraded_reason
+    assert "412 million euros" in final.text
+
+
+def test_with_less_time_than_the_llm_reserve_the_llm_is_not_started(ask):
+    config = settings(answer={"llm_reserve_s": 60.0})
+    models = InProcessModels()
+    _, final = ask(QueryOptions(answerer="llm", route="simple"), models, config)
+    assert final.answer_source == "extractive" and "less than answer.llm_reserve_s (60.0 s)" in final.degraded_reason
+    assert contracts.LLM.name not in models.calls
+
+
+def test_an_llm_without_a_declared_context_cannot_be_prompted_and_the_extractive_answer_stands_in(ask):
+    models = InProcessModels()
+
+    async def undeclared(model):
+        raise TritonUnavailableError(f"model {model} does not declare its context length: rebuild the model repository")
+
+    models.generator_facts = undeclared
+    _, final = ask(QueryOptions(answerer="llm", route="simple"), models)
+    assert final.answer_source == "extractive" and "rebuild the model repository" in final.degraded_reason
+
+
+def test_the_judger_stops_at_a_confident_probe(ask):
+    models = InProcessModels(entropy=lambda prompt: 0.1)  # 0.1 x ln(4,099) = 0.83 nats, under the LLM's 2.0
+    _, final = ask(QueryOptions(answerer="llm", route="complex"), models)
+    loop = final.uncertainty
+    assert loop.threshold == 2.0 and loop.iterations == 0 and not loop.uncertain
+    assert loop.entropies[0] == pytest.approx(0.1 * 8.3185, rel=1e-3)
+    assert final.answer_source == "llm" and not final.degraded
+
+
+def test_the_decoupler_mines_details_until_the_probe_is_confident(ask):
+    """A probe is uncertain until the decoupler's notes are in its prompt: one round, then confident."""
+    models = InProcessModels(entropy=lambda prompt: 0.1 if "Details found in the evidence" in prompt else 0.5)
+    _, final = ask(QueryOptions(answerer="llm", route="complex"), models)
+    loop = final.uncertainty
+    assert loop.iterations == 1 and not loop.uncertain and loop.details
+    assert loop.entropies == pytest.approx((0.5 * 8.3185, 0.1 * 8.3185), rel=1e-3)
+    prompts = [call.prompt for call in models.generations]
+    assert len(prompts) == 4 and "List the details:" in prompts[1]  # probe, decoupler, probe, answer
+    assert "Details found in the evidence" in prompts[-1]  # the summarizer reads the mined notes
+
+
+def test_an_uncertain_probe_runs_every_decoupler_round_and_the_setting_overrides_the_model(ask):
+    models = InProcessModels(entropy=lambda prompt: 0.5)
+    _, final = ask(QueryOptions(answerer="llm", route="complex"), models)
+    assert final.uncertainty.iterations == 2 and final.uncertainty.uncertain  # uncertainty.max_iterations
+    models = InProcessModels(entropy=lambda prompt: 0.5)
+    _, final = ask(QueryOptions(answerer="llm", route="complex"), models, settings(uncertainty={"threshold_nats": 5.0}))
+    assert final.uncertainty.threshold == 5.0 and final.uncertainty.iterations == 0
+
+
+def test_an_llm_without_a_calibrated_threshold_names_the_fix(ask):
+    models = InProcessModels()
+    models.facts[contracts.LLM.name] = replace(models.facts[contracts.LLM.name], judger_entropy_nats=None)
+    _, final = ask(QueryOptions(answerer="llm", route="complex"), models)
+    assert final.answer_source == "extractive"
+    assert "judger_entropy_nats" in final.degraded_reason and "uncertainty.threshold_nats" in final.degraded_reason
+    models.facts[contracts.LLM.name] = GeneratorFacts(2048, vocabulary=4099)
+    _, final = ask(QueryOptions(answerer="llm", route="complex"), models, settings(uncertainty={"threshold_nats": 3.0}))
+    assert final.answer_source == "llm" and final.uncertainty.threshold == 3.0
+
+
+def test_without_the_embedder_the_query_fails_with_the_cause(ask):
+    models = InProcessModels(failures={contracts.TEXT_EMBEDDER.name: TritonUnavailableError("text_embedder: Triton is not reachable")})
+    with pytest.raises(TritonUnavailableError, match="text_embedder: Triton is not reachable"):
+        ask(QueryOptions(route="simple"), models)
