@@ -21,9 +21,16 @@ import numpy as np
 
 from orchestrator.errors import DeadlineExceededError, ModelExecutionError
 from orchestrator.triton import contracts
+from orchestrator.triton.chat_template import ChatTemplate
 from orchestrator.triton.protocol import GenerationChunk, GenerationOptions, GeneratorFacts
 
 _WORD = re.compile(r"\w+")
+# Qwen's ChatML (the tiny profile's template too: thinkserve_build.recipes.CHATML_TEMPLATE)
+CHATML_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+CHATML = ChatTemplate(CHATML_TEMPLATE)
 
 
 def bag_of_words(text: str, dimension: int) -> np.ndarray:
@@ -51,8 +58,8 @@ class InProcessModels:
     # normalised entropy of every token of a generation, from its prompt (the judger reads it)
     entropy: Callable[[str], float] = lambda prompt: 0.1
     facts: dict[str, GeneratorFacts] = field(default_factory=lambda: {
-        contracts.LLM.name: GeneratorFacts(2048, vocabulary=4099, judger_entropy_nats=2.0),
-        contracts.VLM.name: GeneratorFacts(1024, image_tokens=16, vocabulary=4099),
+        contracts.LLM.name: GeneratorFacts(2048, vocabulary=4099, judger_entropy_nats=2.0, chat_template=CHATML_TEMPLATE),
+        contracts.VLM.name: GeneratorFacts(1024, image_tokens=16, vocabulary=4099, chat_template=CHATML_TEMPLATE),
     })
     delays: dict[str, float] = field(default_factory=dict)  # model name -> seconds each call waits first
     failures: dict[str, Exception] = field(default_factory=dict)  # model name -> what each call raises

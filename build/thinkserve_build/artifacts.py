@@ -32,7 +32,10 @@ class Artifact:
 
 
 def fingerprint(role: str, spec, checkpoint: ResolvedCheckpoint) -> str:
-    from thinkserve_backend import decoding, images
+    from thinkserve_backend import decoding, images, relevance
+
+    from orchestrator import prompts
+    from orchestrator.triton import chat_template
 
     from . import calibration, export, onnx_tools
 
@@ -40,7 +43,7 @@ def fingerprint(role: str, spec, checkpoint: ResolvedCheckpoint) -> str:
         "role": role,
         "spec": dataclasses.asdict(spec),
         "checkpoint": checkpoint.identity,
-        "code": source_hash(export, onnx_tools, calibration, decoding, images),
+        "code": source_hash(export, onnx_tools, calibration, decoding, images, relevance, prompts, chat_template),
         "versions": {name: importlib.metadata.version(name) for name in TOOL_PACKAGES},
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -19,8 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from orchestrator.pipeline.prompts import SYSTEM
-from orchestrator.triton.chatml import chat
+from orchestrator.prompts import SYSTEM
 from orchestrator.triton.protocol import mean_entropy_nats
 
 PROBE_TOKENS = 16
@@ -45,12 +44,16 @@ CALIBRATION = (
 )
 
 
-def probe_prompts() -> list[str]:
-    """The calibration questions as the orchestrator asks a probe: its rules, one numbered evidence entry."""
+def probe_prompts(chat: Callable[[str, str], str]) -> list[str]:
+    """The calibration questions as the orchestrator asks a probe: its rules, one numbered evidence entry, in the
+    model's chat format (`chat(system, user)`)."""
     return [chat(SYSTEM, f"Evidence:\n[1] ({source})\n{evidence}\n\nQuestion: {question}") for source, evidence, question in CALIBRATION]
 
 
-def judger_threshold(probe: Callable[[str], Sequence[float]], vocabulary: int, percentile: float) -> float:
+def judger_threshold(
+    probe: Callable[[str], Sequence[float]], chat: Callable[[str, str], str], vocabulary: int, percentile: float
+) -> float:
     """The `percentile`-th mean entropy (nats) of the probes; `probe(prompt)` returns each generated token's
     normalised entropy."""
-    return float(np.percentile([mean_entropy_nats(probe(prompt), vocabulary) for prompt in probe_prompts()], percentile))
+    prompts = probe_prompts(chat)
+    return float(np.percentile([mean_entropy_nats(probe(prompt), vocabulary) for prompt in prompts], percentile))

@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from orchestrator.triton.chat_template import ChatTemplate
+
 from . import calibration, onnx_tools
 from .profiles import ClassifierSpec, EmbedderSpec, GeneratorSpec, PageEncoderSpec
 
@@ -124,7 +126,7 @@ def export_classifier(
     tokenizer = AutoTokenizer.from_pretrained(location)
     label_args = {"num_labels": len(labels)}
     if len(labels) > 1:
-        label_args.update(id2label=dict(enumerate(labels)), label2id={l: i for i, l in enumerate(labels)})
+        label_args.update(id2label=dict(enumerate(labels)), label2id={label: i for i, label in enumerate(labels)})
     model = AutoModelForSequenceClassification.from_pretrained(location, **label_args)
     wrapper = ClassifierExport(model, output).eval()
     names = _text_inputs(tokenizer)
@@ -315,6 +317,16 @@ def _eos_token_ids(tokenizer, model) -> list[int]:
     return sorted(i for i in ids if isinstance(i, int))
 
 
+def _chat_format(tokenizer, spec: GeneratorSpec, location: str) -> dict:
+    """The generator's prompt format as the orchestrator reads it: its tokenizer's chat template (or the spec's)
+    and the special tokens the template may read (orchestrator.triton.chat_template)."""
+    template = spec.chat_template or tokenizer.chat_template
+    if not template:
+        raise ValueError(f"{location}: the tokenizer has no chat template; give the profile's GeneratorSpec.chat_template")
+    variables = {name: value for name, value in tokenizer.special_tokens_map.items() if isinstance(value, str)}
+    return {"chat_template": template, "chat_template_variables": variables}
+
+
 def export_llm(location: str, spec: GeneratorSpec, out: Path) -> dict:
     from thinkserve_backend.decoding import GenerationParams, KVCacheDecoder, generate
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -347,6 +359,8 @@ def export_llm(location: str, spec: GeneratorSpec, out: Path) -> dict:
     max_context = min(spec.max_context, model.config.max_position_embeddings)
     served = KVCacheDecoder(onnx_tools.session(path))
     eos_token_ids = _eos_token_ids(tokenizer, model)
+    chat_format = _chat_format(tokenizer, spec, location)
+    chat = ChatTemplate(chat_format["chat_template"], chat_format["chat_template_variables"])
 
     def probe(text: str) -> list[float]:
         """Each token's normalised entropy in a greedy probe answer, through the loop Triton runs."""
@@ -367,7 +381,8 @@ def export_llm(location: str, spec: GeneratorSpec, out: Path) -> dict:
         "max_context": max_context,
         "default_max_tokens": spec.default_max_tokens,
         "vocab_size": model.config.vocab_size,
-        "judger_entropy_nats": calibration.judger_threshold(probe, model.config.vocab_size, spec.judger_percentile),
+        "judger_entropy_nats": calibration.judger_threshold(probe, chat, model.config.vocab_size, spec.judger_percentile),
+        **chat_format,
     }
 
 
@@ -402,6 +417,7 @@ class TokenEmbeddingExport(nn.Module):
 
 def export_vlm(location: str, spec: GeneratorSpec, out: Path) -> dict:
     from thinkserve_backend.decoding import KVCacheDecoder, splice_image_features
+    from thinkserve_backend.relevance import RELEVANCE_QUESTION
     from transformers import AutoModelForImageTextToText, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(location)
@@ -448,6 +464,8 @@ def export_vlm(location: str, spec: GeneratorSpec, out: Path) -> dict:
     batched = decoder_session.prefill_logits(np.repeat(spliced, 3, axis=0))
     for row in batched:
         onnx_tools.check_close("VLM batched prefill logits", expected, row, atol=1e-3)
+    chat_format = _chat_format(tokenizer, spec, location)
+    chat = ChatTemplate(chat_format["chat_template"], chat_format["chat_template_variables"])
     return {
         "decoder_file": decoder_path.name,
         "vision_file": vision_path.name,
@@ -459,5 +477,8 @@ def export_vlm(location: str, spec: GeneratorSpec, out: Path) -> dict:
         "max_context": min(spec.max_context, text_config.max_position_embeddings),
         "default_max_tokens": spec.default_max_tokens,
         "preprocessing": json.loads(preprocessing.to_json()),
+        **chat_format,
+        # the page filter's prompt in the VLM's format; {image} and {question} are filled in per page
+        "relevance_prompt": chat("", "{image}\n" + RELEVANCE_QUESTION + "\nQuestion: {question}"),
     }
 

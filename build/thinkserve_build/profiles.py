@@ -51,6 +51,7 @@ class GeneratorSpec:
     default_max_tokens: int = 256
     # LLM: the judger flags a probe more uncertain than this share of answerable probes (thinkserve_build.calibration)
     judger_percentile: float = 75.0
+    chat_template: str = ""  # Jinja chat template; "": the tokenizer's own (a checkpoint without one needs this)
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,12 @@ class CpuTarget:
             max_concurrent_generations=serving.concurrent_generations,
             intra_op_threads=serving.intra_op_threads,
         )
-        for fact, parameter in (("vocab_size", contracts.VOCABULARY_PARAMETER), ("judger_entropy_nats", contracts.JUDGER_THRESHOLD_PARAMETER)):
+        for fact, parameter in (
+            ("vocab_size", contracts.VOCABULARY_PARAMETER),
+            ("judger_entropy_nats", contracts.JUDGER_THRESHOLD_PARAMETER),
+            ("chat_template", contracts.CHAT_TEMPLATE_PARAMETER),
+            ("chat_template_variables", contracts.CHAT_TEMPLATE_VARIABLES_PARAMETER),
+        ):
             if fact in artifact.facts:
                 parameters[parameter] = artifact.facts[fact]
         python_class = f"{BACKEND}.generator:LanguageModel"
@@ -75,6 +80,7 @@ class CpuTarget:
         files, parameters = _decoder_parts(artifact)
         _add_vision_parts(artifact, files, parameters)
         parameters["intra_op_threads"] = serving.intra_op_threads
+        parameters["relevance_prompt"] = artifact.facts["relevance_prompt"]
         config = python_model(
             contract.name,
             list(contract.inputs),

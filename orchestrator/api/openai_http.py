@@ -37,7 +37,7 @@ from ..errors import InvalidOptionError, InvalidRequestError, ThinkServeError
 from ..observability.metrics import CONTENT_TYPE
 from ..pipeline.events import AnswerDeltaEvent, FinalAnswerEvent, RouteEvent
 from ..pipeline.plan import QueryOptions
-from ..pipeline.prompts import Conversation
+from ..prompts import Conversation
 from ..pipeline.query import QueryInput
 from ..triton import contracts
 from .gateway import REQUEST_ID_HEADER, Call, Gateway, request_id_from

@@ -23,6 +23,7 @@ import unicodedata
 from dataclasses import dataclass, replace
 from typing import Any, Awaitable, Callable, Iterator, Optional, Sequence
 
+from ..prompts import extraction_prompt
 from .documents import Block
 
 log = logging.getLogger(__name__)
@@ -483,46 +484,10 @@ def _trim(text: str, limit: int = DESCRIPTION_CHARS) -> str:
 
 Generate = Callable[[str, int], Awaitable[str]]
 
-_SPECIAL_TOKENS = re.compile(r"<\|[^|<>]{0,40}\|>")
-
-
-def extraction_prompt(text: str) -> str:
-    """The user turn asking for one chunk's entities and relations as strict JSON (the caller adds ChatML).
-
-    Chat-template special tokens are removed from the passage so a document cannot end the turn early.
-    """
-    passage = _SPECIAL_TOKENS.sub(" ", text).strip()
-    return (
-        "Extract a knowledge graph from the passage below.\n"
-        "\n"
-        "Answer with one JSON object and nothing else (no code fence, no comments), exactly of this form:\n"
-        '{"entities": [{"name": "...", "type": "...", "description": "..."}],\n'
-        ' "relations": [{"source": "...", "target": "...", "description": "...", "keywords": "...", "weight": 1.0}]}\n'
-        "\n"
-        "Rules:\n"
-        "- entities: the named things the passage is about. name: exactly as written in the passage. "
-        f"type: one of {', '.join(ENTITY_TYPES)}. description: one sentence on what the passage says about it.\n"
-        "- relations: pairs of listed entities the passage clearly relates. source and target: names from your "
-        "entity list. description: how they are related, according to the passage. keywords: a few "
-        "comma-separated words for the relation. weight: its strength, from 1 (weak) to 10 (strong).\n"
-        "- Use only what the passage states. Nothing to extract: {\"entities\": [], \"relations\": []}.\n"
-        "\n"
-        "Example passage: Northwind Traders opened a warehouse in Lyon in 2024.\n"
-        'Example answer: {"entities": [{"name": "Northwind Traders", "type": "organization", "description": '
-        '"A company that opened a warehouse in Lyon in 2024."}, {"name": "Lyon", "type": "location", '
-        '"description": "City where Northwind Traders opened a warehouse."}], "relations": [{"source": '
-        '"Northwind Traders", "target": "Lyon", "description": "Northwind Traders opened a warehouse in Lyon in '
-        '2024.", "keywords": "warehouse, expansion", "weight": 8}]}\n'
-        "\n"
-        "Passage:\n"
-        f"{passage}\n"
-    )
-
-
 class LlmExtractor:
     """LightRAG-style extraction: one generation per chunk, parsed tolerantly.
 
-    `generate(prompt, max_tokens)` is injected (the ingest pipeline wraps the prompt in ChatML and streams it
+    `generate(prompt, max_tokens)` is injected (the ingest pipeline renders the prompt with the LLM's chat template and streams it
     from Triton's LLM), so any generator, including a test's, can drive it. Errors of `generate` propagate:
     a failing model must not look like a chunk without entities.
     """
@@ -534,7 +499,7 @@ class LlmExtractor:
     async def extract(self, text: str) -> Extraction:
         if not text.strip():
             return Extraction([], [])
-        raw = await self.generate(extraction_prompt(text), self.max_tokens)
+        raw = await self.generate(extraction_prompt(text, ENTITY_TYPES), self.max_tokens)
         return parse_llm_extraction(raw)
 
 

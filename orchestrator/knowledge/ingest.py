@@ -24,9 +24,10 @@ import numpy as np
 
 from ..config import IngestSettings
 from ..errors import InvalidRequestError
-from ..triton import contracts
-from ..triton.chatml import chat
+from ..prompts import INGEST_SYSTEM, description_request
 from ..tokens import PlainTokenizer
+from ..triton import contracts
+from ..triton.chat_template import chat_template_of
 from ..triton.protocol import GenerationOptions, Models
 from . import sources
 from .chunking import Span, TextChunk, chunk_blocks
@@ -314,13 +315,14 @@ class Ingestor:
             return fallbacks
         options = GenerationOptions(max_tokens=self.settings.description_max_tokens, temperature=0.0, top_p=1.0)
         limit = asyncio.Semaphore(self.settings.max_concurrent_calls)
+        chat = chat_template_of(await self.models.generator_facts(contracts.VLM.name), contracts.VLM.name)
 
         async def describe(index: int, fallback: str) -> str:
             block = parsed.blocks[index]
             image = staging / block.asset if block.asset else None
             if image is None or not image.is_file():
                 return fallback
-            prompt = _chat(_description_request(parsed.blocks, index, self.settings.description_context_blocks))
+            prompt = chat(INGEST_SYSTEM, _description_request(parsed.blocks, index, self.settings.description_context_blocks))
             async with limit, self.models.generate(prompt, options, [image.read_bytes()], timeout_s) as stream:
                 text = "".join([chunk.text async for chunk in stream]).strip()
             return f"{fallback}\n{text}".strip() if text else fallback
@@ -332,9 +334,10 @@ class Ingestor:
             return await asyncio.to_thread(lambda: [self.cooccurrence.extract(text) for text in texts])
         limit = asyncio.Semaphore(self.settings.max_concurrent_calls)
         options = GenerationOptions(max_tokens=self.settings.extraction_max_tokens, temperature=0.0, top_p=1.0)
+        chat = chat_template_of(await self.models.generator_facts(contracts.LLM.name), contracts.LLM.name)
 
         async def generate(prompt: str, max_tokens: int) -> str:
-            async with limit, self.models.generate(_chat(prompt), replace(options, max_tokens=max_tokens), (), timeout_s) as stream:
+            async with limit, self.models.generate(chat(INGEST_SYSTEM, prompt), replace(options, max_tokens=max_tokens), (), timeout_s) as stream:
                 return "".join([chunk.text async for chunk in stream])
 
         extractor = LlmExtractor(generate, max_tokens=self.settings.extraction_max_tokens)
@@ -400,10 +403,6 @@ def _local_name(name: str, suffix: str) -> str:
     return f"{stem[:100]}{suffix}"
 
 
-def _chat(user: str) -> str:
-    return chat("You read documents carefully and answer exactly as asked.", user)
-
-
 def _present(documents: dict[str, DocumentRecord], document_id: str) -> Optional[DocumentRecord]:
     return next((d for d in documents.values() if d.document_id == document_id), None)
 
@@ -438,12 +437,7 @@ def _description_request(blocks: Sequence[Block], index: int, window: int) -> st
     context = [
         b.content for b in blocks[max(0, index - window) : index] + blocks[index + 1 : index + 1 + window] if b.content and not b.is_visual
     ]
-    parts = [f"Describe this {block.type} from a document precisely, with every number and label it shows."]
-    if block.caption:
-        parts.append(f"Caption: {block.caption}")
-    if context:
-        parts.append("Surrounding text:\n" + "\n".join(context))
-    return "\n\n".join(parts)
+    return description_request(block.type, block.caption, context)
 
 
 def _passages_by_chunk(chunks: Sequence[TextChunk], passages: Sequence[Passage], evidence: Sequence[EvidenceRecord]) -> list[list[EvidenceRecord]]:

@@ -11,10 +11,12 @@ import asyncio
 from typing import Optional, Sequence
 
 from ..knowledge.store import Snapshot
+from ..prompts import perception_prompt
+from ..triton import contracts
+from ..triton.chat_template import chat_template_of
 from ..triton.protocol import GenerationOptions
 from .accounting import StageModels
 from .events import EvidenceItem
-from .prompts import perception_prompt
 
 
 def visual_items(items: Sequence[EvidenceItem], limit: int) -> list[EvidenceItem]:
@@ -38,10 +40,11 @@ async def perceive(
 ) -> dict[int, str]:
     """Evidence rank -> the VLM's description, for every item given that has an image."""
     options = GenerationOptions(max_tokens=max_tokens, temperature=0.0, top_p=1.0)
+    chat = chat_template_of(await models.generator_facts(contracts.VLM.name), contracts.VLM.name)
     images = await asyncio.to_thread(lambda: [load_image(snapshot, item) for item in items])
 
     async def describe(item: EvidenceItem, image: bytes) -> tuple[int, str]:
-        completion = await models.complete(perception_prompt(question, item), options, [image], timeout_s, request_id)
+        completion = await models.complete(perception_prompt(chat, question, item), options, [image], timeout_s, request_id)
         return item.rank, completion.text
 
     tasks = [asyncio.ensure_future(describe(item, image)) for item, image in zip(items, images) if image]

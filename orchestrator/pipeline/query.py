@@ -25,9 +25,11 @@ from opentelemetry.context import Context
 from ..config import ROUTE_NAMES, Settings
 from ..errors import DeadlineExceededError, InvalidRequestError, ModelExecutionError, TritonUnavailableError
 from ..knowledge.segments import EvidenceRecord
+from ..prompts import Conversation, answer_prompt, cited_ranks
 from ..knowledge.store import KnowledgeBase, Snapshot
 from ..tokens import PlainTokenizer
 from ..triton import contracts
+from ..triton.chat_template import chat_template_of
 from ..triton.protocol import GenerationOptions, Models
 from .accounting import QueryLedger, StageModels, own_time_by_stage
 from .events import (
@@ -48,7 +50,6 @@ from .fusion import ScoredCandidate, blend_rerank
 from .pages import PageHit, filter_pages, search_pages
 from .perception import load_image, perceive, visual_items
 from .plan import QueryOptions, QueryPlan, make_plan, router_mode
-from .prompts import ANSWER_STOP, Conversation, answer_prompt, cited_ranks
 from .retrieval import retrieve
 from .router import RouteDecision, decide, query_features
 from .timing import StageTimer
@@ -337,9 +338,10 @@ class QueryPipeline:
             loaded = await asyncio.to_thread(lambda: [load_image(q.snapshot, item) for item in visual])
             images = [image for image in loaded if image]
         budget = await self._budget(model, q.plan.max_tokens, len(images))
+        chat = chat_template_of(await self.models.generator_facts(model), model)
         count = self.prompt_tokenizers[model].count
         prompt, _ = answer_prompt(
-            q.question, evidence, budget, count, q.decision.instruction, q.decision.sub_questions, notes, q.conversation
+            chat, q.question, evidence, budget, count, q.decision.instruction, q.decision.sub_questions, notes, q.conversation
         )
         started, last = time.monotonic(), None
         async with models.generate(prompt, self._generation(q.plan), images, self._answer_time(q), q.request_id) as chunks:
@@ -403,7 +405,7 @@ class QueryPipeline:
         return self.tokenizer.total(texts)
 
     def _generation(self, plan: QueryPlan) -> GenerationOptions:
-        return GenerationOptions(plan.max_tokens, plan.temperature, plan.top_p, ANSWER_STOP, plan.seed)
+        return GenerationOptions(plan.max_tokens, plan.temperature, plan.top_p, (), plan.seed)
 
     def _answer_time(self, q: _Query) -> float:
         """Time the answering model may take: what is left, less the reserve for the extractive fallback."""

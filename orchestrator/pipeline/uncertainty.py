@@ -16,11 +16,12 @@ from typing import Sequence
 
 from ..config import UncertaintySettings
 from ..errors import TritonUnavailableError
+from ..prompts import Count, answer_prompt, decoupler_prompt
 from ..triton import contracts
+from ..triton.chat_template import chat_template_of
 from ..triton.protocol import GenerationOptions, GeneratorFacts, mean_entropy_nats
 from .accounting import StageModels
 from .events import EvidenceItem, UncertaintyReport
-from .prompts import Count, answer_prompt, decoupler_prompt
 
 
 def prune(relevances: Sequence[float], capacity: int, sufficiency: float) -> tuple[int, float]:
@@ -73,12 +74,13 @@ async def deliberate(
             "without which its entropies cannot be read in nats: rebuild the model repository"
         )
     threshold = judger_threshold(settings, facts)
+    chat = chat_template_of(facts, contracts.LLM.name)
     kept, mass = prune([item.score for item in evidence], capacity, settings.sufficiency)
     salient = list(evidence[:kept])
     probe_options = replace(options, max_tokens=settings.probe_tokens)
 
     async def probe(notes: str) -> float:
-        prompt, _ = answer_prompt(question, salient, budget_tokens - settings.probe_tokens, count, instruction, notes=notes)
+        prompt, _ = answer_prompt(chat, question, salient, budget_tokens - settings.probe_tokens, count, instruction, notes=notes)
         completion = await models.complete(prompt, probe_options, timeout_s=timeout_s, request_id=request_id)
         return mean_entropy_nats(completion.normalized_entropy, facts.vocabulary)
 
@@ -86,7 +88,7 @@ async def deliberate(
     notes, iterations = "", 0
     while entropies[-1] > threshold and iterations < settings.max_iterations:
         iterations += 1
-        prompt = decoupler_prompt(question, salient, notes, budget_tokens - settings.detail_tokens, count)
+        prompt = decoupler_prompt(chat, question, salient, notes, budget_tokens - settings.detail_tokens, count)
         details = await models.complete(prompt, replace(options, max_tokens=settings.detail_tokens), timeout_s=timeout_s, request_id=request_id)
         if details.text and details.text not in notes:
             notes = f"{notes}\n{details.text}".strip()

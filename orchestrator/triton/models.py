@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from typing import AsyncIterator, Optional, Sequence
 
 import numpy as np
@@ -47,11 +48,14 @@ class TritonModels:
                 return parameters[name].string_value if name in parameters else None
 
             threshold = value(contracts.JUDGER_THRESHOLD_PARAMETER)
+            variables = json.loads(value(contracts.CHAT_TEMPLATE_VARIABLES_PARAMETER) or "{}")
             self._facts[model] = GeneratorFacts(
                 context_tokens=int(value(contracts.CONTEXT_PARAMETER)),
                 image_tokens=int(value(contracts.IMAGE_TOKENS_PARAMETER) or 0),
                 vocabulary=int(value(contracts.VOCABULARY_PARAMETER) or 0),
                 judger_entropy_nats=float(threshold) if threshold is not None else None,
+                chat_template=value(contracts.CHAT_TEMPLATE_PARAMETER) or "",
+                chat_template_variables=tuple(sorted((str(k), str(v)) for k, v in variables.items())),
             )
         return self._facts[model]
 

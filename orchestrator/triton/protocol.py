@@ -45,6 +45,8 @@ class GeneratorFacts:
     image_tokens: int = 0  # prompt tokens each image takes (VLM)
     vocabulary: int = 0  # logits per step: turns a normalised entropy back into nats; 0: not declared
     judger_entropy_nats: Optional[float] = None  # the judger's threshold calibrated at build (LLM); None: not declared
+    chat_template: str = ""  # its tokenizer's Jinja chat template (orchestrator.triton.chat_template); "": not declared
+    chat_template_variables: tuple[tuple[str, str], ...] = ()  # the special tokens the template reads (bos_token, ...)
 
 
 def mean_entropy_nats(normalized: Sequence[float], vocabulary: int) -> float:
@@ -83,4 +85,4 @@ class Models(Protocol):
         """Stream from the LLM, or from the VLM when images are given. Leaving the block cancels generation."""
 
     async def generator_facts(self, model: str) -> GeneratorFacts:
-        """The LLM's or VLM's declared context, image length, vocabulary and judger threshold."""
+        """The LLM's or VLM's declared context, image length, vocabulary, judger threshold and chat template."""

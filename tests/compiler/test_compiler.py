@@ -4,9 +4,13 @@ import math
 import os
 from dataclasses import replace
 
+from types import SimpleNamespace
+
 import pytest
 
+from orchestrator.triton.chat_template import ChatTemplate
 from tests.conftest import ROOT
+from tests.model_double import CHATML
 from thinkserve_build import artifacts, calibration, compiler, export, onnx_tools, profiles
 from thinkserve_build.checkpoints import ResolvedCheckpoint, resolve
 
@@ -89,8 +93,29 @@ def test_exported_decoder_matches_pytorch_greedy_decoding(tmp_path):
     assert 0 < facts["judger_entropy_nats"] < math.log(facts["vocab_size"])  # calibrated on the exported decoder
 
 
+def test_the_orchestrators_rendering_of_the_tiny_llms_template_is_its_tokenizers(tmp_path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve(profiles.tiny().llm.checkpoint, CACHE).location)
+    chat_format = export._chat_format(tokenizer, profiles.tiny().llm, "tiny-qwen2")
+    chat = ChatTemplate(chat_format["chat_template"], chat_format["chat_template_variables"])
+    turns = (("user", "Before?"), ("assistant", "Yes [1]."))
+    messages = [{"role": "system", "content": "Rules."}, *({"role": r, "content": t} for r, t in turns), {"role": "user", "content": "Now?"}]
+    assert chat("Rules.", "Now?", turns) == tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def test_a_generator_without_a_chat_template_needs_one_in_its_spec():
+    bare = SimpleNamespace(chat_template=None, special_tokens_map={"eos_token": "</s>", "additional_special_tokens": ["<x>"]})
+    with pytest.raises(ValueError, match="no chat template; give the profile's GeneratorSpec.chat_template"):
+        export._chat_format(bare, profiles.tiny().llm, "some/base-model")
+    spec = replace(profiles.tiny().llm, chat_template="{{ messages[-1]['content'] }}")
+    assert export._chat_format(bare, spec, "some/base-model") == {
+        "chat_template": "{{ messages[-1]['content'] }}", "chat_template_variables": {"eos_token": "</s>"},
+    }
+
+
 def test_the_judger_threshold_is_the_chosen_percentile_of_the_probes_mean_entropies_in_nats():
-    prompts = calibration.probe_prompts()
+    prompts = calibration.probe_prompts(CHATML)
     assert len(prompts) == len(calibration.CALIBRATION) >= 16 and all("Evidence:\n[1]" in p for p in prompts)
     index = {prompt: i for i, prompt in enumerate(prompts)}
     vocabulary = 1000
@@ -100,5 +125,5 @@ def test_the_judger_threshold_is_the_chosen_percentile_of_the_probes_mean_entrop
         return [share - 0.01, share, share + 0.01]
 
     values = [(i + 1) / 100 * math.log(vocabulary) for i in range(len(prompts))]
-    assert calibration.judger_threshold(probe, vocabulary, 50) == pytest.approx(sorted(values)[len(values) // 2 - 1] / 2 + sorted(values)[len(values) // 2] / 2)
-    assert calibration.judger_threshold(probe, vocabulary, 100) == pytest.approx(max(values))
+    assert calibration.judger_threshold(probe, CHATML, vocabulary, 50) == pytest.approx(sorted(values)[len(values) // 2 - 1] / 2 + sorted(values)[len(values) // 2] / 2)
+    assert calibration.judger_threshold(probe, CHATML, vocabulary, 100) == pytest.approx(max(values))

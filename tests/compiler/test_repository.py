@@ -1,6 +1,7 @@
 """The generated model repository: every config.pbtxt parses with Triton's schema, the public models match
 the orchestrator's contracts, and every ensemble is wired to tensors that exist."""
 
+import json
 import math
 from pathlib import Path
 
@@ -82,3 +83,13 @@ def test_the_llm_declares_its_context_vocabulary_and_calibrated_judger_threshold
     threshold = float(parameters[contracts.JUDGER_THRESHOLD_PARAMETER].string_value)
     assert int(parameters[contracts.CONTEXT_PARAMETER].string_value) > 0 and vocabulary > 1
     assert 0 < threshold < math.log(vocabulary)  # in nats, below the uniform distribution's entropy
+
+
+def test_generators_declare_their_chat_format_and_the_page_filter_its_prompt_in_it(model_repository):
+    configs_by_name = configs(model_repository)
+    for name in (contracts.LLM.name, contracts.VLM.name):
+        parameters = configs_by_name[name].parameters
+        assert "{% for message in messages %}" in parameters[contracts.CHAT_TEMPLATE_PARAMETER].string_value
+        assert json.loads(parameters[contracts.CHAT_TEMPLATE_VARIABLES_PARAMETER].string_value)["eos_token"] == "<|im_end|>"
+    prompt = configs_by_name[contracts.VLM_RELEVANCE.name].parameters["relevance_prompt"].string_value
+    assert prompt.startswith("<|im_start|>user\n{image}\n") and prompt.endswith("Question: {question}<|im_end|>\n<|im_start|>assistant\n")

@@ -9,12 +9,13 @@ from orchestrator.knowledge.chunking import Span
 from orchestrator.knowledge.segments import EvidenceRecord
 from orchestrator.pipeline.events import EvidenceItem
 from orchestrator.pipeline.extractive import Sentence, candidate_sentences, choose, compose, shortlist, word_overlap
-from orchestrator.pipeline.prompts import answer_prompt, cited_ranks, decoupler_prompt, evidence_block
+from orchestrator.prompts import answer_prompt, cited_ranks, decoupler_prompt, evidence_block
 from orchestrator.config import UncertaintySettings
 from orchestrator.errors import TritonUnavailableError
 from orchestrator.pipeline.uncertainty import judger_threshold, prune
 from orchestrator.triton.protocol import GeneratorFacts, mean_entropy_nats
 from thinkserve_backend.sampling import choose_token
+from tests.model_double import CHATML
 
 
 def item(rank: int, text: str, kind: str = "chunk", section: str = "", perception: str = "", page: int = 0) -> EvidenceItem:
@@ -108,11 +109,11 @@ def test_prompts_carry_the_evidence_its_perception_and_the_instruction():
     assert evidence_block(evidence[0]) == "[1] (report.pdf, page 3, Results)\nRevenue was 412 million euros."
     assert evidence_block(evidence[1]) == "[2] (report.pdf, page 1, table)\nTable: Revenue by region\nVisual description: North 1250, South 980."
     words = lambda text: len(text.split())  # noqa: E731 - a token counter for the arithmetic
-    prompt, used = answer_prompt("How much?", evidence, 1000, words, "Show the steps.", ("What is A?",), notes="[1] 412 M")
+    prompt, used = answer_prompt(CHATML, "How much?", evidence, 1000, words, "Show the steps.", ("What is A?",), notes="[1] 412 M")
     assert used == evidence and "Show the steps." in prompt and "It breaks down into: What is A?" in prompt
     assert prompt.index("Details found in the evidence:\n[1] 412 M") < prompt.index("Question: How much?")
-    whole, _ = answer_prompt("How much?", evidence, 1000, words)
-    tight, used = answer_prompt("How much?", evidence, words(whole) - 3, words)
+    whole, _ = answer_prompt(CHATML, "How much?", evidence, 1000, words)
+    tight, used = answer_prompt(CHATML, "How much?", evidence, words(whole) - 3, words)
     assert used == evidence[:1]  # the second entry did not fit: dropped whole, never cut
-    assert "Do not answer the question" in decoupler_prompt("How much?", evidence, "", 1000, words)
+    assert "Do not answer the question" in decoupler_prompt(CHATML, "How much?", evidence, "", 1000, words)
     assert cited_ranks("As [2] and [1] say, and [2] again, not [9].", {1, 2}) == [2, 1]

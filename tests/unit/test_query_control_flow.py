@@ -25,7 +25,7 @@ from orchestrator.tokens import PlainTokenizer
 from orchestrator.triton import contracts
 from orchestrator.triton.protocol import GeneratorFacts
 from tests.conftest import MODEL_REPOSITORY
-from tests.model_double import InProcessModels
+from tests.model_double import CHATML_TEMPLATE, InProcessModels
 
 COLLECTION = "reports"
 DOCUMENTS = {
@@ -186,7 +186,7 @@ def test_an_llm_without_a_calibrated_threshold_names_the_fix(ask):
     _, final = ask(QueryOptions(answerer="llm", route="complex"), models)
     assert final.answer_source == "extractive"
     assert "judger_entropy_nats" in final.degraded_reason and "uncertainty.threshold_nats" in final.degraded_reason
-    models.facts[contracts.LLM.name] = GeneratorFacts(2048, vocabulary=4099)
+    models.facts[contracts.LLM.name] = GeneratorFacts(2048, vocabulary=4099, chat_template=CHATML_TEMPLATE)
     _, final = ask(QueryOptions(answerer="llm", route="complex"), models, settings(uncertainty={"threshold_nats": 3.0}))
     assert final.answer_source == "llm" and final.uncertainty.threshold == 3.0
 
@@ -195,3 +195,32 @@ def test_without_the_embedder_the_query_fails_with_the_cause(ask):
     models = InProcessModels(failures={contracts.TEXT_EMBEDDER.name: TritonUnavailableError("text_embedder: Triton is not reachable")})
     with pytest.raises(TritonUnavailableError, match="text_embedder: Triton is not reachable"):
         ask(QueryOptions(route="simple"), models)
+
+
+LLAMA3_TEMPLATE = (  # Llama 3's header format, as its tokenizer ships it (abridged: no tools)
+    "{% set loop_messages = messages %}{% for message in loop_messages %}"
+    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' %}"
+    "{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+)
+
+
+def test_every_prompt_is_in_the_format_the_model_declares(ask):
+    """A Llama-format LLM gets Llama headers in the probe, the decoupler and the answer, never ChatML."""
+    models = InProcessModels(entropy=lambda prompt: 0.5)
+    models.facts[contracts.LLM.name] = replace(
+        models.facts[contracts.LLM.name], chat_template=LLAMA3_TEMPLATE, chat_template_variables=(("bos_token", "<|begin_of_text|>"),)
+    )
+    _, final = ask(QueryOptions(answerer="llm", route="complex"), models)
+    assert final.answer_source == "llm" and len(models.generations) == 6  # 3 probes, 2 decoupler rounds, the answer
+    for call in models.generations:
+        assert call.prompt.startswith("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou ")
+        assert call.prompt.endswith("<|start_header_id|>assistant<|end_header_id|>\n\n") and "<|im_start|>" not in call.prompt
+
+
+def test_a_model_without_a_declared_chat_template_is_not_prompted_in_a_guessed_format(ask):
+    models = InProcessModels()
+    models.facts[contracts.LLM.name] = replace(models.facts[contracts.LLM.name], chat_template="")
+    _, final = ask(QueryOptions(answerer="llm", route="simple"), models)
+    assert final.answer_source == "extractive" and "declares no chat template" in final.degraded_reason
+    assert not models.generations

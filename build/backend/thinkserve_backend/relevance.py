@@ -11,10 +11,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 RELEVANCE_QUESTION = "Can this image provide answers to this question? Respond only with yes or no."
-# ChatML, as both profiles' VLMs (Qwen2-family decoders) were trained on; {image} is the image placeholder.
-CHATML_RELEVANCE_PROMPT = (
-    "<|im_start|>user\n{image}\n" + RELEVANCE_QUESTION + "\nQuestion: {question}<|im_end|>\n<|im_start|>assistant\n"
-)
+# The prompt itself is the model config's `relevance_prompt`: the build renders it with the VLM's own chat
+# template, with {image} where the image placeholder goes and {question} where the question does.
 YES_SPELLINGS = ("yes", "Yes", " yes", " Yes", "YES")
 NO_SPELLINGS = ("no", "No", " no", " No", "NO")
 

@@ -14,7 +14,6 @@ from tokenizers import Tokenizer
 from ..decoding import KVCacheDecoder, splice_image_features
 from ..images import ImagePreprocessing, decode_image, preprocess
 from ..relevance import (
-    CHATML_RELEVANCE_PROMPT,
     NO_SPELLINGS,
     YES_SPELLINGS,
     first_token_ids,
@@ -40,7 +39,7 @@ class ImageRelevanceModel:
         self.image_token_id = self.tokenizer.token_to_id(self.image_token)
         if self.image_token_id is None:
             raise ValueError(f"model {self.model_name}: image token {self.image_token!r} is not in the tokenizer")
-        self.template = params.string("relevance_prompt", CHATML_RELEVANCE_PROMPT)
+        self.template = params.string("relevance_prompt")  # the VLM's chat format, rendered by the build
         self.max_context = params.integer("max_context")  # contracts.CONTEXT_PARAMETER
         self.image_tokens = params.integer("image_tokens_per_image")  # contracts.IMAGE_TOKENS_PARAMETER
 

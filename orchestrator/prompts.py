@@ -1,16 +1,47 @@
-"""Prompts for the answering LLM, the perceiving VLM and the decoupler (ChatML: both profiles serve
-Qwen2-family models), and citation parsing."""
+"""Every prompt the orchestrator writes, in one place: the answer, the judger's probe and the decoupler (LLM),
+perception (VLM), descriptions and graph extraction at ingest; and the parsing of the citations answers make.
+
+Each prompt is rendered with the model's own chat template (`chat`, an orchestrator.triton.chat_template.
+ChatTemplate or any function of (system, user, turns)), never with a format written here. Evidence is read
+through the small `Evidence` protocol, so the pipeline's and the knowledge base's types can both be given.
+"""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence, TypeVar
 
-from ..triton.chatml import chat
-from .events import EvidenceItem
+Chat = Callable[..., str]  # chat(system, user, turns=()) -> the prompt, ending where the answer starts
 
-ANSWER_STOP = ("<|im_end|>",)
+
+class EvidenceSource(Protocol):
+    @property
+    def document_name(self) -> str: ...
+    @property
+    def page(self) -> int: ...
+    @property
+    def section(self) -> str: ...
+    @property
+    def block_type(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+
+
+class Evidence(Protocol):
+    """What a prompt reads of an evidence item (pipeline.events.EvidenceItem)."""
+
+    @property
+    def rank(self) -> int: ...
+    @property
+    def record(self) -> EvidenceSource: ...
+    @property
+    def perception(self) -> str: ...
+    @property
+    def context(self) -> Sequence[str]: ...
+
+
+E = TypeVar("E", bound=Evidence)
 SYSTEM = (
     "You answer questions about documents using only the numbered evidence. "
     "Cite the evidence you use as [1], [2]. If the evidence does not contain the answer, say so."
@@ -41,7 +72,7 @@ class Conversation:
         return Conversation(system, tuple(turns))
 
 
-def evidence_block(item: EvidenceItem) -> str:
+def evidence_block(item: Evidence) -> str:
     """One numbered evidence entry: source, text, and what perception and the page around it add."""
     record = item.record
     source = record.document_name
@@ -61,7 +92,7 @@ def evidence_block(item: EvidenceItem) -> str:
     return "\n".join(lines)
 
 
-def evidence_section(evidence: Sequence[EvidenceItem], budget_tokens: int, count: Count) -> tuple[str, list[EvidenceItem]]:
+def evidence_section(evidence: Sequence[E], budget_tokens: int, count: Count) -> tuple[str, list[E]]:
     """The evidence entries that fit in `budget_tokens`, best first; later entries are dropped, not cut, except
     a first entry too long on its own, which is cut to fit (a prompt never goes without evidence)."""
     header = "Evidence:\n"
@@ -81,15 +112,16 @@ def evidence_section(evidence: Sequence[EvidenceItem], budget_tokens: int, count
 
 
 def answer_prompt(
+    chat: Chat,
     question: str,
-    evidence: Sequence[EvidenceItem],
+    evidence: Sequence[E],
     budget_tokens: int,
     count: Count,
     instruction: str = "",
     sub_questions: Sequence[str] = (),
     notes: str = "",
     conversation: Conversation = Conversation(),
-) -> tuple[str, list[EvidenceItem]]:
+) -> tuple[str, list[E]]:
     """The answering prompt (LLM, or the VLM end to end) within `budget_tokens`, and the evidence in it. A
     chat client's conversation takes at most a third of the budget: the evidence keeps the rest."""
     conversation = conversation.fitted(budget_tokens // 3, count)
@@ -104,7 +136,7 @@ def answer_prompt(
     return _fitted(lambda section: chat(system, section + tail, conversation.turns), evidence, budget_tokens, count)
 
 
-def decoupler_prompt(question: str, salient: Sequence[EvidenceItem], details: str, budget_tokens: int, count: Count) -> str:
+def decoupler_prompt(chat: Chat, question: str, salient: Sequence[Evidence], details: str, budget_tokens: int, count: Count) -> str:
     """HKRAG's decoupler: anchored on the salient evidence, list the fine print the first reading missed."""
     system = (
         "You read evidence closely for details a quick reading misses: exact numbers, units, dates, "
@@ -117,8 +149,8 @@ def decoupler_prompt(question: str, salient: Sequence[EvidenceItem], details: st
 
 
 def _fitted(
-    build: Callable[[str], str], evidence: Sequence[EvidenceItem], budget_tokens: int, count: Count
-) -> tuple[str, list[EvidenceItem]]:
+    build: Callable[[str], str], evidence: Sequence[E], budget_tokens: int, count: Count
+) -> tuple[str, list[E]]:
     """build(evidence section) within the budget, counted whole: drop the last entries until it fits."""
     room = budget_tokens - count(build("")) - JOIN_MARGIN_TOKENS
     section, used = evidence_section(evidence, room, count)
@@ -141,7 +173,7 @@ def _cut(text: str, budget_tokens: int, count: Count) -> str:
     return text[:low]
 
 
-def perception_prompt(question: str, item: EvidenceItem) -> str:
+def perception_prompt(chat: Chat, question: str, item: Evidence) -> str:
     """DPR: the VLM describes what it sees as structured text, with the page's words as context."""
     record = item.record
     kind = _VISUAL_NAMES.get(record.block_type, "image")
@@ -165,3 +197,55 @@ def cited_ranks(answer: str, evidence_ranks: set[int]) -> list[int]:
         if rank in evidence_ranks and rank not in seen:
             seen.append(rank)
     return seen
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Ingest: descriptions of visual blocks (VLM) and graph extraction (LLM)
+
+INGEST_SYSTEM = "You read documents carefully and answer exactly as asked."
+
+
+def description_request(kind: str, caption: str, context: Sequence[str]) -> str:
+    """The user turn asking the VLM to describe a figure, table or equation, with the text around it."""
+    parts = [f"Describe this {kind} from a document precisely, with every number and label it shows."]
+    if caption:
+        parts.append(f"Caption: {caption}")
+    if context:
+        parts.append("Surrounding text:\n" + "\n".join(context))
+    return "\n\n".join(parts)
+
+
+_SPECIAL_TOKENS = re.compile(r"<\|[^|<>]{0,40}\|>")
+
+
+def extraction_prompt(text: str, entity_types: Sequence[str]) -> str:
+    """The user turn asking for one chunk's entities and relations as strict JSON (the caller renders the chat).
+
+    Chat-template special tokens are removed from the passage so a document cannot end the turn early.
+    """
+    passage = _SPECIAL_TOKENS.sub(" ", text).strip()
+    return (
+        "Extract a knowledge graph from the passage below.\n"
+        "\n"
+        "Answer with one JSON object and nothing else (no code fence, no comments), exactly of this form:\n"
+        '{"entities": [{"name": "...", "type": "...", "description": "..."}],\n'
+        ' "relations": [{"source": "...", "target": "...", "description": "...", "keywords": "...", "weight": 1.0}]}\n'
+        "\n"
+        "Rules:\n"
+        "- entities: the named things the passage is about. name: exactly as written in the passage. "
+        f"type: one of {', '.join(entity_types)}. description: one sentence on what the passage says about it.\n"
+        "- relations: pairs of listed entities the passage clearly relates. source and target: names from your "
+        "entity list. description: how they are related, according to the passage. keywords: a few "
+        "comma-separated words for the relation. weight: its strength, from 1 (weak) to 10 (strong).\n"
+        "- Use only what the passage states. Nothing to extract: {\"entities\": [], \"relations\": []}.\n"
+        "\n"
+        "Example passage: Northwind Traders opened a warehouse in Lyon in 2024.\n"
+        'Example answer: {"entities": [{"name": "Northwind Traders", "type": "organization", "description": '
+        '"A company that opened a warehouse in Lyon in 2024."}, {"name": "Lyon", "type": "location", '
+        '"description": "City where Northwind Traders opened a warehouse."}], "relations": [{"source": '
+        '"Northwind Traders", "target": "Lyon", "description": "Northwind Traders opened a warehouse in Lyon in '
+        '2024.", "keywords": "warehouse, expansion", "weight": 8}]}\n'
+        "\n"
+        "Passage:\n"
+        f"{passage}\n"
+    )
