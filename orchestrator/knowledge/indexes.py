@@ -16,7 +16,7 @@ import faiss
 import numpy as np
 from scipy import sparse
 
-from .extraction import STOP_WORDS
+from .text import STOP_WORDS
 from .sparse_kernels import column_product
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from ..config import AnswerSettings
 from ..errors import ThinkServeError
 from ..knowledge.chunking import Span
-from ..knowledge.extraction import STOP_WORDS, split_sentences
+from ..knowledge.text import STOP_WORDS, split_sentences
 from ..knowledge.indexes import lexical_terms
 from ..knowledge.segments import EvidenceRecord
 from .accounting import StageModels

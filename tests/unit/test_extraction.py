@@ -18,8 +18,8 @@ from orchestrator.knowledge.extraction import (
     describe_fallback,
     normalize_entity_name,
     parse_llm_extraction,
-    split_sentences,
 )
+from orchestrator.knowledge.text import split_sentences
 from orchestrator.prompts import extraction_prompt
 
 
