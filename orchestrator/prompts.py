@@ -200,6 +200,21 @@ def cited_ranks(answer: str, evidence_ranks: set[int]) -> list[int]:
 
 
 # --------------------------------------------------------------------------------------------------------------
+# Routing by the LLM (the hf profile's router: thinkserve_backend.models.prompt_classifier)
+
+ROUTE_SYSTEM = (
+    "You sort questions about documents by the reasoning they need. simple: one fact, number or date looked up "
+    "in one place. moderate: a few facts combined, compared or explained. complex: many pieces of evidence, "
+    "several steps of reasoning or calculation, or a figure to interpret. Answer with one word."
+)
+
+
+def route_request(question: str) -> str:
+    """The user turn asking for a question's route; the router reads the probability of each label's first token."""
+    return f"Question: {question}\nIs it simple, moderate or complex?"
+
+
+# --------------------------------------------------------------------------------------------------------------
 # Ingest: descriptions of visual blocks (VLM) and graph extraction (LLM)
 
 INGEST_SYSTEM = "You read documents carefully and answer exactly as asked."

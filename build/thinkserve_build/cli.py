@@ -1,4 +1,8 @@
-"""`thinkserve-build`: compile a profile's models into a Triton model repository."""
+"""`thinkserve-build`: compile a profile's models into a Triton model repository.
+
+`thinkserve-build train-router --questions labelled.jsonl --base CHECKPOINT --output FOLDER` fine-tunes a router
+classifier from labelled questions; `--router-checkpoint FOLDER` then serves it in place of asking the LLM.
+"""
 
 from __future__ import annotations
 
@@ -7,21 +11,28 @@ import os
 import sys
 from pathlib import Path
 
+from . import train_router
 from .profiles import PROFILES, load_profile
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="thinkserve-build", description=__doc__)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["train-router"]:
+        return _train_router(argv[1:])
+    parser = argparse.ArgumentParser(prog="thinkserve-build", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="tiny", choices=sorted(PROFILES))
     parser.add_argument("--output", type=Path, help="repository folder (default: model_repository/<profile>)")
     parser.add_argument("--cache", type=Path, default=Path(".thinkserve/cache"), help="checkpoints and exported artifacts")
     parser.add_argument("--target", default="cpu", help="serving target deciding each network's backend (cpu)")
     parser.add_argument("--embedder-precision", choices=("fp32", "int8"), default="fp32")
+    parser.add_argument("--router-checkpoint", help="serve this fine-tuned 3-way classifier (folder or hub id) as the router")
     parser.add_argument("--force", action="store_true", help="re-export even when nothing changed")
     parser.add_argument("--verbose", action="store_true", help="show tracebacks")
     args = parser.parse_args(argv)
 
     profile = load_profile(args.profile).with_embedder_precision(args.embedder_precision)
+    if args.router_checkpoint:
+        profile = profile.with_router_checkpoint(args.router_checkpoint)
     if profile.name == "tiny":
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the tiny profile never touches the network
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -37,5 +48,29 @@ def main(argv: list[str] | None = None) -> int:
         if args.verbose:
             raise
         print(f"thinkserve-build: error: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _train_router(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="thinkserve-build train-router", description=train_router.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--questions", type=Path, required=True, help='JSONL: {"question": ..., "route": simple|moderate|complex}')
+    parser.add_argument("--base", required=True, help="sequence-classification checkpoint to start from (folder or hub id)")
+    parser.add_argument("--output", type=Path, required=True, help="folder for the trained checkpoint")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--learning-rate", type=float, default=5e-5)
+    parser.add_argument("--head-only", action="store_true", help="train only the new classification head")
+    parser.add_argument("--verbose", action="store_true", help="show tracebacks")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    try:
+        questions = train_router.read_questions(args.questions)
+        train_router.train_router(args.base, questions, args.output, epochs=args.epochs, learning_rate=args.learning_rate,
+                                  head_only=args.head_only)
+    except Exception as error:
+        if args.verbose:
+            raise
+        print(f"thinkserve-build train-router: error: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
     return 0

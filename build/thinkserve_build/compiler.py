@@ -9,7 +9,7 @@ from typing import Callable
 
 from . import artifacts, checkpoints, export, repository
 from .model_config import PlannedModel
-from .profiles import Profile
+from .profiles import ClassifierSpec, Profile
 
 Log = Callable[[str], None]
 
@@ -22,9 +22,10 @@ def _jobs(profile: Profile, log: Log):
     yield "reranker", profile.reranker, partial(
         export.export_classifier, spec=profile.reranker, labels=("relevance",), output="score", pairs=True
     )
-    yield "router", profile.router, partial(
-        export.export_classifier, spec=profile.router, labels=ROUTE_LABELS, output="probabilities", pairs=False
-    )
+    if isinstance(profile.router, ClassifierSpec):  # else the router asks the LLM: served from the LLM's artifact
+        yield "router", profile.router, partial(
+            export.export_classifier, spec=profile.router, labels=ROUTE_LABELS, output="probabilities", pairs=False
+        )
     for spec in profile.page_encoders:
         yield f"page_{spec.family}", spec, partial(export.export_page_encoder, spec=spec)
     yield "llm", profile.llm, partial(export.export_llm, spec=profile.llm)

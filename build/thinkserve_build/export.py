@@ -366,7 +366,7 @@ def export_llm(location: str, spec: GeneratorSpec, out: Path) -> dict:
         """Each token's normalised entropy in a greedy probe answer, through the loop Triton runs."""
         steps = generate(
             served,
-            np.array([tokenizer(text).input_ids], dtype=np.int64),
+            np.array([tokenizer(text, add_special_tokens=False).input_ids], dtype=np.int64),
             GenerationParams(max_tokens=calibration.PROBE_TOKENS),
             decode=lambda ids: tokenizer.decode(list(ids)),
             eos_token_ids=eos_token_ids,

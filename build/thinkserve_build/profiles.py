@@ -45,6 +45,14 @@ class ClassifierSpec:
 
 
 @dataclass(frozen=True)
+class PromptRouterSpec:
+    """The router as a question to the LLM (AutoThinkRAG's small-LM router): no trained head; each route's
+    probability is read off the LLM's next token after orchestrator.prompts.route_request (one prefill)."""
+
+    max_question_tokens: int = 256
+
+
+@dataclass(frozen=True)
 class GeneratorSpec:
     checkpoint: Checkpoint
     max_context: int = 2048  # prompt + generated tokens
@@ -80,11 +88,15 @@ class Profile:
     name: str
     embedder: EmbedderSpec
     reranker: ClassifierSpec
-    router: ClassifierSpec
+    router: ClassifierSpec | PromptRouterSpec  # a trained 3-way classifier, or the LLM asked
     llm: GeneratorSpec
     vlm: GeneratorSpec
     page_encoders: tuple[PageEncoderSpec, ...]
     serving: ServingOptions = field(default_factory=ServingOptions)
+
+    def with_router_checkpoint(self, location: str) -> "Profile":
+        """The router as the fine-tuned 3-way classifier in `location` (e.g. from `thinkserve-build train-router`)."""
+        return replace(self, router=ClassifierSpec(Checkpoint(hub_id=location), max_length=256))
 
     def with_embedder_precision(self, precision: str) -> "Profile":
         if precision not in ("fp32", "int8"):
@@ -110,13 +122,13 @@ def tiny() -> Profile:
 
 
 def hf() -> Profile:
-    """Real Hugging Face checkpoints, for machines with hub access. The router needs a fine-tuned 3-way
-    checkpoint of your own (a base encoder's classification head is untrained): pass its folder or id."""
+    """Real Hugging Face checkpoints, for machines with hub access. The router asks the LLM; a fine-tuned 3-way
+    classifier of your own replaces it (`--router-checkpoint`, trained with `thinkserve-build train-router`)."""
     return Profile(
         name="hf",
         embedder=EmbedderSpec(Checkpoint(hub_id="sentence-transformers/all-MiniLM-L6-v2"), max_length=256),
         reranker=ClassifierSpec(Checkpoint(hub_id="BAAI/bge-reranker-v2-m3"), max_length=512),
-        router=ClassifierSpec(Checkpoint(hub_id="microsoft/deberta-v3-small"), max_length=256),
+        router=PromptRouterSpec(),
         llm=GeneratorSpec(Checkpoint(hub_id="Qwen/Qwen2.5-1.5B-Instruct"), max_context=8192, default_max_tokens=512),
         vlm=GeneratorSpec(Checkpoint(hub_id="llava-hf/llava-interleave-qwen-0.5b-hf"), max_context=4096),
         page_encoders=(

@@ -13,12 +13,14 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator import prompts
 from orchestrator.triton import contracts
+from orchestrator.triton.chat_template import ChatTemplate
 from orchestrator.triton.contracts import ModelContract, Tensor
 
 from .artifacts import Artifact
 from .model_config import PlannedModel, ensemble, python_model, to_text
-from .profiles import Profile, ServingOptions
+from .profiles import Profile, PromptRouterSpec, ServingOptions
 
 BACKEND = "thinkserve_backend.models"
 
@@ -91,6 +93,24 @@ class CpuTarget:
             serving.queue_delay_us,
         )
         return PlannedModel(config, files, f"{BACKEND}.relevance:ImageRelevanceModel")
+
+
+    def prompt_router(self, contract: ModelContract, llm: Artifact, spec: PromptRouterSpec, serving: ServingOptions) -> PlannedModel:
+        """The router as a question to the LLM: its files (hard links), the question in its chat format."""
+        files, parameters = _decoder_parts(llm)
+        chat = ChatTemplate(llm.facts["chat_template"], llm.facts["chat_template_variables"])
+        parameters.update(
+            prompt=chat(prompts.ROUTE_SYSTEM, prompts.route_request("{question}")),
+            labels=list(contracts.ROUTE_LABELS),
+            output_name=contract.outputs[0].name,
+            max_question_tokens=spec.max_question_tokens,
+            intra_op_threads=serving.intra_op_threads,
+        )
+        config = python_model(
+            contract.name, list(contract.inputs), list(contract.outputs), parameters,
+            serving.max_batch_size, serving.encoder_instances, serving.queue_delay_us,
+        )
+        return PlannedModel(config, files, f"{BACKEND}.prompt_classifier:PromptClassifierModel")
 
 
 def _decoder_parts(artifact: Artifact) -> tuple[dict[str, Path], dict[str, object]]:
@@ -207,7 +227,7 @@ def plan(profile: Profile, artifacts: dict[str, Artifact], target_name: str = "c
     except KeyError:
         raise ValueError(f"unknown target {target_name!r}; known: {', '.join(TARGETS)}") from None
     serving = profile.serving
-    embedder, reranker, router = artifacts["embedder"], artifacts["reranker"], artifacts["router"]
+    embedder, reranker = artifacts["embedder"], artifacts["reranker"]
     models = _text_encoder(
         contracts.TEXT_EMBEDDER, "encode", embedder, "onnx_file", embedder.facts["inputs"], "embedding",
         embedder.facts["embedding_dim"], target, serving,
@@ -215,10 +235,14 @@ def plan(profile: Profile, artifacts: dict[str, Artifact], target_name: str = "c
     models += _text_encoder(
         contracts.RERANKER, "score", reranker, "onnx_file", reranker.facts["inputs"], "score", 1, target, serving, pair=True
     )
-    models += _text_encoder(
-        contracts.ROUTER, "classify", router, "onnx_file", router.facts["inputs"], "probabilities",
-        router.facts["output_dim"], target, serving,
-    )
+    if isinstance(profile.router, PromptRouterSpec):
+        models.append(target.prompt_router(contracts.ROUTER, artifacts["llm"], profile.router, serving))
+    else:
+        router = artifacts["router"]
+        models += _text_encoder(
+            contracts.ROUTER, "classify", router, "onnx_file", router.facts["inputs"], "probabilities",
+            router.facts["output_dim"], target, serving,
+        )
     for spec in profile.page_encoders:
         artifact = artifacts[f"page_{spec.family}"]
         models += _text_encoder(

@@ -24,9 +24,10 @@ from ..pipeline.usage import ModelUsage
 from ..triton import contracts
 from .stats import saving
 
-ENCODER = "encoder"  # text in, one forward pass: embedder, reranker, router, page-text towers
+ENCODER = "encoder"  # text in, one forward pass: embedder, reranker, page-text towers
 IMAGE_ENCODER = "image_encoder"  # page images in, one forward pass
 RELEVANCE = "relevance"  # the VLM's yes/no prefill, one per image
+PREFILL = "prefill"  # a generator's one-step prefill over text: the router, which asks the LLM in the hf profile
 GENERATOR = "generator"  # prefill + decoding, text only (LLM) or with images (VLM)
 
 
@@ -35,6 +36,8 @@ def call_kind(model: str) -> str:
         return GENERATOR
     if model == contracts.VLM_RELEVANCE.name:
         return RELEVANCE
+    if model == contracts.ROUTER.name:
+        return PREFILL
     if model.startswith("page_image_"):
         return IMAGE_ENCODER
     return ENCODER
@@ -79,6 +82,8 @@ def row_shape(row: ModelUsage, source_image_tokens: int) -> Optional[CallShape]:
     per_row = row.tokens_in / max(1, row.items)
     if kind == RELEVANCE:
         return CallShape(row.model, batch, _round_up(per_row, 16), 1)
+    if kind == PREFILL:
+        return CallShape(row.model, batch, _round_up(per_row, 16))
     return CallShape(row.model, batch, _round_up(per_row, 16))
 
 

@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from .call_shapes import ENCODER, GENERATOR, IMAGE_ENCODER, RELEVANCE, CallShape, call_kind
+from ..prompts import ROUTE_SYSTEM, route_request
+from .call_shapes import ENCODER, GENERATOR, IMAGE_ENCODER, PREFILL, RELEVANCE, CallShape, call_kind
 
 PRESETS = ("hf", "test")
 
@@ -33,11 +34,19 @@ class StandIn:
     image_size: int = 0  # image encoders and the VLM: input resolution
     max_length: int = 0  # encoders: the served truncation (the hf profile's max_length); 0: none
     pad_to_max_length: bool = False
+    prefix_tokens: int = 0  # prompt tokens around the text a call counts (the router's question to the LLM)
+
+
+# The routing prompt around a question, in Qwen's tokens: its text at about 4 characters a token, plus the chat
+# template's markers.
+ROUTE_PROMPT_TOKENS = len(ROUTE_SYSTEM + route_request("")) // 4 + 10
 
 
 def _hf_standins() -> dict[str, StandIn]:
     qwen15_05b = dict(vocab_size=151646, hidden_size=1024, intermediate_size=2816, num_hidden_layers=24,
                       num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=32768, tie_word_embeddings=True)
+    qwen25_15b = dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                      num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=32768, tie_word_embeddings=True)
     return {
         "text_embedder": StandIn("sentence-transformers/all-MiniLM-L6-v2", "BertModel", "BertConfig",
                                  dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
@@ -45,11 +54,9 @@ def _hf_standins() -> dict[str, StandIn]:
         "reranker": StandIn("BAAI/bge-reranker-v2-m3", "XLMRobertaForSequenceClassification", "XLMRobertaConfig",
                             dict(vocab_size=250002, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
                                  intermediate_size=4096, max_position_embeddings=8194, num_labels=1), max_length=512),
-        "router": StandIn("microsoft/deberta-v3-small", "DebertaV2ForSequenceClassification", "DebertaV2Config",
-                          dict(vocab_size=128100, hidden_size=768, num_hidden_layers=6, num_attention_heads=12,
-                               intermediate_size=3072, relative_attention=True, position_buckets=256,
-                               pos_att_type=["p2c", "c2p"], max_relative_positions=-1, position_biased_input=False,
-                               num_labels=3), max_length=256),
+        # the router asks the LLM: one prefill of the routing prompt (thinkserve_build.profiles.PromptRouterSpec)
+        "router": StandIn("Qwen/Qwen2.5-1.5B-Instruct", "Qwen2ForCausalLM", "Qwen2Config", qwen25_15b, max_length=256,
+                          prefix_tokens=ROUTE_PROMPT_TOKENS),
         "page_text_clip": StandIn("openai/clip-vit-base-patch32", "CLIPTextModelWithProjection", "CLIPTextConfig",
                                   dict(vocab_size=49408, hidden_size=512, num_hidden_layers=12, num_attention_heads=8,
                                        intermediate_size=2048, max_position_embeddings=77, projection_dim=512),
@@ -65,10 +72,7 @@ def _hf_standins() -> dict[str, StandIn]:
         "page_image_siglip": StandIn("google/siglip-base-patch16-224", "SiglipVisionModel", "SiglipVisionConfig",
                                      dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                                           intermediate_size=3072, image_size=224, patch_size=16), image_size=224),
-        "llm": StandIn("Qwen/Qwen2.5-1.5B-Instruct", "Qwen2ForCausalLM", "Qwen2Config",
-                       dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
-                            num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=32768,
-                            tie_word_embeddings=True)),
+        "llm": StandIn("Qwen/Qwen2.5-1.5B-Instruct", "Qwen2ForCausalLM", "Qwen2Config", qwen25_15b),
         # LLaVA-interleave 0.5B: SigLIP-so400m (384 px, patch 14: 729 positions per image) -> 2-layer MLP ->
         # a Qwen1.5-0.5B decoder. vlm_relevance is the same model's one-step prefill.
         "vlm": StandIn("llava-hf/llava-interleave-qwen-0.5b-hf", "Qwen2ForCausalLM", "Qwen2Config", qwen15_05b,
@@ -99,7 +103,7 @@ def _test_standins() -> dict[str, StandIn]:
         if s.config_class == "CLIPTextConfig":  # its special tokens must lie inside the toy vocabulary
             config.update(bos_token_id=0, eos_token_id=2, pad_token_id=1)
         out[role] = StandIn(s.mirrors, s.model_class, s.config_class, config, vision, image_size, s.max_length,
-                            s.pad_to_max_length)
+                            s.pad_to_max_length, s.prefix_tokens)
     return out
 
 
@@ -208,7 +212,7 @@ class TorchTimer:
             return lambda: _inference(torch, lambda: model(**inputs))
         positions = image_positions(spec)
         pixels = self._pixels(shape.batch * shape.images, spec.image_size) if shape.images else None
-        ids = self._ids(shape.batch, shape.tokens, spec.config["vocab_size"])
+        ids = self._ids(shape.batch, shape.tokens + spec.prefix_tokens, spec.config["vocab_size"])
 
         def prefill():
             embeds = model.get_input_embeddings()(ids)
@@ -218,7 +222,7 @@ class TorchTimer:
                 embeds = torch.cat([images, embeds], dim=1)
             return model(inputs_embeds=embeds, use_cache=kind == GENERATOR, logits_to_keep=1)
 
-        if kind == RELEVANCE:
+        if kind in (RELEVANCE, PREFILL):
             return lambda: _inference(torch, prefill)
         probe = min(shape.new_tokens, self.decode_probe)
 

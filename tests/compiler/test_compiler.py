@@ -59,8 +59,10 @@ def test_int8_embedder_stays_close_to_fp32(model_repository, tmp_path):
 
 def test_hf_profile_runs_the_same_exporters_with_hub_checkpoints():
     tiny_jobs = list(compiler._jobs(profiles.tiny(), print))
-    hf_jobs = list(compiler._jobs(profiles.hf(), print))
+    hf_jobs = list(compiler._jobs(profiles.hf().with_router_checkpoint("someone/router"), print))
     assert [(role, job.func) for role, _, job in tiny_jobs] == [(role, job.func) for role, _, job in hf_jobs]
+    asking = [role for role, _, _ in compiler._jobs(profiles.hf(), print)]  # the router asks the LLM: no export of its own
+    assert asking == [role for role, _, _ in tiny_jobs if role != "router"]
     for _, spec, _ in hf_jobs:
         assert spec.checkpoint.hub_id
         resolved = resolve(spec.checkpoint, CACHE)  # a hub id resolves without downloading

@@ -66,15 +66,16 @@ def test_standins_mirror_the_hf_profile_and_price_by_device(tmp_path):
     from thinkserve_build.profiles import hf
 
     profile = hf()
-    served = {"text_embedder": profile.embedder, "reranker": profile.reranker, "router": profile.router,
+    served = {"text_embedder": profile.embedder, "reranker": profile.reranker, "router": profile.llm,  # the LLM asked
               "llm": profile.llm, "vlm": profile.vlm, "vlm_relevance": profile.vlm}
     served.update({f"page_{tower}_{p.family}": p for p in profile.page_encoders for tower in ("text", "image")})
     spec = standins("hf")
     assert set(spec) == set(served)
     for role, model in served.items():
         assert spec[role].mirrors == model.checkpoint.hub_id, role
-        if role in ("text_embedder", "reranker", "router") or role.startswith("page_text_"):
+        if role in ("text_embedder", "reranker") or role.startswith("page_text_"):
             assert spec[role].max_length == model.max_length, role  # the truncation the served model applies
+    assert spec["router"].max_length == profile.router.max_question_tokens and spec["router"].prefix_tokens > 50
     assert image_positions(spec["vlm"]) == 729  # SigLIP-so400m at 384 px, patch 14
     prices = PriceTable()
     assert device_deployment("NVIDIA H100 80GB HBM3", prices) == "h100"

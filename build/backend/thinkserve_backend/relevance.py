@@ -1,7 +1,8 @@
-"""V-RAG's LMM relevance filter, read off the VLM's next-token distribution: P(yes) against P(no).
+"""Classifying by a generator's next-token distribution: V-RAG's page relevance filter (the VLM's P(yes) against
+P(no)) and the LLM router (P(simple), P(moderate), P(complex)).
 
-One prefill per (question, image) pair and no decoding, so a page filter over 60 pages is one batched
-forward pass instead of 60 generations, and the score is a probability rather than a sampled word.
+One prefill per prompt and no decoding, so a page filter over 60 pages is one batched forward pass instead of
+60 generations, and the score is a probability rather than a sampled word.
 """
 
 from __future__ import annotations
@@ -13,30 +14,45 @@ import numpy as np
 RELEVANCE_QUESTION = "Can this image provide answers to this question? Respond only with yes or no."
 # The prompt itself is the model config's `relevance_prompt`: the build renders it with the VLM's own chat
 # template, with {image} where the image placeholder goes and {question} where the question does.
-YES_SPELLINGS = ("yes", "Yes", " yes", " Yes", "YES")
-NO_SPELLINGS = ("no", "No", " no", " No", "NO")
+
+
+def spellings(label: str) -> tuple[str, ...]:
+    """How a one-word answer may start: bare or after a space, lower case or capitalised."""
+    return tuple(dict.fromkeys((label, label.capitalize(), " " + label, " " + label.capitalize(), label.upper())))
+
+
+YES_SPELLINGS = spellings("yes")
+NO_SPELLINGS = spellings("no")
 
 
 def relevance_prompt(template: str, question: str, image_token: str) -> str:
     return template.replace("{image}", image_token).replace("{question}", question)
 
 
-def first_token_ids(encode: Callable[[str], Sequence[int]], spellings: Sequence[str]) -> list[int]:
+def first_token_ids(encode: Callable[[str], Sequence[int]], words: Sequence[str]) -> list[int]:
     """The first token of each spelling (a word may be split into several tokens), deduplicated."""
     ids: list[int] = []
-    for spelling in spellings:
+    for spelling in words:
         tokens = list(encode(spelling))
         if tokens and tokens[0] not in ids:
             ids.append(tokens[0])
     return ids
 
 
-def yes_probability(logits: np.ndarray, yes_ids: Sequence[int], no_ids: Sequence[int]) -> np.ndarray:
-    """P(yes) / (P(yes) + P(no)) per row of next-token logits [b, vocab], computed in log space."""
+def label_probabilities(logits: np.ndarray, label_ids: Sequence[Sequence[int]]) -> np.ndarray:
+    """Each label's share of the next-token probability the labels hold together [b, labels], from logits
+    [b, vocab]; a label's probability is that of any of its spellings' first tokens. Computed in log space."""
     logits = np.asarray(logits, dtype=np.float64)
-    yes = _logsumexp(logits[:, list(yes_ids)])
-    no = _logsumexp(logits[:, list(no_ids)])
-    return (1.0 / (1.0 + np.exp(no - yes))).astype(np.float32)
+    scores = np.stack([_logsumexp(logits[:, list(ids)]) for ids in label_ids], axis=1)
+    scores -= scores.max(axis=1, keepdims=True)
+    weights = np.exp(scores)
+    return (weights / weights.sum(axis=1, keepdims=True)).astype(np.float32)
+
+
+def yes_probability(logits: np.ndarray, yes_ids: Sequence[int], no_ids: Sequence[int]) -> np.ndarray:
+    """P(yes) / (P(yes) + P(no)) per row of next-token logits [b, vocab]."""
+    return label_probabilities(logits, [yes_ids, no_ids])[:, 0]
+
 
 
 def _logsumexp(values: np.ndarray) -> np.ndarray:

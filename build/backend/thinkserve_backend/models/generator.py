@@ -56,8 +56,10 @@ class LanguageModel:
         self.workers.shutdown(wait=True, cancel_futures=True)
 
     def prepare(self, request):
-        """Prompt as the decoder's primary input, plus the token-id -> decoder-input function for later steps."""
-        ids = self.tokenizer.encode(_single(input_strings(request, "text_input"), "text_input")).ids
+        """Prompt as the decoder's primary input, plus the token-id -> decoder-input function for later steps.
+        Prompts come rendered with the model's chat template, which writes any special tokens (a BOS) itself, so
+        the tokenizer adds none (as transformers' apply_chat_template tokenizes)."""
+        ids = self.tokenizer.encode(_single(input_strings(request, "text_input"), "text_input"), add_special_tokens=False).ids
         return np.array([ids], dtype=np.int64), None
 
     def _serve(self, request):
@@ -148,7 +150,7 @@ class VisionLanguageModel(LanguageModel):
             text = self.image_token * len(images) + "\n" + text
         elif placeholders != len(images):
             raise ValueError(f"prompt has {placeholders} {self.image_token} placeholders but {len(images)} images")
-        ids = np.array([self.tokenizer.encode(text).ids], dtype=np.int64)
+        ids = np.array([self.tokenizer.encode(text, add_special_tokens=False).ids], dtype=np.int64)
         embeddings = self.embed(ids)
         if images:
             pixels = np.stack([preprocess(decode_image(data), self.preprocessing) for data in images])
