@@ -179,7 +179,9 @@ class RoutePolicy(_Section):
     A stage runs when its route policy, the server switch (retrieval.rerank, pages.enabled, ...) and the
     request's own switch all allow it."""
 
-    evidence_k: int = Field(ge=1)  # evidence items handed to the answerer (the pruner's capacity)
+    # text evidence items handed to the answerer (the pruner's capacity); the pages the page filter keeps
+    # (pages.top_k) come in addition (pipeline/evidence.py, answering_order)
+    evidence_k: int = Field(ge=1)
     chunk_top_k: int = Field(ge=1)  # dense and sparse hits per (sub-)question
     entity_top_k: int = Field(ge=0)  # entities (and relations) matched per (sub-)question: the graph's seeds
     graph_hops: int = Field(ge=0)
@@ -190,6 +192,10 @@ class RoutePolicy(_Section):
     rerank: bool
     page_images: bool
     perception: bool
+    # visual evidence items (units with an image, pages) the VLM describes (or is shown end to end) per query:
+    # each is a VLM generation, the costliest call a route makes, so the deeper routes buy more (the defaults
+    # below: 2, 4, 6); 4, the former global setting, for a route section that does not say
+    perception_items: int = Field(4, ge=0)
     uncertainty: bool
     decompose: bool  # split the question into sub-questions, each retrieved for
 
@@ -197,15 +203,15 @@ class RoutePolicy(_Section):
 class RouteSettings(_Section):
     simple: RoutePolicy = RoutePolicy(
         evidence_k=3, chunk_top_k=10, entity_top_k=20, graph_hops=1, graph=False, rerank=True, page_images=False,
-        perception=True, uncertainty=False, decompose=False,
+        perception=True, perception_items=2, uncertainty=False, decompose=False,
     )
     moderate: RoutePolicy = RoutePolicy(
         evidence_k=5, chunk_top_k=20, entity_top_k=40, graph_hops=1, rerank=True, page_images=True,
-        perception=True, uncertainty=False, decompose=True,
+        perception=True, perception_items=4, uncertainty=False, decompose=True,
     )
     complex: RoutePolicy = RoutePolicy(
         evidence_k=8, chunk_top_k=20, entity_top_k=40, graph_hops=2, rerank=True, page_images=True,
-        perception=True, uncertainty=True, decompose=True,
+        perception=True, perception_items=6, uncertainty=True, decompose=True,
     )
 
     def policy(self, route: str) -> RoutePolicy:
@@ -292,7 +298,6 @@ class PerceptionSettings(_Section):
     # dpr: the VLM describes each selected image, table and page, the answerer reasons over text;
     # end_to_end: the VLM answers from the images itself (the paper's baseline, for comparison); off.
     mode: Literal["dpr", "end_to_end", "off"] = "dpr"
-    max_items: int = Field(4, ge=0)  # visual evidence items described (or sent end to end) per query
     max_tokens: int = Field(96, ge=1)
 
 
@@ -361,9 +366,12 @@ class IngestSettings(_Section):
     describer: Literal["caption", "vlm"] = "caption"
     description_context_blocks: int = Field(2, ge=0)  # neighbouring blocks on each side given to the VLM
     description_max_tokens: int = Field(128, ge=8)
-    # Page renders for page-image retrieval, embedded by every page-image encoder family.
+    # Page renders, stored once: embedded by every page-image encoder family (each downscales to its input) and
+    # shown to the VLM (page relevance, perception), which needs print-size text legible: 100 dpi makes a 10-point
+    # letter about 14 pixels tall. JPEG at `page_render_quality` (0: lossless PNG, 3.3x the time, 1.7x the bytes).
     page_images: bool = True
-    page_render_dpi: float = Field(40.0, gt=0)
+    page_render_dpi: float = Field(100.0, gt=0)
+    page_render_quality: int = Field(85, ge=0, le=95)
     max_pages: int = Field(1000, ge=1)  # a PDF with more pages is refused with a clear error
     # MinerU: the offline "flash" tier by default; "basic" / "standard" / "advanced" need their model folders.
     parser_tier: str = "flash"

@@ -203,7 +203,8 @@ class Ingestor:
 
     async def _render(self, pdf: Path, folder: Path, stages: _Stages) -> list[Path]:
         with stages.timed("render_pages"):
-            return await asyncio.to_thread(render_pages, pdf, folder, self.settings.page_render_dpi, None)
+            quality = self.settings.page_render_quality or None
+            return await asyncio.to_thread(render_pages, pdf, folder, self.settings.page_render_dpi, None, quality)
 
     async def _build_segment(
         self,

@@ -69,11 +69,15 @@ def inspect_pdf(path: Path) -> int:
         return len(document)
 
 
-def render_pages(path: Path, out_dir: Path, dpi: float, max_side: Optional[int] = None) -> list[Path]:
-    """Render every page to `out_dir/page-0000.png`, ... at `dpi`, the longer side capped at `max_side` pixels.
+def render_pages(
+    path: Path, out_dir: Path, dpi: float, max_side: Optional[int] = None, jpeg_quality: Optional[int] = 85
+) -> list[Path]:
+    """Render every page to `out_dir/page-0000.jpg`, ... at `dpi`, the longer side capped at `max_side` pixels
+    (`jpeg_quality` None: lossless PNG, `page-0000.png`).
 
-    One page and one bitmap are alive at a time, so memory stays flat however long the document is. PNG
-    encoding, most of the time per page, runs outside the PDFium lock.
+    One page and one bitmap are alive at a time, so memory stays flat however long the document is. Encoding,
+    most of the time per page, runs outside the PDFium lock. JPEG because it is what a page costs least as: on 4
+    dev PDFs (79 pages) at 100 dpi, JPEG at quality 85 took 20 ms and 133 KiB a page, PNG 67 ms and 224 KiB.
     """
     if dpi <= 0:
         raise ValueError(f"dpi must be positive, got {dpi}")
@@ -98,8 +102,12 @@ def render_pages(path: Path, out_dir: Path, dpi: float, max_side: Optional[int] 
                     page.close()
             try:
                 image = bitmap.to_pil()  # shares the bitmap's buffer; no PDFium call
-                target = out_dir / f"page-{index:04d}.png"
-                image.save(target, format="PNG")
+                if jpeg_quality is None:
+                    target = out_dir / f"page-{index:04d}.png"
+                    image.save(target, format="PNG")
+                else:
+                    target = out_dir / f"page-{index:04d}.jpg"
+                    image.convert("RGB").save(target, format="JPEG", quality=jpeg_quality)
                 del image  # drop the view before the buffer is freed
             finally:
                 with _PDFIUM_LOCK:

@@ -82,7 +82,7 @@ class Usage:
 class UncertaintyReport:
     """HKRAG's loop as it ran: the pruner's cut, the judger's entropies, the decoupler's rounds."""
 
-    evidence_used: int  # evidence items the pruner kept
+    evidence_used: int  # evidence items the answer reads: the text the pruner kept and the pages the filter kept
     relevance_mass: float  # what they summed to
     entropies: tuple[float, ...]  # mean token entropy (nats) of each probe answer
     threshold: float  # in nats: the LLM's calibrated threshold, or uncertainty.threshold_nats

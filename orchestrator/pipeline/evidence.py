@@ -50,6 +50,17 @@ def evidence_items(
     return items
 
 
+def answering_order(items: Sequence[EvidenceItem]) -> list[EvidenceItem]:
+    """The order the answerer reads the evidence in: the best text item, then the pages the page filter kept,
+    then the rest of the text. Pages keep reserved places rather than competing on score: their score is the
+    VLM filter's P(yes), not comparable with a fused text score, and listed after all text (their rank order) they
+    were the first entries a prompt cut to its budget dropped, so V-RAG's evidence rarely reached the answer.
+    Ranks, and so citations, do not change."""
+    text = [item for item in items if item.record.kind != "page"]
+    pages = [item for item in items if item.record.kind == "page"]
+    return text[:1] + pages + text[1:]
+
+
 def headings(snapshot: Snapshot, items: Sequence[EvidenceItem]) -> set[str]:
     """The titles inside the evidence (title blocks it spans): never an answer sentence."""
     titles = set()

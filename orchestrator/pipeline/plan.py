@@ -118,6 +118,7 @@ class QueryPlan:
     page_top_m: int
     page_top_k: int
     perception: str  # dpr | end_to_end | off
+    perception_items: int  # visual items described (or shown end to end)
     uncertainty: bool
     decompose: bool
     answerer: str  # extractive | llm
@@ -165,6 +166,7 @@ def make_plan(route: str, options: QueryOptions, settings: Settings) -> QueryPla
         page_top_m=options.page_top_m or pages.top_m,
         page_top_k=pages.top_k if options.page_top_k is None else options.page_top_k,
         perception=perception,
+        perception_items=policy.perception_items,
         # The judger reads the LLM's token entropies: the loop needs the LLM answerer.
         uncertainty=switch(options.uncertainty, settings.uncertainty.enabled, policy.uncertainty) and answerer == "llm",
         decompose=policy.decompose,

@@ -44,7 +44,7 @@ from .events import (
     UncertaintyReport,
     Usage,
 )
-from .evidence import evidence_items, headings
+from .evidence import answering_order, evidence_items, headings
 from .extractive import extractive_answer, sentence_citations
 from .fusion import ScoredCandidate, blend_rerank
 from .pages import PageHit, filter_pages, search_pages
@@ -186,7 +186,7 @@ class QueryPipeline:
         answerable = best_similarity >= self.settings.retrieval.min_similarity or any(
             (hit.relevance or 0.0) >= self.settings.pages.min_relevance for hit in pages
         )
-        visual = visual_items(q.items, self.settings.perception.max_items) if q.plan.perception != "off" else []
+        visual = visual_items(q.items, q.plan.perception_items) if q.plan.perception != "off" else []
         if answerable and q.plan.perception == "dpr" and visual:
             await self._perceive(q, visual)
         yield EvidenceEvent(tuple(q.items))
@@ -341,7 +341,8 @@ class QueryPipeline:
         chat = chat_template_of(await self.models.generator_facts(model), model)
         count = self.prompt_tokenizers[model].count
         prompt, _ = answer_prompt(
-            chat, q.question, evidence, budget, count, q.decision.instruction, q.decision.sub_questions, notes, q.conversation
+            chat, q.question, answering_order(evidence), budget, count, q.decision.instruction, q.decision.sub_questions,
+            notes, q.conversation,
         )
         started, last = time.monotonic(), None
         async with models.generate(prompt, self._generation(q.plan), images, self._answer_time(q), q.request_id) as chunks:

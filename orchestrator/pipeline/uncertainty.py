@@ -1,7 +1,7 @@
 """Uncertainty-guided answering (HKRAG): pruner, judger, decoupler; the summarizer is the final answer stream.
 
-Pruner: the smallest top-n of the ranked evidence whose relevance sums to `sufficiency` (capacity: the
-route's evidence_k). Judger: a short probe answer from that evidence; its mean token entropy in nats (from the
+Pruner: the smallest top-n of the ranked text evidence whose relevance sums to `sufficiency` (capacity: the
+route's evidence_k); the pages the page filter kept stay (evidence.answering_order says why). Judger: a short probe answer from that evidence; its mean token entropy in nats (from the
 LLM's own distributions) above the threshold marks the pair uncertain. The threshold is the LLM's own, calibrated
 by the build (thinkserve_build.calibration says why nats and how), or `threshold_nats` when set. Decoupler: while uncertain and under
 `max_iterations`, mine fine-print details anchored on the salient evidence, then probe again with them. The
@@ -22,6 +22,7 @@ from ..triton.chat_template import chat_template_of
 from ..triton.protocol import GenerationOptions, GeneratorFacts, mean_entropy_nats
 from .accounting import StageModels
 from .events import EvidenceItem, UncertaintyReport
+from .evidence import answering_order
 
 
 def prune(relevances: Sequence[float], capacity: int, sufficiency: float) -> tuple[int, float]:
@@ -75,8 +76,9 @@ async def deliberate(
         )
     threshold = judger_threshold(settings, facts)
     chat = chat_template_of(facts, contracts.LLM.name)
-    kept, mass = prune([item.score for item in evidence], capacity, settings.sufficiency)
-    salient = list(evidence[:kept])
+    text = [item for item in evidence if item.record.kind != "page"]
+    kept, mass = prune([item.score for item in text], capacity, settings.sufficiency)
+    salient = answering_order(text[:kept] + [item for item in evidence if item.record.kind == "page"])
     probe_options = replace(options, max_tokens=settings.probe_tokens)
 
     async def probe(notes: str) -> float:
@@ -94,7 +96,7 @@ async def deliberate(
             notes = f"{notes}\n{details.text}".strip()
         entropies.append(await probe(notes))
     report = UncertaintyReport(
-        evidence_used=kept,
+        evidence_used=len(salient),
         relevance_mass=mass,
         entropies=tuple(entropies),
         threshold=threshold,

@@ -163,13 +163,13 @@ def test_render_pages(tmp_path, report):
     from PIL import Image
 
     paths = render_pages(report.path, tmp_path / "pages", dpi=150, max_side=800)
-    assert [p.name for p in paths] == ["page-0000.png", "page-0001.png", "page-0002.png"]
+    assert [p.name for p in paths] == ["page-0000.jpg", "page-0001.jpg", "page-0002.jpg"]
     for path in paths:
         with Image.open(path) as image:
-            assert max(image.size) == 800  # A4 at 150 dpi is 1240 x 1754: capped
-    small = render_pages(report.path, tmp_path / "small", dpi=36)
+            assert max(image.size) == 800 and image.format == "JPEG"  # A4 at 150 dpi is 1240 x 1754: capped
+    small = render_pages(report.path, tmp_path / "small", dpi=36, jpeg_quality=None)
     with Image.open(small[0]) as image:
-        assert image.size == (298, 421)
+        assert image.size == (298, 421) and image.format == "PNG" and small[0].suffix == ".png"
 
 
 def test_long_pdf_is_fast_to_write_and_inspect(tmp_path):

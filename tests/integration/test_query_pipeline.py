@@ -98,7 +98,9 @@ def test_the_fixed_complex_route_runs_the_page_filter_and_the_uncertainty_loop(c
     assert {"page_images", "vlm_filter", "uncertainty", "perception", "llm_ttft", "llm_generation"} <= {t.stage for t in final.timings}
     loop = final.uncertainty
     threshold = llm_parameter(contracts.JUDGER_THRESHOLD_PARAMETER)  # calibrated by the build, in nats
-    assert loop.evidence_used >= 1 and loop.threshold == pytest.approx(threshold, rel=1e-6)
+    pages = [item for item in event_of(events, "evidence").items if item.kind == "page"]
+    assert loop.evidence_used >= 1 + len(pages)  # every page the filter kept reaches the answerer
+    assert loop.threshold == pytest.approx(threshold, rel=1e-6)
     assert len(loop.entropies) == loop.iterations + 1 and (loop.iterations == 2 or loop.entropies[-1] <= threshold)
 
 

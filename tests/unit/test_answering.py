@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 
@@ -12,10 +14,13 @@ from orchestrator.pipeline.extractive import Sentence, candidate_sentences, choo
 from orchestrator.prompts import answer_prompt, cited_ranks, decoupler_prompt, evidence_block
 from orchestrator.config import UncertaintySettings
 from orchestrator.errors import TritonUnavailableError
-from orchestrator.pipeline.uncertainty import judger_threshold, prune
+from orchestrator.pipeline.accounting import QueryLedger, StageModels
+from orchestrator.pipeline.evidence import answering_order
+from orchestrator.pipeline.uncertainty import deliberate, judger_threshold, prune
+from orchestrator.triton.protocol import GenerationOptions
 from orchestrator.triton.protocol import GeneratorFacts, mean_entropy_nats
 from thinkserve_backend.sampling import choose_token
-from tests.model_double import CHATML
+from tests.model_double import CHATML, InProcessModels
 
 
 def item(rank: int, text: str, kind: str = "chunk", section: str = "", perception: str = "", page: int = 0) -> EvidenceItem:
@@ -117,3 +122,37 @@ def test_prompts_carry_the_evidence_its_perception_and_the_instruction():
     assert used == evidence[:1]  # the second entry did not fit: dropped whole, never cut
     assert "Do not answer the question" in decoupler_prompt(CHATML, "How much?", evidence, "", 1000, words)
     assert cited_ranks("As [2] and [1] say, and [2] again, not [9].", {1, 2}) == [2, 1]
+
+
+def page_item(rank: int, page: int, relevance: float = 0.9) -> EvidenceItem:
+    record = EvidenceRecord(f"d:p{page}", "d", "report.pdf", "page", "page", "", "", (Span(-1, page, (0, 0, 1000, 1000)),),
+                            asset=f"d/page-{page:04d}.jpg")
+    return EvidenceItem(rank, relevance, record)
+
+
+def test_pages_the_filter_kept_come_right_after_the_best_text_and_keep_their_ranks():
+    items = [item(1, "a"), item(2, "b"), item(3, "c"), page_item(4, 7), page_item(5, 9)]
+    assert [i.rank for i in answering_order(items)] == [1, 4, 5, 2, 3]
+    assert answering_order(items[:3]) == items[:3]
+    assert [i.rank for i in answering_order(items[3:])] == [4, 5]
+
+
+def test_with_eight_text_candidates_the_pages_still_reach_the_probe_and_the_answer():
+    """The Complex route keeps 8 text items: before, the pruner cut at 8 items and the pages (ranked 9 and 10)
+    never reached the LLM."""
+    evidence = [item(rank, f"Text {rank} about revenue.") for rank in range(1, 9)] + [page_item(9, 3), page_item(10, 5)]
+    models = InProcessModels(entropy=lambda prompt: 0.1)
+    stage = StageModels(models, QueryLedger(), "uncertainty", lambda texts: 0)
+    deliberation = asyncio.run(deliberate(
+        stage, "What was revenue?", evidence, UncertaintySettings(sufficiency=100.0), 8,
+        GenerationOptions(max_tokens=8), 1500, four_chars, "",  10.0,
+    ))
+    assert [i.rank for i in deliberation.evidence] == [1, 9, 10, 2, 3, 4, 5, 6, 7, 8]
+    assert deliberation.report.evidence_used == 10
+    probe = models.generations[0].prompt
+    assert "[9] (report.pdf, page 4, page)" in probe and "[10] (report.pdf, page 6, page)" in probe
+    assert probe.index("[9] (") < probe.index("[2] (")  # reserved places survive a budget cut from the end
+
+
+def four_chars(text: str) -> int:
+    return -(-len(text) // 4)

@@ -49,6 +49,13 @@ def test_perception_is_off_where_the_route_says_so_but_end_to_end_stays_a_choice
     assert make_plan("complex", QueryOptions(), settings).perception == "dpr"
 
 
+def test_each_route_describes_its_own_number_of_visual_items():
+    settings = Settings()
+    assert [make_plan(route, QueryOptions(), settings).perception_items for route in ("simple", "moderate", "complex")] == [2, 4, 6]
+    deeper = Settings.load(None, {"routes.simple": {**settings.routes.simple.model_dump(), "perception_items": 5}})
+    assert make_plan("simple", QueryOptions(), deeper).perception_items == 5
+
+
 def test_router_mode():
     settings = Settings()
     assert router_mode(QueryOptions(), settings) == "features"
