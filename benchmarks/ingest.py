@@ -31,7 +31,7 @@ from orchestrator.knowledge.ingest import Ingestor, mineru_options
 from orchestrator.knowledge.mineru import MineruParser
 from orchestrator.knowledge.store import KnowledgeBase
 from orchestrator.triton.client import TritonClient
-from orchestrator.triton.contracts import all_contracts
+from orchestrator.triton.contracts import PAGE_ENCODER_FAMILIES, all_contracts
 from orchestrator.triton.launcher import TritonServer
 from orchestrator.triton.models import TritonModels
 
@@ -39,7 +39,7 @@ from .corpus import write_corpus
 from .measure import machine_info, write_results
 
 NAME = "ingest"
-BATCHED_MODELS = ("text_embedder_encode", "page_image_clip_encode", "page_image_siglip_encode")
+BATCHED_MODELS = ("text_embedder_encode", *(f"page_image_{family}_encode" for family in PAGE_ENCODER_FAMILIES))
 
 # Run in a fresh interpreter: the RSS a collection costs once loaded as a serving process holds it, warmed (its
 # records read, BM25 indexes, graph and page tables built, vectors faulted in).

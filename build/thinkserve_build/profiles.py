@@ -116,6 +116,7 @@ def tiny() -> Profile:
         page_encoders=(
             PageEncoderSpec("clip", Checkpoint(recipe="tiny-clip"), max_length=64),
             PageEncoderSpec("siglip", Checkpoint(recipe="tiny-siglip"), max_length=64, pad_to_max_length=True),
+            PageEncoderSpec("openclip", Checkpoint(recipe="tiny-openclip"), max_length=64),
         ),
         serving=ServingOptions(),
     )
@@ -136,6 +137,7 @@ def hf() -> Profile:
             PageEncoderSpec(
                 "siglip", Checkpoint(hub_id="google/siglip-base-patch16-224"), max_length=64, pad_to_max_length=True
             ),
+            PageEncoderSpec("openclip", Checkpoint(hub_id="laion/CLIP-ViT-B-32-laion2B-s34B-b79K"), max_length=77),
         ),
         serving=ServingOptions(max_batch_size=64, queue_delay_us=1000, concurrent_generations=4),
     )

@@ -159,16 +159,16 @@ def tiny_llava(out: Path) -> None:
     _save_image_processor(out, crop=True, mean=CLIP_MEAN, std=CLIP_STD)
 
 
-def tiny_clip(out: Path) -> None:
+def tiny_clip(out: Path, seed: int = 41, width: int = 128) -> None:
     import torch
     from transformers import CLIPConfig, CLIPModel
 
-    torch.manual_seed(41)
+    torch.manual_seed(seed)
     config = CLIPConfig(
         text_config=dict(
             vocab_size=30522,
-            hidden_size=128,
-            intermediate_size=256,
+            hidden_size=width,
+            intermediate_size=2 * width,
             num_hidden_layers=2,
             num_attention_heads=4,
             max_position_embeddings=64,
@@ -177,18 +177,23 @@ def tiny_clip(out: Path) -> None:
             pad_token_id=0,
         ),
         vision_config=dict(
-            hidden_size=128,
-            intermediate_size=256,
+            hidden_size=width,
+            intermediate_size=2 * width,
             num_hidden_layers=2,
             num_attention_heads=4,
             image_size=TINY_IMAGE_SIZE,
             patch_size=16,
         ),
-        projection_dim=128,
+        projection_dim=width,
     )
     CLIPModel(config).save_pretrained(str(out))
     _save_minilm_tokenizer(out)
     _save_image_processor(out, crop=True, mean=CLIP_MEAN, std=CLIP_STD)
+
+
+def tiny_openclip(out: Path) -> None:
+    """OpenCLIP's LAION models are CLIP's architecture with other weights: a CLIP of another width and seed."""
+    tiny_clip(out, seed=61, width=96)
 
 
 def tiny_siglip(out: Path) -> None:
@@ -226,5 +231,6 @@ RECIPES: dict[str, Callable[[Path], None]] = {
     "tiny-qwen2": tiny_qwen2,
     "tiny-llava": tiny_llava,
     "tiny-clip": tiny_clip,
+    "tiny-openclip": tiny_openclip,
     "tiny-siglip": tiny_siglip,
 }

@@ -78,6 +78,7 @@ DEFAULT_HOSTED: dict[str, TokenPrice] = {
     "text_embedder": TokenPrice(input_usd_per_million=0.02),
     "page_text_clip": TokenPrice(input_usd_per_million=0.02),
     "page_text_siglip": TokenPrice(input_usd_per_million=0.02),
+    "page_text_openclip": TokenPrice(input_usd_per_million=0.02),
     "reranker": TokenPrice(input_usd_per_million=0.05),
 }
 

@@ -47,8 +47,9 @@ def _find(tensors: tuple[Tensor, ...], name: str, model: str) -> Tensor:
 # Labels of the router's output, in output order.
 ROUTE_LABELS: tuple[str, ...] = ("simple", "moderate", "complex")
 
-# Page-image encoder families served side by side; their similarities are averaged (V-RAG's ensemble).
-PAGE_ENCODER_FAMILIES: tuple[str, ...] = ("clip", "siglip")
+# Page-image encoder families served side by side; their similarities are averaged (V-RAG's ensemble of three:
+# OpenAI's CLIP, SigLIP, and an OpenCLIP model trained on LAION, the same architecture as CLIP on other data).
+PAGE_ENCODER_FAMILIES: tuple[str, ...] = ("clip", "siglip", "openclip")
 
 TEXT_EMBEDDER = ModelContract(
     name="text_embedder",

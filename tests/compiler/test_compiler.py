@@ -21,7 +21,7 @@ def test_unchanged_inputs_are_not_rebuilt_and_weights_are_linked_not_copied(mode
     lines = []
     output = tmp_path / "repo"
     models = compiler.compile_repository(profiles.tiny(), output, CACHE, log=lines.append)
-    assert sum("unchanged (cached)" in line for line in lines) == 7, lines
+    assert sum("unchanged (cached)" in line for line in lines) == len(list(compiler._jobs(profiles.tiny(), print))), lines
     onnx = output / "text_embedder_encode" / "1" / "encoder.onnx"
     assert os.stat(onnx).st_ino == os.stat(model_repository / "text_embedder_encode" / "1" / "encoder.onnx").st_ino
     lines.clear()

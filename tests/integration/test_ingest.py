@@ -76,7 +76,7 @@ def test_a_pdf_becomes_blocks_chunks_units_pages_and_vectors(client, running_orc
     for passage in passages:
         assert all(passage.text[s.start : s.end].strip() for s in passage.spans)  # each block's place in the text
     assert [p.page for p in snapshot.pages] == [0, 1, 2]
-    assert {family: index.size for family, index in snapshot.page_indexes.items()} == {"clip": 3, "siglip": 3}
+    assert {family: index.size for family, index in snapshot.page_indexes.items()} == {"clip": 3, "siglip": 3, "openclip": 3}
 
     # the evidence a query returns carries page regions and the asset path, never a server path
     events = list(client.query("pdfs", "Revenue by region in thousands of euros", max_tokens=1, top_k=5))
@@ -307,7 +307,7 @@ def test_a_content_list_with_its_original_takes_pages_and_page_images_from_it(cl
     ]
     snapshot = stored(running_orchestrator, "origins")
     assert [p.page for p in snapshot.pages] == [0, 1, 2]
-    assert {family: index.size for family, index in snapshot.page_indexes.items()} == {"clip": 3, "siglip": 3}
+    assert {family: index.size for family, index in snapshot.page_indexes.items()} == {"clip": 3, "siglip": 3, "openclip": 3}
 
     beyond = items + [{"type": "text", "text": "A page the original lacks.", "bbox": [100, 100, 900, 140], "page_idx": 4}]
     report = client.ingest("origins", archive(beyond, origin), "beyond")

@@ -72,9 +72,9 @@ def test_every_model_the_complex_route_configures_is_called(client, report, trit
     assert route.intent == "causal" and route.modalities["table"] == 1.0  # features are reported in model mode too
     final = event_of(events, "final")
     stages = {(u.model, u.stage) for u in final.cost.models}
-    expected = {"router", "text_embedder", "reranker", "page_text_clip", "page_text_siglip", "vlm_relevance", "vlm", "llm"}
+    expected = {"router", "text_embedder", "reranker", *(f"page_text_{f}" for f in contracts.PAGE_ENCODER_FAMILIES), "vlm_relevance", "vlm", "llm"}
     if route.label == "simple":  # the router model has random weights: the simple route skips pages and the loop
-        expected -= {"page_text_clip", "page_text_siglip", "vlm_relevance"}
+        expected -= {*(f"page_text_{f}" for f in contracts.PAGE_ENCODER_FAMILIES), "vlm_relevance"}
     assert called == expected  # Triton's statistics, not the orchestrator's word
     assert {model for model, _ in stages} == expected
     assert ("vlm", "perception") in stages  # the table's image was described (DPR) ...

@@ -110,3 +110,37 @@ def test_relevance_prompt_tokens_and_length_groups():
     assert first_token_ids(lambda text: vocabulary.get(text, []), ["no", "No"]) == [7]
     assert relevance_prompt("{image} Q: {question}", "Why?", "<image>") == "<image> Q: Why?"
     assert group_by_length([5, 7, 5, 5, 7]) == {5: [0, 2, 3], 7: [1, 4]}
+
+
+def test_page_search_averages_every_encoder_familys_similarity(tmp_path):
+    """Three families (clip, siglip, openclip) embedded the pages; the question goes through each family's text
+    tower, and each page's similarity is the mean of its three cosines, each computed exactly."""
+    import asyncio
+
+    from orchestrator.knowledge.segments import PageRecord
+    from orchestrator.knowledge.store import KnowledgeBase
+    from orchestrator.pipeline.accounting import QueryLedger, StageModels
+    from orchestrator.pipeline.pages import search_pages
+    from orchestrator.triton.contracts import PAGE_ENCODER_FAMILIES
+    from tests.model_double import InProcessModels, bag_of_words
+    from tests.segment_factory import commit, make_segment, unit_vectors
+
+    assert len(PAGE_ENCODER_FAMILIES) == 3
+    question = "revenue by region"
+    segment = make_segment("report.pdf", ["page one", "page two", "page three"])
+    segment.pages = [PageRecord(segment.document.document_id, page, f"pages/page-{page:04d}.jpg") for page in range(3)]
+    segment.page_vectors = {family: unit_vectors(3, 64, seed) for seed, family in enumerate(PAGE_ENCODER_FAMILIES)}
+    knowledge = KnowledgeBase(tmp_path)
+    commit(knowledge.collection("c", create=True), segment)
+    snapshot = knowledge.collection("c").snapshot
+    models = InProcessModels()
+    hits = asyncio.run(search_pages(StageModels(models, QueryLedger(), "page_images", lambda t: 0), snapshot, question, 3, 10.0))
+
+    asked = bag_of_words(question, 64)
+    expected = {page: np.mean([segment.page_vectors[f][page] @ asked for f in PAGE_ENCODER_FAMILIES]) for page in range(3)}
+    assert sorted(models.calls) == sorted(f"page_text_{f}" for f in PAGE_ENCODER_FAMILIES)
+    assert [hit.page.page for hit in hits] == sorted(expected, key=lambda page: -expected[page])
+    for hit in hits:
+        assert set(hit.per_family) == set(PAGE_ENCODER_FAMILIES)
+        assert hit.similarity == pytest.approx(expected[hit.page.page], abs=1e-5)
+        assert hit.similarity == pytest.approx(np.mean(list(hit.per_family.values())), abs=1e-6)
