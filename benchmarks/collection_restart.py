@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
+from orchestrator.bench.measure import RESULTS, invocation, machine_info, uncommitted_changes, write_results
 from orchestrator.knowledge.indexes import IndexSpec
 
-from .measure import RESULTS, invocation, machine_info, uncommitted_changes, write_results
 from .synthetic_collection import CollectionShape, SyntheticCorpus, write_collection
 
 NAME = "collection_restart"

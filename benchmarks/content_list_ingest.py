@@ -48,6 +48,7 @@ from typing import Any
 import faiss
 import numpy as np
 
+from orchestrator.bench.measure import RESULTS, invocation, machine_info, uncommitted_changes, write_and_show
 from orchestrator.config import Settings
 from orchestrator.knowledge import sources
 from orchestrator.knowledge.content_list import read_content_list
@@ -67,7 +68,6 @@ from orchestrator.triton.models import TritonModels
 
 from .document_qa import DEFAULT_DATASET, _interrupt
 from .ingest import _LOAD_PROBE, BATCHED_MODELS, batch_histogram, compute_seconds
-from .measure import RESULTS, invocation, machine_info, uncommitted_changes, write_and_show
 from .page_baselines import page_texts, windows
 
 NAME = "content_list_ingest"

@@ -45,16 +45,17 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from orchestrator.bench.measure import RESULTS, invocation, machine_info, uncommitted_changes, write_and_show
+from orchestrator.bench.stats import percentile
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
-from orchestrator.deployment import Deployment
+from orchestrator.deployment import running
 from orchestrator.knowledge.ingest import mineru_options
 from orchestrator.knowledge.mineru import MineruParser
 from orchestrator.tokens import PlainTokenizer
 from orchestrator.triton.client import TritonClient
 from orchestrator.triton.models import TritonModels
 
-from .measure import RESULTS, invocation, machine_info, uncommitted_changes, write_and_show
 from .page_baselines import Bm25Pages, DensePassages, page_texts
 from .qa_dataset import Question, contains_answer, load_questions, page_hits, refusal_scores, separation_auc
 
@@ -250,7 +251,7 @@ def score(questions: list[Question], runs: dict[int, dict], rankings: dict[int, 
         "routes": dict(routes),
         "routes_answerable_short": dict(collections.Counter(runs[q.id]["route"] for q in short)),
         "latency_ms": {
-            name: {"p50": float(np.percentile(values, 50)), "p95": float(np.percentile(values, 95))}
+            name: {"p50": percentile(values, 50), "p95": percentile(values, 95)}
             for name, values in (("retrieve", [runs[q.id]["retrieve_ms"] for q in questions]),
                                  ("query", [runs[q.id]["query_ms"] for q in questions]))
         },
@@ -271,7 +272,7 @@ def own_time(questions: list[Question], runs: dict[int, dict]) -> dict[str, Any]
     def summary(members: list[Question]) -> dict[str, Any]:
         values = [runs[q.id]["own_ms"] for q in members]
         stages = sorted({stage for q in members for stage in runs[q.id]["own_ms_by_stage"]})
-        return {"questions": len(members), "p50": float(np.percentile(values, 50)), "p95": float(np.percentile(values, 95)),
+        return {"questions": len(members), "p50": percentile(values, 50), "p95": percentile(values, 95),
                 "stages_p50": {s: float(np.median([runs[q.id]["own_ms_by_stage"].get(s, 0.0) for q in members])) for s in stages}}
 
     later = [q for q in measured if first_of[q.document] != q.id]
@@ -325,13 +326,9 @@ async def measure(settings: Settings, dataset: Path, names: list[str], questions
     started = time.monotonic()
     parsed = await asyncio.to_thread(parse_only, settings, paths, work / "parse-only", progress)
     parse_seconds = time.monotonic() - started
-    deployment = Deployment(settings)
-    address = await deployment.start(progress=progress)
-    try:
-        stats = await evaluate(address, deployment.triton_url, settings, paths, questions, parsed, top_k, concurrency,
-                               ablations, progress)
-    finally:
-        await deployment.stop()
+    async with running(settings, progress) as deployment:
+        stats = await evaluate(deployment.address, deployment.triton_url, settings, paths, questions, parsed, top_k,
+                               concurrency, ablations, progress)
     return {**stats, "parse_only_seconds": parse_seconds, "parse_only_pages_per_s": stats["pages"] / parse_seconds}
 
 

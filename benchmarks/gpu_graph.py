@@ -19,10 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+from orchestrator.bench.measure import machine_info
 from orchestrator.knowledge.graph import DocumentGraph, build_graph, gpu_engine
 from orchestrator.knowledge.segments import RelationMention
-
-from .measure import machine_info
 
 
 def random_graph(nodes: int, edges: int, seed: int = 0):

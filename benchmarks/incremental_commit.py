@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from orchestrator.bench.measure import RESULTS, invocation, machine_info, summarize, uncommitted_changes, write_results
 from orchestrator.config import Settings
 from orchestrator.knowledge.indexes import IndexSpec
 from orchestrator.knowledge.store import KnowledgeBase, Snapshot
@@ -38,7 +39,6 @@ from orchestrator.pipeline.plan import QueryOptions, make_plan
 from orchestrator.pipeline.retrieval import retrieve
 from orchestrator.pipeline.router import query_features
 
-from .measure import RESULTS, invocation, machine_info, summarize, uncommitted_changes, write_results
 from .synthetic_collection import CollectionShape, SyntheticCorpus, write_collection
 
 NAME = "incremental_commit"

@@ -2,7 +2,7 @@
 
     python -m benchmarks.ingest [--documents 8] [--pages 16] [--concurrency 2] [--triton-url HOST:PORT]
 
-Passes, in this order on the same generated corpus (benchmarks/corpus.py):
+Passes, in this order on the same generated corpus (orchestrator/bench/generated/report_corpus.py):
   parse only (1)   MinerU (the configured tier, subprocess mode) on each PDF, `concurrency` documents at a time
   full ingest      the real ingest pipeline (parse, page renders, chunking, extraction, descriptions, every
                    embedding through Triton, atomic commits), `concurrency` documents at a time
@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from orchestrator.bench.generated.report_corpus import write_corpus
+from orchestrator.bench.measure import machine_info, write_results
 from orchestrator.config import Settings
 from orchestrator.knowledge.indexes import index_spec
 from orchestrator.knowledge.ingest import Ingestor, mineru_options
@@ -34,9 +36,6 @@ from orchestrator.triton.client import TritonClient
 from orchestrator.triton.contracts import PAGE_ENCODER_FAMILIES, all_contracts
 from orchestrator.triton.launcher import TritonServer
 from orchestrator.triton.models import TritonModels
-
-from .corpus import write_corpus
-from .measure import machine_info, write_results
 
 NAME = "ingest"
 BATCHED_MODELS = ("text_embedder_encode", *(f"page_image_{family}_encode" for family in PAGE_ENCODER_FAMILIES))

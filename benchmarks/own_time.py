@@ -42,6 +42,7 @@ from typing import AsyncIterator, Optional, Sequence
 import numpy as np
 
 from orchestrator.api.convert import query_event
+from orchestrator.bench.measure import RESULTS, invocation, machine_info, summarize, uncommitted_changes, write_results
 from orchestrator.config import Settings
 from orchestrator.knowledge.indexes import index_spec
 from orchestrator.knowledge.store import KnowledgeBase
@@ -53,7 +54,6 @@ from orchestrator.pipeline.router import query_features
 from orchestrator.tokens import PlainTokenizer
 
 from .incremental_commit import wait_warm
-from .measure import RESULTS, invocation, machine_info, summarize, uncommitted_changes, write_results
 from .synthetic_collection import CollectionShape, SyntheticCorpus, SyntheticQuestion, write_collection
 
 NAME = "own_time"

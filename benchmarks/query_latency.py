@@ -27,18 +27,18 @@ from pathlib import Path
 
 import numpy as np
 
+from orchestrator.bench.generated.pdf_factory import write_sample_report
+from orchestrator.bench.generated.report_corpus import write_corpus
+from orchestrator.bench.measure import machine_info, summarize, write_results
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import ROUTE_NAMES, Settings
-from orchestrator.deployment import Deployment
+from orchestrator.deployment import running
 from orchestrator.knowledge.indexes import IndexSpec
 from orchestrator.knowledge.store import Snapshot
 from orchestrator.pipeline.plan import QueryOptions, make_plan
 from orchestrator.pipeline.retrieval import retrieve
 from orchestrator.pipeline.router import query_features
-from tests.pdf_factory import write_sample_report
 
-from .corpus import write_corpus
-from .measure import machine_info, summarize, write_results
 from .synthetic_collection import CollectionShape, SyntheticCorpus
 
 NAME = "query_latency"
@@ -166,10 +166,8 @@ async def measure_pipeline(rounds: int) -> dict:
             write_sample_report(work / "northwind-report.pdf").path,
             *write_corpus(work / "corpus", documents=2, pages=6),
         ]
-        deployment = Deployment(settings)
-        address = await deployment.start(progress=lambda message: print(f"* {message}", flush=True))
-        try:
-            async with AsyncThinkServeClient(address, timeout_s=600) as client:
+        async with running(settings, lambda message: print(f"* {message}", flush=True)) as deployment:
+            async with AsyncThinkServeClient(deployment.address, timeout_s=600) as client:
                 pages = 0
                 for document in documents:
                     report = await client.ingest_file("bench", document)
@@ -178,8 +176,6 @@ async def measure_pipeline(rounds: int) -> dict:
                 for label, options in PIPELINE_CONFIGS.items():
                     print(f"* {label}", flush=True)
                     results["configs"][label] = await _run_config(client, options, rounds)
-        finally:
-            await deployment.stop()
     return results
 
 

@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from orchestrator.bench.generated.report_corpus import write_corpus
+from orchestrator.bench.measure import machine_info, write_results
 from orchestrator.bench.target import own_deployment
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
@@ -34,9 +36,7 @@ from orchestrator.knowledge.ingest import mineru_options
 from orchestrator.knowledge.mineru import MineruParser
 from orchestrator.ray_ingest import RayOptions, RaySession
 
-from .corpus import write_corpus
 from .ingest import parse_only
-from .measure import machine_info, write_results
 
 NAME = "ray_ingest"
 
@@ -117,7 +117,7 @@ def report(stats: dict, command: str, machine: dict, documents: int, pages_per_d
         f"Command: `{command}`  ",
         f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores, {machine['memory_gib']} GiB, GPU: {machine['gpu']}; "
         "Triton, the orchestrator, the Ray cluster and this client all share these cores.  ",
-        f"Corpus: {documents} generated PDFs x {pages_per_document} pages = {pages} pages (benchmarks/corpus.py); "
+        f"Corpus: {documents} generated PDFs x {pages_per_document} pages = {pages} pages (orchestrator/bench/generated/report_corpus.py); "
         f"{concurrency} uploads in flight; MinerU tier `{settings.ingest.parser_tier}` ({settings.ingest.parser_mode}); "
         f"local Ray cluster with {ray.num_cpus or 'all'} CPUs, one CPU per parse; default ingest settings otherwise.",
         "",

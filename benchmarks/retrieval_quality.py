@@ -5,7 +5,7 @@
 The project's claim is that hybrid retrieval (dense + BM25 over passages and pages + graph, fused) beats the
 best single signal. This measures it end to end: a full deployment (the real tritonserver with every model,
 the orchestrator's gRPC server) on a throw-away data folder ingests the generated corpus of
-benchmarks/quality_corpus.py (generated PDFs, one subject per page; a regression check: the real-document
+orchestrator/bench/generated/quality_corpus.py (generated PDFs, one subject per page; a regression check: the real-document
 benchmark is benchmarks/document_qa.py), then every question is asked over gRPC, like any client, once per
 configuration:
   hybrid   the server's defaults: dense + BM25 over passages and pages + graph, fused
@@ -36,12 +36,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from orchestrator.bench.generated.quality_corpus import QUESTION_TYPES, Corpus, Question, write_quality_corpus
+from orchestrator.bench.measure import invocation, machine_info, uncommitted_changes, write_results
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
-from orchestrator.deployment import Deployment
-
-from .measure import invocation, machine_info, uncommitted_changes, write_results
-from .quality_corpus import QUESTION_TYPES, Corpus, Question, write_quality_corpus
+from orchestrator.deployment import running
 
 NAME = "retrieval_quality"
 COLLECTION = "quality"
@@ -167,17 +166,13 @@ def hybrid_versus_single(results: list[dict]) -> dict[str, dict]:
 
 async def measure(settings: Settings, corpus: Corpus, ablations: bool, progress: Callable[[str], None]) -> dict:
     started = time.monotonic()
-    deployment = Deployment(settings)
-    address = await deployment.start(progress=progress)
-    startup_seconds = time.monotonic() - started
-    try:
+    async with running(settings, progress) as deployment:
+        startup_seconds = time.monotonic() - started
         progress(
             f"ingesting {len(corpus.files)} documents, then {len(corpus.questions)} questions x "
             f"{len(configurations(ablations))} configurations"
         )
-        stats = await evaluate(address, COLLECTION, corpus, ablations)
-    finally:
-        await deployment.stop()
+        stats = await evaluate(deployment.address, COLLECTION, corpus, ablations)
     return {**stats, "startup_seconds": startup_seconds}
 
 
@@ -206,7 +201,7 @@ def report(stats: dict, corpus: Corpus, command: str, machine: dict, settings: S
         f"Command: `{command}`  ",
         f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores, {machine['memory_gib']} GiB, GPU: {machine['gpu']}, "
         f"Python {machine['python']}  ",
-        f"Corpus (benchmarks/quality_corpus.py, seed {corpus.seed}): {len(corpus.files)} generated PDFs, {corpus.pages} pages, "
+        f"Corpus (orchestrator/bench/generated/quality_corpus.py, seed {corpus.seed}): {len(corpus.files)} generated PDFs, {corpus.pages} pages, "
         f"{sum(d['chunks'] for d in stats['documents'])} chunks, {sum(d['units'] for d in stats['documents'])} tables; "
         f"{recall['all']['questions']} questions ("
         + ", ".join(f"{recall[t]['questions']} {t}" for t in QUESTION_TYPES if t in recall)

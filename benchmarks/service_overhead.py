@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import tempfile
@@ -26,15 +27,14 @@ from pathlib import Path
 from orchestrator.api.admission import AdmissionPool
 from orchestrator.api.gateway import Gateway
 from orchestrator.api.security import new_token
+from orchestrator.bench.measure import machine_info, summarize, write_results
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
-from orchestrator.deployment import Deployment
+from orchestrator.deployment import running
 from orchestrator.observability.metrics import ServiceMetrics
 from orchestrator.pipeline.accounting import CostReport, ModelUsage
 from orchestrator.pipeline.events import FinalAnswerEvent, Usage
 from orchestrator.triton.launcher import TritonServer
-
-from .measure import machine_info, summarize, write_results
 
 NAME = "service_overhead"
 SAMPLE = Path("samples/northwind-2024-annual-report.md")
@@ -62,15 +62,13 @@ async def end_to_end(rounds: int, token_count: int) -> dict:
     base = Settings()
     results: dict = {}
     with TritonServer(base.triton) as triton, tempfile.TemporaryDirectory(prefix="thinkserve-overhead-") as folder:
-        deployments = {
-            name: Deployment(_settings(base, Path(folder) / name, triton.endpoints.grpc, name == "guarded", grants))
-            for name in ("guarded", "open")
-        }
         clients = {}
-        try:
-            for name, deployment in deployments.items():
-                address = await deployment.start(progress=lambda _: None)
-                clients[name] = AsyncThinkServeClient(address, timeout_s=60, token=token if name == "guarded" else "")
+        async with contextlib.AsyncExitStack() as started:
+            for name in ("guarded", "open"):
+                settings = _settings(base, Path(folder) / name, triton.endpoints.grpc, name == "guarded", grants)
+                deployment = await started.enter_async_context(running(settings, progress=lambda _: None))
+                clients[name] = AsyncThinkServeClient(deployment.address, timeout_s=60, token=token if name == "guarded" else "")
+                started.push_async_callback(clients[name].close)
                 await clients[name].ingest_file("bench", SAMPLE)
             for request, call in (
                 ("retrieve", lambda c: c.retrieve("bench", QUESTION, route="simple", perception="off")),
@@ -91,11 +89,6 @@ async def end_to_end(rounds: int, token_count: int) -> dict:
                     "p50_difference_ms": summaries["guarded"]["p50_ms"] - summaries["open"]["p50_ms"],
                     "p50_ratio": summaries["guarded"]["p50_ms"] / summaries["open"]["p50_ms"],
                 }
-        finally:
-            for client in clients.values():
-                await client.close()
-            for deployment in deployments.values():
-                await deployment.stop()
     return results
 
 

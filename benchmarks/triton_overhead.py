@@ -27,12 +27,11 @@ from thinkserve_backend.sessions import cpu_session
 from thinkserve_backend.tokenization import encode, load_tokenizer
 from tritonclient.grpc import model_config_pb2
 
+from orchestrator.bench.measure import machine_info, summarize, time_async_calls, time_calls, write_results
 from orchestrator.config import TritonSettings
 from orchestrator.triton.client import TritonClient
 from orchestrator.triton.contracts import TEXT_EMBEDDER
 from orchestrator.triton.launcher import TritonServer
-
-from .measure import machine_info, summarize, time_async_calls, time_calls, write_results
 
 BATCHES = (1, 8, 32)
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "northwind-2024-annual-report.md"

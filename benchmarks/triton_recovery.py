@@ -31,11 +31,10 @@ from typing import Optional
 import grpc
 import numpy as np
 
+from orchestrator.bench.measure import machine_info, write_results
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
-from orchestrator.deployment import Deployment
-
-from .measure import machine_info, write_results
+from orchestrator.deployment import Deployment, running
 
 NAME = "triton_recovery"
 SAMPLE = Path("samples/northwind-2024-annual-report.md")
@@ -196,12 +195,10 @@ async def run(args) -> dict:
             "ingest.chunk_overlap_tokens": 20,
             **({"http.port": 0} if "http" in Settings.model_fields else {}),
         })
-        deployment = Deployment(settings)
         started = time.monotonic()
-        address = await deployment.start(progress=lambda message: print(f"* {message}", flush=True))
-        start_s = time.monotonic() - started
-        try:
-            async with AsyncThinkServeClient(address, timeout_s=args.deadline) as client:
+        async with running(settings, lambda message: print(f"* {message}", flush=True)) as deployment:
+            start_s = time.monotonic() - started
+            async with AsyncThinkServeClient(deployment.address, timeout_s=args.deadline) as client:
                 await client.ingest("bench", SAMPLE.read_bytes(), SAMPLE.name)
                 load = Load(client, args.rate)
                 load.start()
@@ -215,8 +212,6 @@ async def run(args) -> dict:
                         print(f"* stub kill {model} {number + 1}/{args.stub_kills}", flush=True)
                         stub_kills.append(await stub_kill(deployment, load, model, args.deadline, args.settle))
                 await load.stop()
-        finally:
-            await deployment.stop()
     return {
         "triton_start_s": start_s,
         "requests_total": len(load.requests),

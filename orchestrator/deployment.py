@@ -4,9 +4,10 @@ and the gRPC server, started in order and stopped in reverse. `serve`, the demo 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
-from typing import Callable, Optional
+from typing import AsyncIterator, Callable, Optional
 
 import grpc
 
@@ -178,3 +179,17 @@ class Deployment:
 
 async def _serving(service: ThinkServeService) -> bool:
     return (await service.health()).serving
+
+
+@contextlib.asynccontextmanager
+async def running(
+    settings: Settings, progress: Callable[[str], None] = log.info, contracts: Optional[tuple[ModelContract, ...]] = None
+) -> AsyncIterator[Deployment]:
+    """A started deployment (Triton + orchestrator in this process; `.address`, `.triton_url`), stopped on leaving
+    the block however it ends, a failed start included: the one way the benchmarks and tools start one."""
+    deployment = Deployment(settings) if contracts is None else Deployment(settings, contracts)
+    try:
+        await deployment.start(progress=progress)
+        yield deployment
+    finally:
+        await deployment.stop()

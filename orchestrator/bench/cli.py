@@ -6,16 +6,14 @@
     thinkserve bench workload --out-file mix.jsonl ...     write the generated question mix for replay
     thinkserve bench micro [--micro faiss graph] [--vectors N ...] [--graph-chunks N ...]
                                                           FAISS kinds and graph paths in process (orchestrator/bench/micro.py)
-    thinkserve bench ingest|micro [--args "ARGS"]          the checkout's ingest / micro benchmarks (micro: with --args,
-                                                          or --micro query_latency|triton_overhead|gpu_graph)
-    thinkserve bench documents [--args "ARGS"]            real PDFs with evidence pages (benchmarks/document_qa.py:
-                                                          retrieval, citations, answers, refusals against BM25 and
-                                                          dense baselines; default: ../shared/benchmarks/mmlongbench-dev)
     thinkserve bench standins --from-cost bench-cost.json  a cost run's model calls timed on realistic-size stand-in
                                                           models in PyTorch (the GPU when present; modes/standins.py)
 
 Without --address the command starts its own deployment (Triton + orchestrator, the global --profile/--config)
 in a child process, ingests the documents (default: the sample report and generated PDFs) and stops it after.
+
+The checkout's benchmarks/ are scripts over this harness (`python -m benchmarks.document_qa`, `.ingest`,
+`.query_latency`, ...): they run from a checkout, and nothing here runs or imports them.
 """
 
 from __future__ import annotations
@@ -24,17 +22,14 @@ import asyncio
 import json
 import os
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import ConfigurationError
 
-MODES = ("latency", "load", "cost", "ceiling", "ablations", "workload", "ingest", "micro", "standins", "documents")
+MODES = ("latency", "load", "cost", "ceiling", "ablations", "workload", "micro", "standins")
 MICRO_IN_PROCESS = ("faiss", "graph")
-WRAPPED_MICRO = {"query_latency": "benchmarks.query_latency", "triton_overhead": "benchmarks.triton_overhead",
-                 "gpu_graph": "benchmarks.gpu_graph"}
 DEFAULT_OUT = Path("benchmarks/results/bench")
 
 
@@ -83,7 +78,7 @@ def add_bench_command(commands) -> None:
     run.add_argument("--name", help="base name of the result files (default: bench-MODE)")
     run.add_argument("--no-plots", action="store_true")
     micro = bench.add_argument_group("micro")
-    micro.add_argument("--micro", nargs="+", choices=MICRO_IN_PROCESS + tuple(WRAPPED_MICRO),
+    micro.add_argument("--micro", nargs="+", choices=MICRO_IN_PROCESS,
                        help="micro: which benchmarks (default: faiss graph)")
     micro.add_argument("--vectors", type=int, nargs="+", default=[10_000, 100_000, 1_000_000], help="micro faiss: collection sizes")
     micro.add_argument("--index-kinds", nargs="+", default=["flat", "ivf", "hnsw"], choices=("flat", "ivf", "hnsw"))
@@ -103,9 +98,6 @@ def add_bench_command(commands) -> None:
     standins.add_argument("--repeats", type=int, default=3, help="standins: timed calls per shape (median)")
     standins.add_argument("--preset", choices=("hf", "test"), default="hf",
                           help="standins: hf = the hf profile's architectures; test = toy sizes (smoke tests)")
-    run.add_argument("--args", dest="passthrough", default="",
-                     help='ingest/documents/micro: arguments for the wrapped benchmark, e.g. "--documents 4 --pages 8"; micro '
-                          'may name one of its benchmarks first: "triton_overhead --rounds 3"')
     bench.set_defaults(run=cmd_bench)
 
 
@@ -146,8 +138,6 @@ def parse_mix(text: Optional[str]) -> Optional[dict[str, float]]:
 def cmd_bench(args) -> int:
     from ..cli_settings import settings_from_args
 
-    if args.mode in ("ingest", "documents") or (args.mode == "micro" and args.passthrough and not args.micro):
-        return run_wrapped(args.mode, args.passthrough)
     if args.mode == "micro":
         return run_micro(args, settings_from_args(args))
     if args.mode == "standins":
@@ -192,33 +182,8 @@ async def run_mode(args, settings) -> int:
     return 0
 
 
-WRAPPED = {
-    # mode -> the checkout's benchmark modules it runs (each writes its own results under benchmarks/results/)
-    "ingest": ["benchmarks.ingest"],
-    "documents": ["benchmarks.document_qa"],
-    "micro": ["benchmarks.query_latency", "benchmarks.triton_overhead", "benchmarks.gpu_graph"],
-}
-
-
-def run_wrapped(mode: str, passthrough: str) -> int:
-    """Ingest, document-QA and micro benchmarks already exist in the checkout's benchmarks/: run them as they are."""
-    if not Path("benchmarks").is_dir():
-        raise ConfigurationError(f"bench {mode} runs the checkout's benchmarks/: run it from the ThinkServe checkout")
-    extra = shlex.split(passthrough)
-    modules = WRAPPED[mode]
-    if mode == "micro" and extra and not extra[0].startswith("-"):
-        modules, extra = [f"benchmarks.{extra[0]}"], extra[1:]
-    for module in modules:
-        command = [sys.executable, "-m", module, *extra]
-        print("running:", " ".join(command), flush=True)
-        code = subprocess.run(command).returncode
-        if code:
-            return code
-    return 0
-
-
 def run_micro(args, settings) -> int:
-    """The in-process micro benchmarks (FAISS, graph) into one report; wrapped ones named in --micro run after."""
+    """The in-process micro benchmarks (FAISS, graph) into one report."""
     from .micro import faiss_micro, graph_micro, markdown
     from .prices import BenchSettings
     from .report import machine_info, write
@@ -229,14 +194,8 @@ def run_micro(args, settings) -> int:
         payload["faiss"] = faiss_micro(args.vectors, args.index_kinds, args.micro_queries)
     if "graph" in chosen:
         payload["graph"] = graph_micro(args.graph_chunks, args.seed_sets)
-    if "faiss" in chosen or "graph" in chosen:
-        for path in write(args.out, args.name or "bench-micro", payload, markdown(payload)):
-            print(f"wrote {path}")
-    for name in chosen:
-        if name in WRAPPED_MICRO:
-            code = run_wrapped("micro", f"{name} {args.passthrough}")
-            if code:
-                return code
+    for path in write(args.out, args.name or "bench-micro", payload, markdown(payload)):
+        print(f"wrote {path}")
     return 0
 
 

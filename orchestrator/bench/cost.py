@@ -24,7 +24,7 @@ import numpy as np
 from ..pipeline.usage import ModelUsage as Usage
 from ..triton.contracts import GENERATIVE_MODELS  # one row of a query's cost: the pipeline's own record
 from .prices import PriceTable
-from .stats import saving
+from .stats import percentile, saving
 from .triton_stats import ModelCounters
 
 TRITON = "triton_compute"
@@ -127,8 +127,8 @@ def summarize_costs(costs: Sequence[QueryCost]) -> dict:
     return {
         "queries": len(costs),
         "hardware_usd_per_query": float(hardware.mean()),
-        "hardware_usd_per_query_p50": float(np.percentile(hardware, 50)),
-        "hardware_usd_per_query_p95": float(np.percentile(hardware, 95)),
+        "hardware_usd_per_query_p50": percentile(hardware, 50),
+        "hardware_usd_per_query_p95": percentile(hardware, 95),
         "hardware_usd_per_1000_queries": float(hardware.mean() * 1000),
         "hosted_usd_per_query": float(hosted.mean()),
         "hosted_usd_per_1000_queries": float(hosted.mean() * 1000),

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import multiprocessing
 import signal
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,20 +38,17 @@ def _serve(settings: Settings, connection) -> None:
     Ctrl-C reaches the whole foreground process group, this child too: it ignores SIGINT and leaves the
     shutdown to the parent, which asks for it in order. Interrupted half-way through its own stop, it would
     die and orphan tritonserver (a session of its own, so no signal of the terminal reaches it)."""
-    from ..deployment import Deployment
+    from ..deployment import running
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     async def main() -> None:
-        deployment = Deployment(settings)
         try:
-            address = await deployment.start(progress=lambda _: None)
-            connection.send(("ready", address, deployment.triton_url))
-            await asyncio.to_thread(connection.recv)
+            async with running(settings, progress=lambda _: None) as deployment:
+                connection.send(("ready", deployment.address, deployment.triton_url))
+                await asyncio.to_thread(connection.recv)
         except BaseException as error:  # noqa: BLE001 - reported to the parent, which raises it
             connection.send(("failed", f"{type(error).__name__}: {error}", ""))
-        finally:
-            await deployment.stop()
 
     asyncio.run(main())
 
@@ -90,26 +85,15 @@ def bench_settings_for(settings: Settings, data_dir: Path) -> Settings:
     return settings.scratch(data_dir)
 
 
-def checkout_module(name: str):
-    """A module of the ThinkServe checkout's benchmarks/ or tests/ (not installed with the package): imported from
-    the folder the command runs in."""
-    root = Path.cwd()
-    if not (root / name.split(".")[0]).is_dir():
-        raise ConfigurationError(f"{name} is part of the ThinkServe checkout: run from its root, or pass --documents")
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    return importlib.import_module(name)
-
-
 def default_documents(folder: Path, quality_documents: int = 2, quality_pages: int = 4, seed: int = 7) -> list[Path]:
     """The sample report (Markdown), a three-page PDF with a table and a chart, and generated report PDFs
-    (benchmarks/quality_corpus.py, one subject per page)."""
+    (orchestrator/bench/generated/quality_corpus.py, one subject per page)."""
     documents = [SAMPLE_DOCUMENT] if SAMPLE_DOCUMENT.is_file() else []
     folder.mkdir(parents=True, exist_ok=True)
-    pdf_factory = checkout_module("tests.pdf_factory")
+    from .generated import pdf_factory, quality_corpus  # reportlab: the bench extra
+
     documents.append(pdf_factory.write_sample_report(folder / "northwind-report.pdf").path)
-    quality = checkout_module("benchmarks.quality_corpus")
-    documents += quality.write_quality_corpus(folder / "quality", quality_documents, quality_pages, seed).files
+    documents += quality_corpus.write_quality_corpus(folder / "quality", quality_documents, quality_pages, seed).files
     return documents
 
 

@@ -26,6 +26,7 @@ from typing import AsyncIterator, Callable, Optional, Sequence
 
 from ..config import Settings
 from ..errors import ConfigurationError
+from .stats import percentile
 
 NO_BATCHING = "dynamic batching off"
 INT8 = "int8 embedder"
@@ -174,4 +175,4 @@ async def embedding_agreement(baseline_triton: str, variant_triton: str, texts: 
     a, b = (v / np.linalg.norm(v, axis=1, keepdims=True) for v in vectors)
     cosine = (a * b).sum(axis=1)
     return {"texts": len(texts), "mean_cosine": float(cosine.mean()), "min_cosine": float(cosine.min()),
-            "p5_cosine": float(np.percentile(cosine, 5))}
+            "p5_cosine": percentile(cosine, 5)}

@@ -7,7 +7,7 @@ import pytest
 
 from orchestrator.client import ThinkServeClient
 from orchestrator.deployment import Deployment
-from tests import pdf_factory
+from orchestrator.bench.generated import pdf_factory
 from tests.conftest import settings_with
 from tests.integration.conftest import BackgroundLoop, event_of
 

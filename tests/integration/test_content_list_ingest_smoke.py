@@ -8,7 +8,7 @@ import json
 import pytest
 
 from benchmarks import content_list_ingest
-from tests import pdf_factory
+from orchestrator.bench.generated import pdf_factory
 
 pytestmark = pytest.mark.integration
 

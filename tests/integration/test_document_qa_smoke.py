@@ -12,7 +12,7 @@ import pytest
 from benchmarks.document_qa import ABLATIONS, evaluate, parse_only, report, rescore, settings_record
 from benchmarks.qa_dataset import load_questions
 from orchestrator.config import Settings
-from tests import pdf_factory
+from orchestrator.bench.generated import pdf_factory
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ from orchestrator.client import ThinkServeClient
 from orchestrator.ingest_batch import ingest_paths
 from orchestrator.knowledge.graph import BELONGS_TO
 from orchestrator.knowledge.store import MANIFEST, KnowledgeBase
-from tests import pdf_factory
+from orchestrator.bench.generated import pdf_factory
 from tests.integration.conftest import event_of
 from tests.integration.test_models import call, png
 

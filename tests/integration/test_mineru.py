@@ -22,7 +22,7 @@ from orchestrator.knowledge.mineru import (
     MineruTimeoutError,
 )
 from orchestrator.knowledge.pdf import inspect_pdf, render_pages
-from tests.pdf_factory import (
+from orchestrator.bench.generated.pdf_factory import (
     SampleReport,
     write_corrupt_pdf,
     write_empty_pdf,

@@ -15,7 +15,7 @@ from orchestrator.client import ThinkServeClient
 from orchestrator.deployment import Deployment
 from orchestrator.triton import contracts
 from orchestrator.triton.client import TritonClient
-from tests import pdf_factory
+from orchestrator.bench.generated import pdf_factory
 from tests.conftest import MODEL_REPOSITORY, settings_with
 from tests.integration.conftest import BackgroundLoop, event_of, repository_subset
 from thinkserve_build.model_config import parse

@@ -17,7 +17,7 @@ from orchestrator.ingest_batch import ingest_paths  # noqa: E402
 from orchestrator.knowledge.store import KnowledgeBase  # noqa: E402
 from orchestrator.knowledge.mineru import MineruOptions  # noqa: E402
 from orchestrator.ray_ingest import RayOptions, pack_parse  # noqa: E402
-from tests import pdf_factory  # noqa: E402
+from orchestrator.bench.generated import pdf_factory  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from benchmarks.quality_corpus import Question, write_quality_corpus
+from orchestrator.bench.generated.quality_corpus import Question, write_quality_corpus
 from benchmarks.retrieval_quality import CONFIGURATIONS, KS, TOP_K, evaluate
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,7 @@ from orchestrator.knowledge import sources
 from orchestrator.knowledge.mineru import MineruOptions
 from orchestrator.local_documents import zip_files
 from orchestrator.ray_ingest import RAY_MISSING, import_ray, parse_row, parsed_on_ray
-from tests import pdf_factory
+from orchestrator.bench.generated import pdf_factory
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
 

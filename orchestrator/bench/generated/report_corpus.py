@@ -14,7 +14,7 @@ from reportlab.lib.styles import getSampleStyleSheet
 from reportlab.lib.units import cm
 from reportlab.platypus import Image, PageBreak, Paragraph, SimpleDocTemplate, Spacer, Table, TableStyle
 
-from tests.pdf_factory import draw_bar_chart
+from .pdf_factory import draw_bar_chart
 
 COMPANIES = ["Northwind", "Contoso", "Fabrikam", "Tailspin Toys", "Woodgrove Bank", "Litware", "Adventure Works", "Proseware"]
 PLACES = ["Aarhus", "Brno", "Lyon", "Porto", "Leeds", "Graz", "Utrecht", "Gdansk", "Singapore", "Osaka"]

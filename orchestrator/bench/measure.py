@@ -1,12 +1,12 @@
-"""Measurement helpers shared by the benchmarks: raw-sample statistics, machine facts, result files.
+"""Measurement helpers of the checkout's benchmark scripts (benchmarks/): timed calls, raw-sample summaries,
+machine facts, result files and how a run was invoked.
 
-Percentiles always come from raw samples (never averages of averages); clocks are monotonic; warm-up
-iterations are run and discarded before any sample is kept.
+Percentiles always come from raw samples (never averages of averages; stats.py computes them, for `thinkserve
+bench` too); clocks are monotonic; warm-up iterations are run and discarded before any sample is kept.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -14,27 +14,17 @@ import time
 from pathlib import Path
 from typing import Awaitable, Callable
 
-import numpy as np
+from .report import machine_facts, write
+from .stats import distribution
 
-from orchestrator.bench.report import machine_facts
-
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path("benchmarks/results")  # the scripts run from the checkout's root
 
 
 def summarize(samples_s: list[float], items_per_sample: int = 1) -> dict:
-    samples = np.asarray(samples_s, dtype=np.float64) * 1000.0
-    return {
-        "count": int(samples.size),
-        "mean_ms": float(samples.mean()),
-        "p50_ms": float(np.percentile(samples, 50)),
-        "p90_ms": float(np.percentile(samples, 90)),
-        "p95_ms": float(np.percentile(samples, 95)),
-        "p99_ms": float(np.percentile(samples, 99)),
-        "min_ms": float(samples.min()),
-        "max_ms": float(samples.max()),
-        # throughput of a closed loop with one request in flight: items done / time spent
-        "items_per_s": float(items_per_sample * samples.size / (samples.sum() / 1000.0)),
-    }
+    """stats.distribution of the samples in milliseconds, and the throughput of a closed loop with one request
+    in flight: items done / time spent."""
+    samples_ms = [s * 1000.0 for s in samples_s]
+    return {**distribution(samples_ms), "items_per_s": items_per_sample * len(samples_s) / sum(samples_s)}
 
 
 def time_calls(call: Callable[[], object], repeat: int, warmup: int = 3) -> list[float]:
@@ -65,11 +55,7 @@ def machine_info() -> dict:
 
 
 def write_results(name: str, payload: dict, markdown: str, directory: Path = RESULTS) -> tuple[Path, Path]:
-    directory.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = directory / f"{name}.json", directory / f"{name}.md"
-    json_path.write_text(json.dumps(payload, indent=2) + "\n")
-    md_path.write_text(markdown)
-    return json_path, md_path
+    return write(directory, name, payload, markdown)
 
 
 def write_and_show(name: str, payload: dict, markdown: str, directory: Path) -> None:
