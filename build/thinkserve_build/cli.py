@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Callable
 
 from . import train_router
 from .profiles import PROFILES, load_profile
@@ -42,12 +43,18 @@ def main(argv: list[str] | None = None) -> int:
     from .compiler import compile_repository  # heavy imports (torch) only once arguments are valid
 
     output = args.output or Path("model_repository") / profile.name
+    return _reported("thinkserve-build", args.verbose,
+                     lambda: compile_repository(profile, output, args.cache, target=args.target, force=args.force))
+
+
+def _reported(program: str, verbose: bool, work: Callable[[], object]) -> int:
+    """Run `work`; an error is one line on stderr and exit status 1 (with --verbose, the traceback)."""
     try:
-        compile_repository(profile, output, args.cache, target=args.target, force=args.force)
+        work()
     except Exception as error:
-        if args.verbose:
+        if verbose:
             raise
-        print(f"thinkserve-build: error: {type(error).__name__}: {error}", file=sys.stderr)
+        print(f"{program}: error: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
     return 0
 
@@ -64,13 +71,7 @@ def _train_router(argv: list[str]) -> int:
     parser.add_argument("--verbose", action="store_true", help="show tracebacks")
     args = parser.parse_args(argv)
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    try:
-        questions = train_router.read_questions(args.questions)
-        train_router.train_router(args.base, questions, args.output, epochs=args.epochs, learning_rate=args.learning_rate,
-                                  head_only=args.head_only)
-    except Exception as error:
-        if args.verbose:
-            raise
-        print(f"thinkserve-build train-router: error: {type(error).__name__}: {error}", file=sys.stderr)
-        return 1
-    return 0
+    return _reported("thinkserve-build train-router", args.verbose, lambda: train_router.train_router(
+        args.base, train_router.read_questions(args.questions), args.output, epochs=args.epochs,
+        learning_rate=args.learning_rate, head_only=args.head_only,
+    ))

@@ -5,13 +5,23 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
+from tokenizers import Tokenizer
 
 from ..sessions import cpu_session
+
+
+def whole_text_tokenizer(path: Path) -> Tokenizer:
+    """A generator's tokenizer that encodes a prompt whole: no padding, no truncation (prompts are fitted to the
+    context by the orchestrator, and a model refuses one too long with a clear error)."""
+    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    return tokenizer
 
 
 class ModelParameters:
@@ -87,3 +97,17 @@ def error_response(message: str, error: Optional[BaseException] = None) -> "pb_u
     """An error response; a ValueError (bad input: undecodable image, prompt too long) is INVALID_ARG."""
     code = pb_utils.TritonError.INVALID_ARG if isinstance(error, ValueError) else pb_utils.TritonError.INTERNAL
     return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message, code))
+
+
+def responses_by_request(
+    model_name: str, requests: int, owners: list[int], failed: dict[int, BaseException], tensor: Callable[[list[int]], "pb_utils.Tensor"]
+) -> list:
+    """One response per request of a batched `execute`: the output tensor of the rows it owns (`tensor(rows)`), or
+    the error that request alone caused (the others still get their answers)."""
+    responses = []
+    for number in range(requests):
+        if number in failed:
+            responses.append(error_response(f"{model_name}: {failed[number]}", failed[number]))
+            continue
+        responses.append(pb_utils.InferenceResponse([tensor([i for i, owner in enumerate(owners) if owner == number])]))
+    return responses

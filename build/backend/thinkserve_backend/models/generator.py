@@ -12,7 +12,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from tokenizers import Tokenizer
 
 from ..decoding import GenerationParams, GenerationStep, KVCacheDecoder, generate, splice_image_features
 from ..images import ImagePreprocessing, decode_image, preprocess
@@ -24,6 +23,7 @@ from .common import (
     input_scalar,
     input_strings,
     onnx_session,
+    whole_text_tokenizer,
 )
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -34,9 +34,7 @@ class LanguageModel:
         params = ModelParameters(args)
         self.params = params
         self.model_name = params.model_name
-        self.tokenizer = Tokenizer.from_file(str(params.file("tokenizer_file")))
-        self.tokenizer.no_padding()
-        self.tokenizer.no_truncation()
+        self.tokenizer = whole_text_tokenizer(params.file("tokenizer_file"))
         self.decoder = KVCacheDecoder(onnx_session(params.file("decoder_file"), params))
         self.eos_token_ids = params.json("eos_token_ids")
         self.max_context = params.integer("max_context")  # orchestrator.triton.contracts.CONTEXT_PARAMETER

@@ -11,20 +11,17 @@ import json
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from tokenizers import Tokenizer
 
 from ..decoding import KVCacheDecoder
 from ..relevance import first_token_ids, group_by_length, label_probabilities, spellings
-from .common import ModelParameters, error_response, input_strings, onnx_session
+from .common import ModelParameters, error_response, input_strings, onnx_session, responses_by_request, whole_text_tokenizer
 
 
 class PromptClassifierModel:
     def initialize(self, args):
         params = ModelParameters(args)
         self.model_name = params.model_name
-        self.tokenizer = Tokenizer.from_file(str(params.file("tokenizer_file")))
-        self.tokenizer.no_padding()
-        self.tokenizer.no_truncation()
+        self.tokenizer = whole_text_tokenizer(params.file("tokenizer_file"))
         self.decoder = KVCacheDecoder(onnx_session(params.file("decoder_file"), params))
         self.prompt = params.string("prompt")  # in the LLM's chat format, rendered by the build; {question} inside
         self.output = params.string("output_name", "probabilities")
@@ -57,14 +54,9 @@ class PromptClassifierModel:
                 probabilities[rows] = label_probabilities(logits, self.label_ids)
         except Exception as error:
             return [error_response(f"{self.model_name}: {error}", error) for _ in requests]
-        responses = []
-        for number in range(len(requests)):
-            if number in failed:
-                responses.append(error_response(f"{self.model_name}: {failed[number]}", failed[number]))
-                continue
-            rows = [i for i, owner in enumerate(owners) if owner == number]
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(self.output, probabilities[rows])]))
-        return responses
+        return responses_by_request(
+            self.model_name, len(requests), owners, failed, lambda rows: pb_utils.Tensor(self.output, probabilities[rows])
+        )
 
     def _prompt_ids(self, question: str) -> np.ndarray:
         """The prompt's token ids; a question longer than max_question_tokens keeps its first tokens."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from tokenizers import Tokenizer
 
 from ..decoding import KVCacheDecoder, splice_image_features
 from ..images import ImagePreprocessing, decode_image, preprocess
@@ -21,16 +20,14 @@ from ..relevance import (
     relevance_prompt,
     yes_probability,
 )
-from .common import ModelParameters, error_response, input_array, input_strings, onnx_session
+from .common import ModelParameters, error_response, input_array, input_strings, onnx_session, responses_by_request, whole_text_tokenizer
 
 
 class ImageRelevanceModel:
     def initialize(self, args):
         params = ModelParameters(args)
         self.model_name = params.model_name
-        self.tokenizer = Tokenizer.from_file(str(params.file("tokenizer_file")))
-        self.tokenizer.no_padding()
-        self.tokenizer.no_truncation()
+        self.tokenizer = whole_text_tokenizer(params.file("tokenizer_file"))
         self.vision = onnx_session(params.file("vision_file"), params)
         self.token_embedder = onnx_session(params.file("embed_file"), params)
         self.decoder = KVCacheDecoder(onnx_session(params.file("decoder_file"), params))
@@ -77,14 +74,9 @@ class ImageRelevanceModel:
                 scores = self._score(pairs)
             except Exception as error:
                 return [error_response(f"{self.model_name}: {error}", error) for _ in requests]
-        responses = []
-        for number in range(len(requests)):
-            if number in failed:
-                responses.append(error_response(f"{self.model_name}: {failed[number]}", failed[number]))
-                continue
-            rows = [i for i, owner in enumerate(owners) if owner == number]
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("relevance", scores[rows].reshape(-1, 1))]))
-        return responses
+        return responses_by_request(
+            self.model_name, len(requests), owners, failed, lambda rows: pb_utils.Tensor("relevance", scores[rows].reshape(-1, 1))
+        )
 
     def _prompt_ids(self, question: str) -> np.ndarray:
         """The prompt's token ids; a question too long for the context keeps its first tokens."""
