@@ -25,8 +25,8 @@ from opentelemetry.context import Context
 from ..config import ROUTE_NAMES, Settings
 from ..errors import DeadlineExceededError, InvalidRequestError, ModelExecutionError, TritonUnavailableError
 from ..knowledge.segments import EvidenceRecord
-from ..prompts import Conversation, answer_prompt, cited_ranks
 from ..knowledge.store import KnowledgeBase, Snapshot
+from ..prompts import Conversation, answer_prompt, cited_ranks
 from ..tokens import PlainTokenizer
 from ..triton import contracts
 from ..triton.chat_template import chat_template_of

@@ -1,10 +1,11 @@
 """Uncertainty-guided answering (HKRAG): pruner, judger, decoupler; the summarizer is the final answer stream.
 
 Pruner: the smallest top-n of the ranked text evidence whose relevance sums to `sufficiency` (capacity: the
-route's evidence_k); the pages the page filter kept stay (evidence.answering_order says why). Judger: a short probe answer from that evidence; its mean token entropy in nats (from the
-LLM's own distributions) above the threshold marks the pair uncertain. The threshold is the LLM's own, calibrated
-by the build (thinkserve_build.calibration says why nats and how), or `threshold_nats` when set. Decoupler: while uncertain and under
-`max_iterations`, mine fine-print details anchored on the salient evidence, then probe again with them. The
+route's evidence_k); the pages the page filter kept stay (evidence.answering_order says why). Judger: a short
+probe answer from that evidence; its mean token entropy in nats (from the LLM's own distributions) above the
+threshold marks the pair uncertain. The threshold is the LLM's own, calibrated by the build
+(thinkserve_build.calibration says why nats and how), or `threshold_nats` when set. Decoupler: while uncertain
+and under `max_iterations`, mine fine-print details anchored on the salient evidence, then probe again with them. The
 probes are never shown to the reader and never fed back as input (as in the paper); the summarizer answers
 from the kept evidence and the mined details.
 """
