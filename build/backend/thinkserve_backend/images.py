@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 from PIL import Image
@@ -46,14 +47,21 @@ class ImagePreprocessing:
         )
 
 
-def decode_image(data: bytes) -> Image.Image:
-    """Decode PNG/JPEG/... bytes into RGB, with an error that says what was wrong."""
+def decode_image(data: bytes, at_least: Optional[tuple[int, int]] = None) -> Image.Image:
+    """Decode PNG/JPEG/... bytes into RGB, with an error that says what was wrong. With `at_least` (width,
+    height), a JPEG is decoded at the smallest of its DCT scales (1/2, 1/4, 1/8) still at least that large: an
+    encoder that downscales anyway need not decode every pixel (a 100-dpi page for a 96-pixel encoder: 2.3 ms
+    instead of 14 ms; for 384 pixels 15 ms instead of 26). The pixels differ a little from a full decode's (the
+    DCT scale averages blocks before the bicubic resize): on 18 dev PDF pages by 0.056 on average on the
+    normalised [-1, 1] scale at 96 pixels, 0.016 at 224 and 0.026 at 384."""
     if not data:
         raise ImageDecodeError("empty image")
     try:
         image = Image.open(io.BytesIO(data))
         if image.width * image.height > MAX_PIXELS:
             raise ImageDecodeError(f"image of {image.width}x{image.height} pixels exceeds the {MAX_PIXELS} pixel limit")
+        if at_least is not None:
+            image.draft("RGB", at_least)  # a no-op for formats other than JPEG
         return image.convert("RGB")
     except ImageDecodeError:
         raise
@@ -77,3 +85,8 @@ def preprocess(image: Image.Image, spec: ImagePreprocessing) -> np.ndarray:
     pixels = np.asarray(image, dtype=np.float32) / 255.0
     pixels = (pixels - np.asarray(spec.mean, dtype=np.float32)) / np.asarray(spec.std, dtype=np.float32)
     return np.ascontiguousarray(pixels.transpose(2, 0, 1))
+
+
+def pixels_of(data: bytes, spec: ImagePreprocessing) -> np.ndarray:
+    """Encoded image bytes -> the encoder's normalised pixels [3, height, width]."""
+    return preprocess(decode_image(data, (spec.width, spec.height)), spec)

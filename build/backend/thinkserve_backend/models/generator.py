@@ -14,7 +14,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from ..decoding import GenerationParams, GenerationStep, KVCacheDecoder, generate, splice_image_features
-from ..images import ImagePreprocessing, decode_image, preprocess
+from ..images import ImagePreprocessing, pixels_of
 from .common import (
     ModelParameters,
     bytes_tensor,
@@ -151,7 +151,7 @@ class VisionLanguageModel(LanguageModel):
         ids = np.array([self.tokenizer.encode(text, add_special_tokens=False).ids], dtype=np.int64)
         embeddings = self.embed(ids)
         if images:
-            pixels = np.stack([preprocess(decode_image(data), self.preprocessing) for data in images])
+            pixels = np.stack([pixels_of(data, self.preprocessing) for data in images])
             features = self.vision.run(["image_features"], {"pixel_values": pixels})[0]
             embeddings = splice_image_features(ids[0], embeddings[0], features, self.image_token_id)[None]
         return embeddings.astype(np.float32, copy=False), self.embed

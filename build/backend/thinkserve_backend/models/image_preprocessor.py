@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from ..images import ImagePreprocessing, decode_image, preprocess
+from ..images import ImagePreprocessing, pixels_of
 from .common import ModelParameters, error_response, input_array
 
 
@@ -19,7 +19,7 @@ class ImagePreprocessorModel:
         for request in requests:
             try:
                 images = input_array(request, "image").reshape(-1)
-                pixels = np.stack([preprocess(decode_image(bytes(data)), self.spec) for data in images])
+                pixels = np.stack([pixels_of(bytes(data), self.spec) for data in images])
                 responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("pixel_values", pixels)]))
             except Exception as error:
                 responses.append(error_response(f"image preprocessing: {error}", error))

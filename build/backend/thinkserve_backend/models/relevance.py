@@ -11,7 +11,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from ..decoding import KVCacheDecoder, splice_image_features
-from ..images import ImagePreprocessing, decode_image, preprocess
+from ..images import ImagePreprocessing, pixels_of
 from ..relevance import (
     NO_SPELLINGS,
     YES_SPELLINGS,
@@ -61,7 +61,7 @@ class ImageRelevanceModel:
                 images = [bytes(v) for v in input_array(request, "image").reshape(-1)]
                 if len(questions) != len(images):
                     raise ValueError(f"{len(questions)} questions for {len(images)} images")
-                pixels = [preprocess(decode_image(image), self.preprocessing) for image in images]
+                pixels = [pixels_of(image, self.preprocessing) for image in images]
             except Exception as error:
                 failed[number] = error
                 continue
