@@ -27,7 +27,7 @@ from pathlib import Path
 from orchestrator.api.admission import AdmissionPool
 from orchestrator.api.gateway import Gateway
 from orchestrator.api.security import new_token
-from orchestrator.bench.measure import machine_info, summarize, write_results
+from orchestrator.bench.measure import machine_info, summarize, time_async_calls, write_results
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
 from orchestrator.deployment import running
@@ -113,14 +113,7 @@ async def in_process(rounds: int, token_count: int) -> dict:
             async with gateway._admitted(pool, call):
                 metrics.query_done("simple", final)
 
-    for _ in range(200):
-        await one()
-    samples = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        await one()
-        samples.append(time.perf_counter() - started)
-    return summarize(samples)
+    return summarize(await time_async_calls(one, rounds, warmup=200))
 
 
 def markdown(payload: dict, command: str) -> str:
