@@ -43,7 +43,7 @@ from scipy import sparse
 from .chunking import Span
 from .documents import NO_PAGE, Block
 from .graph import DocumentGraph, MultimodalUnit
-from .indexes import LEXICAL_TERMS_VERSION, TermCounts
+from .lexical import LEXICAL_TERMS_VERSION, TermCounts
 
 log = logging.getLogger("thinkserve.knowledge")
 R = TypeVar("R")

@@ -34,19 +34,17 @@ def csr_matvec(matrix: sp.csr_matrix, x: np.ndarray) -> np.ndarray:
     return out
 
 
-def column_product(matrix: sp.csc_matrix, columns: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """`matrix[:, columns] @ x` for a CSC matrix (canonical: sorted indices, no duplicates), `columns` sorted
-    and unique, and a vector of one value per column: a BM25 score is the weights of the question's words
-    times their IDF."""
-    columns = np.asarray(columns, dtype=np.int64)
-    dtype = np.result_type(matrix.dtype, x.dtype)
-    out = np.zeros(matrix.shape[0], dtype=dtype)
+def gathered_columns_product(indptr: np.ndarray, columns: np.ndarray, rows: np.ndarray, values: np.ndarray, x: np.ndarray,
+                             height: int) -> np.ndarray:
+    """`matrix[:, columns] @ x` where `rows` and `values` are the entries of those columns of a CSC matrix (as
+    row_entries(indptr, columns) finds them, their values transformed if need be) and `x` holds one value per
+    column: a BM25 score is the question's words' term weights times their IDFs."""
+    dtype = np.result_type(values.dtype, x.dtype)
+    out = np.zeros(height, dtype=dtype)
     if not len(columns):
         return out
-    indptr = matrix.indptr
-    entries = row_entries(indptr, columns)
     pointers = np.zeros(len(columns) + 1, dtype=indptr.dtype)
     np.cumsum(indptr[columns + 1] - indptr[columns], out=pointers[1:])
-    _sparsetools.csc_matvec(matrix.shape[0], len(columns), pointers, matrix.indices[entries],
-                            matrix.data[entries].astype(dtype, copy=False), np.ascontiguousarray(x, dtype=dtype), out)
+    _sparsetools.csc_matvec(height, len(columns), pointers, rows, values.astype(dtype, copy=False),
+                            np.ascontiguousarray(x, dtype=dtype), out)
     return out

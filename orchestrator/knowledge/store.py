@@ -41,7 +41,8 @@ from scipy import sparse
 from ..errors import AlreadyExistsError, InvalidRequestError, NotFoundError, ReadOnlyError
 from . import stored_indexes
 from .graph import KnowledgeGraph, build_graph
-from .indexes import BM25Index, IndexSpec, VectorIndex
+from .indexes import IndexSpec, VectorIndex
+from .lexical import BM25Index
 from .segments import DocumentRecord, EvidenceRecord, PageRecord, Segment, fsync_path, write_durably
 from .writer_lock import WriterLock
 
@@ -51,6 +52,7 @@ COLLECTION_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 MANIFEST = "manifest.json"
 _STAGING_PREFIX = ".staging-"
 _DELETED_PREFIX = ".deleted-"  # a collection being removed: renamed away first, so it vanishes atomically
+_LEXICAL = ("lexical", "page_lexical")  # a snapshot's BM25 indexes, which the next snapshot's extend
 
 
 @dataclass(frozen=True)
@@ -87,10 +89,11 @@ class Snapshot:
 
     def __init__(
         self, generation: int, segments: Sequence[Segment], spec: IndexSpec, base: Optional["Snapshot"] = None,
-        stored: Mapping[str, VectorIndex] = {},
+        stored: Mapping[str, VectorIndex] = {}, previous: Optional["Snapshot"] = None,
     ):
-        """`base`: the previous snapshot, whose indexes are extended when this one only appends documents;
-        `stored`: indexes read from disk for these segments (stored_indexes.py), used where their size fits."""
+        """`base`: the previous snapshot, whose vector indexes are extended when this one only appends documents;
+        `stored`: indexes read from disk for these segments (stored_indexes.py), used where their size fits;
+        `previous` (default: `base`): the snapshot this one follows, whose BM25 runs it reuses (lexical.py)."""
         self.generation = generation
         self.segments = tuple(segments)
         self.spec = spec
@@ -103,6 +106,13 @@ class Snapshot:
         # go without the graph meanwhile instead of waiting for it (retrieval.py)
         self.building_in_background = False
         self.index_notes: list[str] = []  # why a stored index was not used
+        previous = previous or base
+        # the BM25 indexes this one's are built from: the previous snapshot's, or those it was to be built from
+        # when it was never built (never the snapshot itself: a chain of snapshots would stay in memory)
+        self._lexical_bases: dict[str, BM25Index] = {
+            part: index for part in _LEXICAL
+            if previous is not None and (index := previous.__dict__.get(part) or previous._lexical_bases.get(part)) is not None
+        }
         appended = self.segments[len(base.segments) :] if base is not None and _is_prefix(base.segments, self.segments) else None
 
         # An entity's vector is its first document's that has one (ingest.entity_min_mentions leaves zeros).
@@ -173,8 +183,8 @@ class Snapshot:
     @_built_once
     def lexical(self) -> BM25Index:
         """BM25 over the evidence, assembled from each document's token counts: a commit tokenises only the
-        document it adds."""
-        return BM25Index.of_parts([segment.term_counts for segment in self.segments])
+        document it adds, and reuses the previous snapshot's runs (merging costs about the document)."""
+        return BM25Index.of_parts([segment.term_counts for segment in self.segments], base=self._lexical_bases.pop("lexical", None))
 
     @_built_once
     def page_of_row(self) -> np.ndarray:
@@ -198,7 +208,9 @@ class Snapshot:
     def page_lexical(self) -> BM25Index:
         """BM25 over whole pages (all their passages and units): on real documents the page is the strongest
         lexical unit there is, since a question's words are spread over the page that answers it."""
-        return BM25Index.of_parts([segment.page_term_counts for segment in self.segments])
+        return BM25Index.of_parts(
+            [segment.page_term_counts for segment in self.segments], base=self._lexical_bases.pop("page_lexical", None)
+        )
 
     @functools.cached_property
     def evidence_rows(self) -> dict[str, int]:
@@ -386,15 +398,17 @@ class Collection:
             self._remove_unreferenced()
         return snapshot
 
-    def _from_stored(self, generation: int, segments: list[Segment], stored: stored_indexes.StoredIndexes) -> Snapshot:
+    def _from_stored(
+        self, generation: int, segments: list[Segment], stored: stored_indexes.StoredIndexes, previous: Optional[Snapshot] = None,
+    ) -> Snapshot:
         """A snapshot of `segments` whose vector indexes are the stored ones, with the vectors of the documents
-        appended since they were written added to them."""
+        appended since they were written added to them (and the BM25 runs of `previous`, when given)."""
         if 0 < stored.covered < len(segments):
             prefix = Snapshot(generation, segments[: stored.covered], self.spec, stored=stored.indexes)
-            snapshot = Snapshot(generation, segments, self.spec, base=prefix)
+            snapshot = Snapshot(generation, segments, self.spec, base=prefix, previous=previous)
             snapshot.index_notes = prefix.index_notes + snapshot.index_notes
             return snapshot
-        return Snapshot(generation, segments, self.spec, stored=stored.indexes)
+        return Snapshot(generation, segments, self.spec, stored=stored.indexes, previous=previous)
 
     def _report_indexes(self, snapshot: Snapshot, stored: stored_indexes.StoredIndexes) -> list[str]:
         """Log where a snapshot's vector indexes came from; the tables built because none stored could be used."""
@@ -443,7 +457,7 @@ class Collection:
         if _is_prefix(current.segments, segments):
             snapshot = Snapshot(generation, segments, self.spec, base=current)
         else:
-            snapshot = self._from_stored(generation, segments, stored := self._stored(names))
+            snapshot = self._from_stored(generation, segments, stored := self._stored(names), previous=current)
             self._report_indexes(snapshot, stored)
         self._manifest = manifest
         if self.warm and snapshot.segments:
@@ -511,7 +525,7 @@ class Collection:
         if name not in old.documents:
             raise NotFoundError(f"collection {self.name} has no document named {name!r}")
         manifest = [e for e in self._manifest if e.name != name]
-        snapshot = Snapshot(old.generation + 1, [s for s in old.segments if s.document.name != name], self.spec)
+        snapshot = Snapshot(old.generation + 1, [s for s in old.segments if s.document.name != name], self.spec, previous=old)
         with self._files:
             self._switch(snapshot, manifest)
         return old.documents[name]

@@ -20,7 +20,7 @@ from ..config import AnswerSettings
 from ..errors import ThinkServeError
 from ..knowledge.chunking import Span
 from ..knowledge.text import STOP_WORDS, split_sentences
-from ..knowledge.indexes import lexical_terms
+from ..knowledge.lexical import lexical_terms
 from ..knowledge.segments import EvidenceRecord
 from .accounting import StageModels
 from .events import Citation, EvidenceItem

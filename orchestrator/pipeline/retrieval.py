@@ -19,7 +19,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from ..config import RetrievalSettings
-from ..knowledge.indexes import BM25Index
+from ..knowledge.lexical import BM25Index
 from ..knowledge.store import Snapshot
 from .fusion import SOURCES, CandidateTable, FusionWeights, ScoredCandidate, fuse
 from .graph_search import GraphExpansion, expand, hubs, seed_nodes

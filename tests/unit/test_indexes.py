@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from orchestrator.knowledge.indexes import BM25Index, IndexSpec, VectorIndex, lexical_terms
+from orchestrator.knowledge.indexes import IndexSpec, VectorIndex
+from orchestrator.knowledge.lexical import BM25Index, lexical_terms
 
 
 def unit_vectors(n, dim=16, seed=0):
@@ -71,5 +72,5 @@ def test_bm25_queries_drop_stop_words_and_know_their_own_weight():
     assert index.search("How was the revenue?", 3) == index.search("revenue", 3)  # "how", "was", "the" ignored
     assert index.search("how was it", 3) == []  # nothing but stop words: nothing matches
     unseen = math.log1p((3 + 0.5) / 0.5)  # a word no text holds weighs the most there is
-    assert index.query_weight("revenue of Atlantis") == pytest.approx(index.idf[index.vocabulary["revenue"]] + unseen)
+    assert index.query_weight("revenue of Atlantis") == pytest.approx(index.idf("revenue") + unseen)
     assert index.query_weight("how was it") == 0.0

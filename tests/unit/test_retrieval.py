@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from orchestrator.config import Settings
-from orchestrator.knowledge.indexes import BM25Index, IndexSpec
+from orchestrator.knowledge.indexes import IndexSpec
+from orchestrator.knowledge.lexical import BM25Index
 from orchestrator.knowledge.store import Snapshot
 from orchestrator.pipeline.graph_search import expand, hubs, seed_nodes
 from orchestrator.pipeline.plan import QueryOptions, make_plan
@@ -64,7 +65,7 @@ def test_dense_sparse_and_graph_candidates_fuse_with_every_signal():
 
     index = BM25Index(TEXTS)
     scores, weight = dict(index.search("alpha revenue", 4)), index.query_weight("alpha revenue")
-    assert weight == pytest.approx(sum(index.idf[index.vocabulary[t]] for t in ("alpha", "revenue")))
+    assert weight == pytest.approx(sum(index.idf(t) for t in ("alpha", "revenue")))
     assert by_row[0].lexical == pytest.approx(min(1.0, scores[0] / weight)) and by_row[3].lexical == pytest.approx(scores[3] / weight)
     assert by_row[3].lexical < by_row[0].lexical < 1.0 + 1e-9  # chunk 3 matches "alpha" only
     assert [c.page_lexical for c in result.candidates] == pytest.approx([c.lexical for c in result.candidates])  # a page = a chunk

@@ -16,7 +16,8 @@ from hypothesis import given, settings, strategies as st
 
 from orchestrator.knowledge import segments as segment_files
 from orchestrator.knowledge.documents import NO_PAGE
-from orchestrator.knowledge.indexes import BM25Index, IndexSpec
+from orchestrator.knowledge.indexes import IndexSpec
+from orchestrator.knowledge.lexical import BM25Index
 from orchestrator.knowledge.segments import TERMS_FILE, Segment, StoredRecords
 from orchestrator.knowledge.store import Snapshot
 from tests.segment_factory import make_segment
