@@ -67,7 +67,7 @@ class Deployment:
             self.knowledge = knowledge = KnowledgeBase(
                 storage.data_dir, index_spec(self.settings.index), read_only=storage.read_only,
                 warm=storage.warm_snapshots, retain_dropped_s=storage.retain_dropped_s,
-                index_write_vectors=storage.index_write_vectors,
+                index_write_vectors=storage.index_write_vectors, publish_before_graph_rows=storage.publish_before_graph_rows,
             )
             if storage.read_only:
                 knowledge.follow(storage.follow_interval_s)

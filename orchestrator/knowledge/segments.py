@@ -162,11 +162,17 @@ class Segment:
     def fault_in(self) -> None:
         """Read one value of each memory page of the vector tables queries read row by row (evidence, page
         images): mapped from disk, each page would otherwise cost the first query that touches it a page fault,
-        a disk read after a restart (several milliseconds per query until most pages were touched)."""
+        a disk read after a restart (several milliseconds per query until most pages were touched). Once per
+        segment: a commit's snapshot faults in only the document it adds."""
+        self._faulted_in
+
+    @functools.cached_property
+    def _faulted_in(self) -> bool:
         for table in (self.evidence_vectors, *self.page_vectors.values()):
             flat = np.asarray(table).reshape(-1)
             if flat.size:
                 float(flat[:: max(1, mmap.PAGESIZE // flat.itemsize)].sum())
+        return True
 
     @functools.cached_property
     def embedded_entity_rows(self) -> frozenset[int]:

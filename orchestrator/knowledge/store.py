@@ -52,6 +52,9 @@ COLLECTION_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 MANIFEST = "manifest.json"
 _STAGING_PREFIX = ".staging-"
 _DELETED_PREFIX = ".deleted-"  # a collection being removed: renamed away first, so it vanishes atomically
+# a commit's snapshot of this many evidence rows or more is published before its graph is built (as
+# config.StorageSettings.publish_before_graph_rows, which servers pass)
+PUBLISH_BEFORE_GRAPH_ROWS = 20_000
 _LEXICAL = ("lexical", "page_lexical")  # a snapshot's BM25 indexes, which the next snapshot's extend
 
 
@@ -59,6 +62,28 @@ _LEXICAL = ("lexical", "page_lexical")  # a snapshot's BM25 indexes, which the n
 class ManifestEntry:
     name: str
     segment: str
+
+
+@dataclass(frozen=True)
+class GraphView:
+    """A graph with its [nodes x evidence rows] table, as graph expansion reads them, and the generation of the
+    snapshot whose documents it holds (a newer snapshot may read it while its own graph is built)."""
+
+    graph: KnowledgeGraph
+    node_evidence: sparse.csr_matrix
+    nodes_per_evidence: np.ndarray
+    generation: int
+
+    def widened(self, rows: int) -> "GraphView":
+        """The same graph over `rows` evidence rows, the rows beyond its own reached by no node (documents
+        appended since)."""
+        held = self.node_evidence.shape[1]
+        if rows == held:
+            return self
+        table = sparse.csr_matrix((self.node_evidence.data, self.node_evidence.indices, self.node_evidence.indptr),
+                                  shape=(self.node_evidence.shape[0], rows))
+        counts = np.concatenate([self.nodes_per_evidence, np.zeros(rows - held, dtype=self.nodes_per_evidence.dtype)])
+        return GraphView(self.graph, table, counts, self.generation)
 
 
 def _built_once(build: Callable[["Snapshot"], T]) -> T:
@@ -107,6 +132,11 @@ class Snapshot:
         self.building_in_background = False
         self.index_notes: list[str] = []  # why a stored index was not used
         previous = previous or base
+        # while this snapshot's graph is built in the background, queries may read the newest built graph of the
+        # snapshots it extends by appending documents (their evidence rows are a prefix of these): graph_view()
+        self._graph_fallback: Optional[GraphView] = None
+        if previous is not None and _is_prefix(previous.segments, self.segments):
+            self._graph_fallback = previous._own_graph_view if previous.built("graph_built") else previous._graph_fallback
         # the BM25 indexes this one's are built from: the previous snapshot's, or those it was to be built from
         # when it was never built (never the snapshot itself: a chain of snapshots would stay in memory)
         self._lexical_bases: dict[str, BM25Index] = {
@@ -247,11 +277,11 @@ class Snapshot:
         self.building_in_background = True
         threading.Thread(target=run, name=name, daemon=True).start()
 
-    def warm(self, current: Callable[[], bool] = lambda: True) -> None:
-        """Build what queries build on first use (BM25 indexes, graph, page tables), so none of them waits: a
-        commit's snapshot before it is published, an opened one in the background, which stops early once
-        `current()` says a commit superseded it. The stored vectors are faulted in too."""
-        for part in ("lexical", "page_lexical", "page_rows", "node_evidence", "nodes_per_evidence", "entity_key_set"):
+    def warm(self, current: Callable[[], bool] = lambda: True, graph: bool = True) -> None:
+        """Build what queries build on first use (BM25 indexes, page tables and, with `graph`, the graph), so
+        none of them waits: a commit's snapshot before it is published, an opened one in the background, which
+        stops early once `current()` says a commit superseded it. The new segments' vectors are faulted in too."""
+        for part in ("lexical", "page_lexical", "page_rows", "entity_key_set"):
             if not current():
                 return
             getattr(self, part)
@@ -259,6 +289,33 @@ class Snapshot:
             if not current():
                 return
             segment.fault_in()
+        if graph and current():
+            self.warm_graph()
+
+    def warm_graph(self) -> None:
+        """Build the graph and its evidence table; from then on queries read this snapshot's own graph."""
+        self.graph_built
+        self._graph_fallback = None
+
+    @_built_once
+    def graph_built(self) -> bool:
+        """The graph and its tables, built (a part `built()` can ask for)."""
+        self._own_graph_view
+        return True
+
+    @functools.cached_property
+    def _own_graph_view(self) -> GraphView:
+        return GraphView(self.graph, self.node_evidence, self.nodes_per_evidence, self.generation)
+
+    def graph_view(self) -> Optional[GraphView]:
+        """What graph expansion reads: this snapshot's graph (built now if need be), or, while it is being built
+        in the background, the newest built graph of the snapshots this one extends by appending documents
+        (the documents appended since are not in it), or None when there is none (after an opening, a delete or
+        a replacement): the query goes without the graph rather than wait for it."""
+        if not self.building_in_background or self.built("graph_built"):
+            return self._own_graph_view
+        fallback = self._graph_fallback
+        return fallback.widened(len(self.evidence)) if fallback is not None else None
 
     @functools.cached_property
     def nodes_per_evidence(self) -> np.ndarray:
@@ -325,15 +382,15 @@ class Collection:
     """One tenant's documents. One writer at a time (write_lock); any number of readers of snapshots.
 
     A commit is durable when it returns (its manifest is on disk) and makes the collection's new `head`. In a
-    serving process (`warm`), queries see a head once it is published: after its BM25 indexes and graph are
-    built in the background (Snapshot.warm), so no query waits for them; meanwhile they read the previous
-    snapshot. Commits arriving during a build are published together by the next one, so a bulk ingest does
+    serving process (`warm`), queries see a head once it is published: after its BM25 indexes are built in the
+    background (Snapshot.warm), so no query waits for them; meanwhile they read the previous snapshot. Its
+    graph is built after it is published (graph_view says what queries expand over meanwhile). Commits arriving during a build are published together by the next one, so a bulk ingest does
     not pay a build per document. Writers that promise read-your-writes wait for `visible(generation)`."""
 
     def __init__(
         self, root: Path, spec: IndexSpec, read_only: bool = False, warm: bool = False,
         prepare: Callable[[Snapshot], None] = lambda snapshot: None, retain_dropped_s: float = 0.0,
-        index_write_vectors: int = 0,
+        index_write_vectors: int = 0, publish_before_graph_rows: int = PUBLISH_BEFORE_GRAPH_ROWS,
     ):
         self.root = root
         self.read_only = read_only  # a reader beside the writing process: never cleans up, never writes
@@ -351,6 +408,8 @@ class Collection:
         # stored indexes are written again once the documents appended since hold this many evidence vectors (or
         # when a delete or replacement removed one they hold); 0: with every commit
         self.index_write_vectors = index_write_vectors
+        # a head of at least this many evidence rows is published before its graph is built (_publish_heads)
+        self.publish_before_graph_rows = publish_before_graph_rows
         self._open_lock = threading.Lock()
         # held (in worker threads) from a commit's rename to its manifest and stored indexes, and by the clean-up
         # that removes folders nothing names, which the publisher also runs
@@ -563,19 +622,31 @@ class Collection:
 
     def _publish_heads(self) -> None:
         """Build the newest head and publish it, until the published snapshot is the head. A build is never cut
-        short by a newer commit: under a steady stream of commits each build still publishes something."""
+        short by a newer commit: under a steady stream of commits each build still publishes something.
+
+        A head of publish_before_graph_rows evidence rows or more is published once its BM25 indexes are built,
+        and its graph is built after: meanwhile its queries expand over the previous snapshot's graph when the
+        commit only appended documents, and go without the graph after a delete or a replacement, saying so."""
         while True:
             with self._publishing:
                 head = self._head
                 if head is None or head is self._snapshot:
                     self._publisher = None
                     return
+            early = len(head.evidence) >= self.publish_before_graph_rows
+            head.building_in_background = early  # until its graph is built: queries read the previous one's, or none
             try:
-                head.warm()
+                head.warm(graph=not early)
                 self.prepare(head)
             except Exception:  # its queries meet the error when they build it themselves
                 log.exception("collection %s: building snapshot %d failed; published unbuilt", self.name, head.generation)
             self._publish(head)
+            try:  # after publishing: a new document is searchable (dense, BM25) once its indexes are, not its graph
+                head.warm_graph()
+            except Exception:
+                log.exception("collection %s: building the graph of snapshot %d failed", self.name, head.generation)
+            finally:
+                head.building_in_background = False
 
     def _remove_unreferenced(self, published: Optional[Snapshot] = None) -> None:
         """Folders neither the manifest nor the published snapshot (or the one about to be) names: staging
@@ -601,19 +672,20 @@ class KnowledgeBase:
 
     def __init__(
         self, data_dir: Path, spec: IndexSpec = IndexSpec(), read_only: bool = False, warm: bool = False,
-        retain_dropped_s: float = 0.0, index_write_vectors: int = 0,
+        retain_dropped_s: float = 0.0, index_write_vectors: int = 0, publish_before_graph_rows: int = PUBLISH_BEFORE_GRAPH_ROWS,
     ):
         """`warm`: each collection builds a new snapshot's BM25 indexes and graph in the background after a
         commit or an open, so the first query after it does not (a server sets it; tools and tests need not).
         Writable: this process takes the folder's writer lock (DataFolderLockedError when another holds it).
-        `read_only`: a replica; `follow()` keeps it up with the writer. `retain_dropped_s`, `index_write_vectors`:
-        see Collection."""
+        `read_only`: a replica; `follow()` keeps it up with the writer. `retain_dropped_s`, `index_write_vectors`,
+        `publish_before_graph_rows`: see Collection."""
         self.root = data_dir / "collections"
         self.spec = spec
         self.read_only = read_only
         self.warm = warm
         self.retain_dropped_s = retain_dropped_s
         self.index_write_vectors = index_write_vectors
+        self.publish_before_graph_rows = publish_before_graph_rows
         self._lock = None if read_only else WriterLock(data_dir)
         self._follower: Optional[threading.Thread] = None
         self._closed = threading.Event()
@@ -630,7 +702,7 @@ class KnowledgeBase:
         if name not in self._collections:
             self._collections[name] = Collection(
                 self.root / name, self.spec, self.read_only, self.warm, lambda snapshot: self.prepare(snapshot),
-                self.retain_dropped_s, self.index_write_vectors,
+                self.retain_dropped_s, self.index_write_vectors, self.publish_before_graph_rows,
             )
         collection = self._collections[name]
         # A collection exists once its first document is committed, even if an ingest created the object.

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..config import RetrievalSettings
 from ..knowledge.lexical import BM25Index
-from ..knowledge.store import Snapshot
+from ..knowledge.store import GraphView, Snapshot
 from .fusion import SOURCES, CandidateTable, FusionWeights, ScoredCandidate, fuse
 from .graph_search import GraphExpansion, expand, hubs, seed_nodes
 from .plan import QueryPlan
@@ -71,11 +71,15 @@ def retrieve(
     timer = StageTimer()
     graph_wanted = plan.graph and plan.entity_top_k > 0
     skipped = []
-    if graph_wanted and snapshot.building_in_background and not snapshot.built("node_evidence"):
-        # after a restart the graph of a large collection takes a while to build (a minute at a million chunks):
-        # queries go without its candidates until it is there rather than wait for it
-        graph_wanted, skipped = False, ["graph skipped: the collection's graph is still being built after its opening"]
-    graph_side = pool.submit(_graph_side, snapshot, vectors, plan, settings, named_entities) if pool and graph_wanted else None
+    view = snapshot.graph_view() if graph_wanted else None
+    if graph_wanted and view is None:
+        # after a restart the graph of a large collection takes a while to build (a minute at a million chunks),
+        # after a delete or replacement seconds: queries go without its candidates rather than wait for it
+        graph_wanted, skipped = False, ["graph skipped: the collection's graph is still being built"]
+    elif view is not None and view.generation != snapshot.generation:
+        skipped = [f"graph partial: the documents committed after generation {view.generation} are not in it yet "
+                   "(their graph is being built)"]
+    graph_side = pool.submit(_graph_side, snapshot, view, vectors, plan, settings, named_entities) if pool and graph_wanted else None
     found: dict[str, np.ndarray] = {}  # rows each source found, in the order it ranks them
     dense_scores = np.zeros(0, dtype=np.float32)
     with timer.stage("dense"):
@@ -98,7 +102,8 @@ def retrieve(
             found["page_lexical"] = np.concatenate(pages).astype(np.int64) if pages else np.zeros(0, np.int64)
     seeds, expansion, graph_timings = (
         graph_side.result() if graph_side else
-        _graph_side(snapshot, vectors, plan, settings, named_entities) if graph_wanted else ({}, GraphExpansion(), {})
+        _graph_side(snapshot, view, vectors, plan, settings, named_entities) if view is not None and graph_wanted
+        else ({}, GraphExpansion(), {})
     )
     for stage, milliseconds in graph_timings.items():
         timer.stages[stage] = timer.stages.get(stage, 0.0) + milliseconds
@@ -149,7 +154,8 @@ def _candidate_table(
 
 
 def _graph_side(
-    snapshot: Snapshot, vectors: np.ndarray, plan: QueryPlan, settings: RetrievalSettings, named_entities: Sequence[str],
+    snapshot: Snapshot, view: GraphView, vectors: np.ndarray, plan: QueryPlan, settings: RetrievalSettings,
+    named_entities: Sequence[str],
 ) -> tuple[dict[str, float], GraphExpansion, dict[str, float]]:
     """The seeds (entities similar to the questions, and those they name) and the graph expansion from them,
     with the time each took ("seeds" is dense search: it is reported under "dense")."""
@@ -164,11 +170,11 @@ def _graph_side(
             seeds[key] = 1.0  # named outright: the strongest seed there is
     if seeds:
         with timer.stage("graph"):
-            graph = snapshot.graph
+            graph = view.graph
             expansion = expand(
-                graph, snapshot.node_evidence, snapshot.nodes_per_evidence, seed_nodes(graph, seeds), plan.graph_hops,
+                graph, view.node_evidence, view.nodes_per_evidence, seed_nodes(graph, seeds), plan.graph_hops,
                 settings.graph_max_nodes, settings.pagerank_damping, settings.graph_scoring_nodes,
-                hubs(snapshot.node_evidence, settings.graph_hub_fraction, settings.graph_hub_min_chunks),
+                hubs(view.node_evidence, settings.graph_hub_fraction, settings.graph_hub_min_chunks),
             )
     return seeds, expansion, timer.stages
 

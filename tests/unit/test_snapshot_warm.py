@@ -182,7 +182,7 @@ def test_queries_after_an_opening_go_without_the_graph_until_the_background_buil
     started = time.monotonic()
     during = retrieve(snapshot, ["alpha revenue"], vectors, plan, Settings().retrieval)
     assert time.monotonic() - started < 0.5  # did not wait for the graph
-    assert during.skipped == ["graph skipped: the collection's graph is still being built after its opening"]
+    assert during.skipped == ["graph skipped: the collection's graph is still being built"]
     assert "graph" not in during.timings_ms and during.expansion.nodes.size == 0 and during.candidates
 
     assert wait_until(lambda: not snapshot.building_in_background) and builds == [1]
@@ -191,3 +191,53 @@ def test_queries_after_an_opening_go_without_the_graph_until_the_background_buil
     # a snapshot nobody builds in the background builds its graph for the query that needs it
     fresh = Snapshot(1, snapshot.segments, IndexSpec())
     assert retrieve(fresh, ["alpha revenue"], vectors, plan, Settings().retrieval).skipped == [] and builds == [1, 1]
+
+
+def test_a_large_collections_commit_is_published_before_its_graph_which_queries_then_catch_up_with(tmp_path, monkeypatch):
+    """publish_before_graph_rows: the new document is searchable at once; until the snapshot's own graph is built
+    its queries expand over the previous snapshot's graph after an append, and go without one after a delete."""
+    collection = KnowledgeBase(tmp_path, warm=True, publish_before_graph_rows=0).collection("docs", create=True)
+    commit(collection, segment("a.md"))
+    asyncio.run(asyncio.wait_for(collection.visible(1), 20))
+    assert wait_until(lambda: collection.snapshot.built("graph_built"))
+    first = collection.snapshot
+    release = threading.Event()
+    original = store.build_graph
+    monkeypatch.setattr(store, "build_graph", lambda inputs: (release.wait(20), original(inputs))[1])
+    plan = make_plan("moderate", QueryOptions(), Settings())  # a route that expands the graph
+
+    def query(snapshot):
+        return retrieve(snapshot, ["alpha revenue"], snapshot.evidence_vectors([0]), plan, Settings().retrieval)
+
+    commit(collection, make_segment("b.md", ["delta report", "alpha revenue"], ENTITIES, dim=4, seed=1))
+    asyncio.run(asyncio.wait_for(collection.visible(2), 20))  # published while its graph waits
+    appended = collection.snapshot
+    assert appended.generation == 2 and not appended.built("graph") and appended.building_in_background
+    view = appended.graph_view()
+    assert view.graph is first.graph and view.generation == 1 and view.node_evidence.shape[1] == len(appended.evidence)
+    during = query(appended)
+    assert during.skipped == ["graph partial: the documents committed after generation 1 are not in it yet "
+                              "(their graph is being built)"]
+    assert "graph" in during.timings_ms and len({c.row for c in during.candidates}) == len(during.candidates)
+    assert any(appended.evidence[c.row].evidence_id.startswith(appended.documents["b.md"].document_id) for c in during.candidates)
+    release.set()
+    assert wait_until(lambda: not appended.building_in_background)
+    assert appended.graph_view().generation == 2 and query(appended).skipped == []
+
+    release.clear()
+    removed = collection.snapshot.documents["a.md"].document_id
+    collection.delete("a.md")
+    asyncio.run(asyncio.wait_for(collection.visible(3), 20))
+    deleted = collection.snapshot
+    assert deleted.graph_view() is None  # the previous graph holds the deleted document: not read
+    assert query(deleted).skipped == ["graph skipped: the collection's graph is still being built"]
+    release.set()
+    assert wait_until(lambda: not deleted.building_in_background) and deleted.graph_view().generation == 3
+    assert deleted.graph.node_count and all(removed not in documents for documents in deleted.graph.nodes.documents)
+
+
+def test_a_small_collections_commit_is_published_with_its_graph(tmp_path):
+    collection = KnowledgeBase(tmp_path, warm=True).collection("docs", create=True)  # default: 20,000 rows
+    commit(collection, segment("a.md"))
+    asyncio.run(asyncio.wait_for(collection.visible(1), 20))
+    assert collection.snapshot.built("graph_built") and not collection.snapshot.building_in_background
