@@ -137,6 +137,7 @@ def main() -> None:
     segments = corpus.segments()
     questions = corpus.questions(args.queries)
     settings = Settings()
+    sys.setswitchinterval(settings.server.switch_interval_ms / 1000)  # as a serving process sets it
     data_dir = Path(tempfile.mkdtemp(prefix="incremental-commit-"))
     rounds = []
     try:

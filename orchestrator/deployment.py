@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 import threading
 from typing import AsyncIterator, Callable, Optional
 
@@ -62,6 +63,7 @@ class Deployment:
     async def start(self, progress: Callable[[str], None] = log.info) -> str:
         """Start everything; returns the orchestrator's gRPC address (host:port)."""
         try:
+            sys.setswitchinterval(self.settings.server.switch_interval_ms / 1000)  # see ServerSettings
             storage = self.settings.storage
             # first: a second writer of the data folder refuses before it launches anything
             self.knowledge = knowledge = KnowledgeBase(
