@@ -146,15 +146,23 @@ class Snapshot:
         appended = self.segments[len(base.segments) :] if base is not None and _is_prefix(base.segments, self.segments) else None
 
         # An entity's vector is its first document's that has one (ingest.entity_min_mentions leaves zeros).
-        self.entity_keys, entity_rows = _first_rows((s.entity_keys for s in self.segments), [s.embedded_entity_rows for s in self.segments])
-        self._entity_rows = entity_rows
         # Relations searchable by vector: those of the documents ingested with relation vectors (only
-        # retrieval.relation_seeds reads them, so the ingestor embeds them only when it is on).
-        self.relation_keys, relation_rows = _first_rows((s.relation_keys if len(s.relation_vectors) else () for s in self.segments))
+        # retrieval.relation_seeds reads them, so the ingestor embeds them only when it is on). After an
+        # append both tables extend the base's (a commit reads only its own document's keys).
+        added = appended if appended is not None else self.segments
+        self._entity_table = FirstRows.of(
+            [s.entity_keys for s in added], [s.embedded_entity_rows for s in added], base._entity_table if appended is not None else None,
+        )
+        self._relation_table = FirstRows.of(
+            [s.relation_keys if len(s.relation_vectors) else () for s in added], None,
+            base._relation_table if appended is not None else None,
+        )
+        self.entity_keys, entity_rows = self._entity_table.keys, self._entity_table.rows
+        self.relation_keys, relation_rows = self._relation_table.keys, self._relation_table.rows
         if appended is not None and base is not None:
             self.evidence_index = base.evidence_index.extended(_stack(s.evidence_vectors for s in appended))
-            if entity_rows[: len(base._entity_rows)] == base._entity_rows:
-                self.entity_index = base.entity_index.extended(_rows(self.segments, "entity", entity_rows[len(base._entity_rows) :]))
+            if not self._entity_table.moved:
+                self.entity_index = base.entity_index.extended(_rows(self.segments, "entity", entity_rows[len(base.entity_keys) :]))
             else:  # the new document gave a vector to an entity that had none
                 self.entity_index = self._build(_rows(self.segments, "entity", entity_rows))
             self.relation_index = base.relation_index.extended(
@@ -824,19 +832,44 @@ def _is_prefix(prefix: Sequence[Segment], whole: Sequence[Segment]) -> bool:
     return len(prefix) <= len(whole) and all(a is b for a, b in zip(prefix, whole))
 
 
-def _first_rows(key_lists, preferred: Optional[Sequence[frozenset[int]]] = None) -> tuple[list, list[tuple[int, int]]]:
-    """Unique keys in first-seen order across segments, with (segment, row) of their first occurrence, or with
-    `preferred` (rows per segment), of their first preferred occurrence where they have one."""
-    seen: dict = {}
-    chosen: dict = {}
-    for number, keys in enumerate(key_lists):
-        rows = preferred[number] if preferred is not None else None
-        for row, key in enumerate(keys):
-            key = key if isinstance(key, str) else tuple(key)
-            seen.setdefault(key, (number, row))
-            if rows is not None and row in rows:
-                chosen.setdefault(key, (number, row))
-    return list(seen), [chosen.get(key, first) for key, first in seen.items()]
+class FirstRows:
+    """Unique keys across segments in first-seen order, each with the (segment, row) of its first occurrence, or
+    with `preferred` (rows per segment) of its first preferred occurrence where it has one. Extending it by
+    appended segments reads only theirs (the tables are copied, not rebuilt)."""
+
+    def __init__(self, position: dict, rows: list, preferred: list, segments: int, moved: bool):
+        self._position = position  # key -> its row in `keys`
+        self.rows: list[tuple[int, int]] = rows
+        self._preferred = preferred  # whether each key's row is a preferred one
+        self.segments = segments  # how many segments it has read
+        self.moved = moved  # a key the base held has a new row (it found its first preferred occurrence here)
+
+    @property
+    def keys(self) -> list:
+        return list(self._position)
+
+    @classmethod
+    def of(cls, key_lists: Sequence, preferred: Optional[Sequence[frozenset[int]]] = None,
+           base: Optional["FirstRows"] = None) -> "FirstRows":
+        """The table of `key_lists` (one per segment) read after the base's segments."""
+        position = dict(base._position) if base else {}
+        rows, flags = (list(base.rows), list(base._preferred)) if base else ([], [])
+        held, moved = len(rows), False
+        start = base.segments if base else 0
+        for offset, keys in enumerate(key_lists):
+            number = start + offset
+            chosen = preferred[offset] if preferred is not None else frozenset()
+            for row, key in enumerate(keys):
+                key = key if isinstance(key, str) else tuple(key)
+                at = position.get(key)
+                if at is None:
+                    position[key] = len(rows)
+                    rows.append((number, row))
+                    flags.append(row in chosen)
+                elif not flags[at] and row in chosen:
+                    rows[at], flags[at] = (number, row), True
+                    moved = moved or at < held
+        return cls(position, rows, flags, start + len(key_lists), moved)
 
 
 def _rows(segments: Sequence[Segment], kind: str, rows: Sequence[tuple[int, int]]) -> np.ndarray:

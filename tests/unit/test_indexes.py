@@ -74,3 +74,29 @@ def test_bm25_queries_drop_stop_words_and_know_their_own_weight():
     unseen = math.log1p((3 + 0.5) / 0.5)  # a word no text holds weighs the most there is
     assert index.query_weight("revenue of Atlantis") == pytest.approx(index.idf("revenue") + unseen)
     assert index.query_weight("how was it") == 0.0
+
+
+@pytest.mark.parametrize("kind", ["flat", "hnsw"])
+def test_appending_shares_the_index_and_searches_a_tail_until_it_is_merged_in(kind, monkeypatch, tmp_path):
+    from orchestrator.knowledge import indexes
+
+    monkeypatch.setattr(indexes, "tail_limit", lambda base_size: 25)
+    spec = IndexSpec(kind=kind, hnsw_ef_search=512)
+    vectors = unit_vectors(200, seed=3)
+    index = VectorIndex.build(spec, vectors[:100], 16)
+    grown = index.extended(vectors[100:110]).extended(vectors[110:120])
+    assert grown._index is index._index and grown.size == 120  # shared, not copied; 20 in the tail
+    assert np.array_equal(grown.vectors(), vectors[:120])
+    exact = VectorIndex.build(IndexSpec(), vectors[:120], 16)
+    queries = unit_vectors(8, seed=4)
+    for k in (1, 5, 130):
+        (scores, rows), (expected_scores, expected_rows) = grown.search(queries, k), exact.search(queries, k)
+        assert rows.shape == expected_rows.shape == (8, min(k, 120))
+        assert np.array_equal(rows, expected_rows) and np.allclose(scores, expected_scores, atol=1e-6)
+    grown.write(tmp_path / "index.faiss")  # written whole: the tail merged into a copy
+    written = VectorIndex.read(spec, tmp_path / "index.faiss", kind)
+    assert written.size == 120 and np.array_equal(written.vectors(), vectors[:120]) and grown._index is index._index
+    merged = grown.extended(vectors[120:130])  # 30 past the limit of 25: merged into a copy
+    assert merged._index is not index._index and merged._tail is None and merged.size == 130
+    assert index.size == 100 and grown.size == 120  # the older ones are unchanged
+    assert np.array_equal(merged.search(queries, 5)[1], VectorIndex.build(IndexSpec(), vectors[:130], 16).search(queries, 5)[1])
