@@ -315,6 +315,14 @@ class Snapshot:
     def _own_graph_view(self) -> GraphView:
         return GraphView(self.graph, self.node_evidence, self.nodes_per_evidence, self.generation)
 
+    def lend_graph(self, older: "Snapshot") -> None:
+        """Read `older`'s built graph until this snapshot's own is built, if this one extends it by appending
+        and the graph it reads now is older."""
+        fallback = self._graph_fallback
+        if (older.built("graph_built") and not self.built("graph_built") and _is_prefix(older.segments, self.segments)
+                and (fallback is None or fallback.generation < older.generation)):
+            self._graph_fallback = older._own_graph_view
+
     def graph_view(self) -> Optional[GraphView]:
         """What graph expansion reads: this snapshot's graph (built now if need be), or, while it is being built
         in the background, the newest built graph of the snapshots this one extends by appending documents
@@ -424,6 +432,7 @@ class Collection:
         self._files = threading.RLock()
         self._publishing = threading.Lock()
         self._publisher: Optional[threading.Thread] = None
+        self._graph_builder: Optional[threading.Thread] = None  # builds published snapshots' graphs (_build_graphs)
         # a folder no manifest names is removed once it has been unreferenced this long (readers may read it)
         self.retain_dropped_s = retain_dropped_s
         self._dropped: dict[str, float] = {}  # folder -> when this writer first found it unreferenced
@@ -632,9 +641,10 @@ class Collection:
         """Build the newest head and publish it, until the published snapshot is the head. A build is never cut
         short by a newer commit: under a steady stream of commits each build still publishes something.
 
-        A head of publish_before_graph_rows evidence rows or more is published once its BM25 indexes are built,
-        and its graph is built after: meanwhile its queries expand over the previous snapshot's graph when the
-        commit only appended documents, and go without the graph after a delete or a replacement, saying so."""
+        A head of publish_before_graph_rows evidence rows or more is published once its BM25 indexes are built;
+        its graph is built after, by another thread (_build_graphs), so that publications do not queue behind
+        graph builds. Meanwhile its queries expand over the newest built graph of a snapshot it extends by
+        appending, or go without the graph after a delete or a replacement, saying so."""
         while True:
             with self._publishing:
                 head = self._head
@@ -649,12 +659,30 @@ class Collection:
             except Exception:  # its queries meet the error when they build it themselves
                 log.exception("collection %s: building snapshot %d failed; published unbuilt", self.name, head.generation)
             self._publish(head)
-            try:  # after publishing: a new document is searchable (dense, BM25) once its indexes are, not its graph
-                head.warm_graph()
+            if early:
+                with self._publishing:
+                    if self._graph_builder is None:
+                        self._graph_builder = threading.Thread(target=self._build_graphs, name=f"graph-{self.name}", daemon=True)
+                        self._graph_builder.start()
+
+    def _build_graphs(self) -> None:
+        """Build the published snapshot's graph, until the published one has its graph; a snapshot superseded
+        while its graph was built lends it to the newer ones that extend it (Snapshot.lend_graph)."""
+        while True:
+            with self._publishing:
+                target = self._snapshot
+                if target is None or not target.building_in_background:
+                    self._graph_builder = None
+                    return
+            try:
+                target.warm_graph()
+                for newer in (self._snapshot, self._head):
+                    if newer is not None and newer is not target:
+                        newer.lend_graph(target)
             except Exception:
-                log.exception("collection %s: building the graph of snapshot %d failed", self.name, head.generation)
+                log.exception("collection %s: building the graph of snapshot %d failed", self.name, target.generation)
             finally:
-                head.building_in_background = False
+                target.building_in_background = False
 
     def _remove_unreferenced(self, published: Optional[Snapshot] = None) -> None:
         """Folders neither the manifest nor the published snapshot (or the one about to be) names: staging

@@ -241,3 +241,35 @@ def test_a_small_collections_commit_is_published_with_its_graph(tmp_path):
     commit(collection, segment("a.md"))
     asyncio.run(asyncio.wait_for(collection.visible(1), 20))
     assert collection.snapshot.built("graph_built") and not collection.snapshot.building_in_background
+
+
+def test_publications_do_not_queue_behind_graph_builds_and_a_finished_graph_is_lent_to_newer_snapshots(tmp_path, monkeypatch):
+    collection = KnowledgeBase(tmp_path, warm=True, publish_before_graph_rows=0).collection("docs", create=True)
+    release = threading.Event()
+    original = store.build_graph
+    monkeypatch.setattr(store, "build_graph", lambda inputs: (release.wait(20), original(inputs))[1])
+    commit(collection, segment("a.md"))
+    asyncio.run(asyncio.wait_for(collection.visible(1), 20))
+    first = collection.snapshot
+    commit(collection, segment("b.md", seed=1))  # while the first graph's build waits
+    asyncio.run(asyncio.wait_for(collection.visible(2), 5))
+    second = collection.snapshot
+    assert not first.built("graph") and second.graph_view() is None  # nothing built to expand over yet
+    release.set()
+    assert wait_until(lambda: second.built("graph_built") and not second.building_in_background)
+    assert first.built("graph_built") and second.graph_view().generation == 2
+
+
+def test_a_graph_is_lent_only_to_snapshots_that_extend_its_own_by_appending():
+    a, b = segment("a.md"), segment("b.md", seed=1)
+    first = Snapshot(1, [a], IndexSpec())
+    appended = Snapshot(2, [a, b], IndexSpec(), base=first)
+    replaced = Snapshot(3, [b], IndexSpec(), previous=first)
+    for snapshot in (appended, replaced):
+        snapshot.building_in_background = True
+        assert snapshot.graph_view() is None  # the first graph was not built when they were made
+    first.warm_graph()
+    appended.lend_graph(first)
+    replaced.lend_graph(first)
+    assert appended.graph_view().graph is first.graph and appended.graph_view().node_evidence.shape[1] == 6
+    assert replaced.graph_view() is None
