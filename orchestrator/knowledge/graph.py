@@ -4,8 +4,10 @@ RAG-Anything's dual graph in one structure: entity nodes joined by "related" edg
 descriptions alike) and unit nodes (images, tables, equations, charts) joined to the entities extracted from
 their descriptions by "belongs_to" edges. Entities merge on the hard-match key (`normalize_entity_name`).
 
-The graph is derived data: it is rebuilt in memory from the per-document records whenever a snapshot is
-loaded, so deleting a document is building without it (nothing can be left orphaned). It is kept as node and
+The graph is derived data, made in memory from the per-document records: built when a collection is opened,
+extended when a commit appends a document (appended_graph merges only its records into a copy-on-write
+copy of what the previous graph merged; the result equals a build from scratch, a property test checks it),
+and built again without a document that is deleted or replaced (nothing can be left orphaned). It is kept as node and
 edge tables plus a symmetric weighted scipy.sparse CSR adjacency, the source of truth for traversal and
 PageRank; cuGraph (or CuPy, running the same iteration) is only an optional accelerator behind
 `gpu_available()`, never required.
@@ -13,6 +15,7 @@ PageRank; cuGraph (or CuPy, running the same iteration) is only an optional acce
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import importlib.util
@@ -88,7 +91,8 @@ class DocumentGraph:
 
 @dataclass(frozen=True)
 class NodeTable:
-    """Columns of the nodes; a node's id is its row. Entities come first (sorted by key), then units (by id)."""
+    """Columns of the nodes; a node's id is its row, in the order the documents first named them (entities and
+    units alike), so that appending a document only adds rows."""
 
     kind: list[str]  # ENTITY | UNIT
     key: list[str]  # entity key, or unit id
@@ -104,7 +108,8 @@ class NodeTable:
 
 @dataclass(frozen=True)
 class EdgeTable:
-    """Columns of the undirected edges: "related" edges (src < dst) first, then belongs_to (entity, unit)."""
+    """Columns of the undirected edges, in the order first seen: "related" (src and dst the pair's keys in sorted
+    order) and belongs_to (entity, unit)."""
 
     src: np.ndarray  # int64 node ids
     dst: np.ndarray
@@ -128,6 +133,10 @@ class KnowledgeGraph:
     unit_index: dict[str, int]  # unit id -> node id
     documents: tuple[str, ...]
     _edge_of_entry: np.ndarray = field(repr=False)  # edge id of each stored entry of `adjacency`
+    _merged: Optional["_Merged"] = field(default=None, repr=False)  # what appended_graph extends
+    # made by appended_graph: how many documents the graph it extended held, and the nodes whose rows are new or
+    # changed since (what a node x evidence table of that graph must make again)
+    appended_to: Optional[tuple[int, np.ndarray]] = field(default=None, repr=False)
 
     @property
     def node_count(self) -> int:
@@ -407,165 +416,295 @@ def build_graph(
     max_description_chars: int = 2000,
     belongs_to_weight: float = 1.0,
 ) -> KnowledgeGraph:
-    """Merge documents' records into one graph (see _build); the cyclic garbage collector is paused meanwhile.
+    """Merge documents' records into one graph (see _Merged); the cyclic garbage collector is paused meanwhile.
 
     Building allocates millions of small containers and no cycles: with the collector running, its repeated
     full scans took half of the build time at a million relations.
     """
+    if belongs_to_weight <= 0 or not math.isfinite(belongs_to_weight):
+        raise ValueError(f"belongs_to_weight must be a positive number, not {belongs_to_weight}")
+    with _collector_paused():
+        merged = _Merged(_Limits(max_descriptions, max_description_chars, belongs_to_weight))
+        merged.add(documents)
+        return merged.graph(None)
+
+
+def appended_graph(graph: KnowledgeGraph, documents: Iterable[DocumentGraph]) -> KnowledgeGraph:
+    """`graph` with `documents` added after its own: equal to build_graph over all of them, in time about
+    that of the new documents (their nodes and edges merged, the others' rows shared or copied, not rebuilt).
+    `graph` stays as it was (the merged records are copied before they change)."""
+    if graph._merged is None:
+        raise ValueError("this graph keeps no merged records to append to")
+    with _collector_paused():
+        merged = graph._merged.copy()
+        merged.add(documents)
+        return merged.graph(graph)
+
+
+@contextlib.contextmanager
+def _collector_paused():
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _build(documents, max_descriptions, max_description_chars, belongs_to_weight)
+        yield
     finally:
         if enabled:
             gc.enable()
 
 
-def _build(
-    documents: Iterable[DocumentGraph], max_descriptions: int, max_description_chars: int, belongs_to_weight: float
-) -> KnowledgeGraph:
-    """Merge documents' records into one graph.
+@dataclass(frozen=True)
+class _Limits:
+    max_descriptions: int
+    max_description_chars: int
+    belongs_to_weight: float
 
-    Entities merge by key: display name = most frequent written form (ties: first seen), type = most
-    frequent type other than "concept" when there is one, descriptions deduplicated in input order (at most
+
+class _Merged:
+    """The documents' records merged: the accumulators the node and edge tables are made from. A graph keeps its
+    own, so that appending documents merges only theirs; a copy shares every accumulator until it changes one.
+
+    Entities merge by key: display name = most frequent written form (ties: first seen), type = most frequent
+    type other than "concept" when there is one, descriptions deduplicated in input order (at most
     `max_descriptions`, `max_description_chars`). Relations merge by unordered key pair: weights summed,
     descriptions and keywords deduplicated. Records are taken as stored: a relation or belongs_to link naming
-    an entity no mention names adds that entity ("concept", named by its key); a link to an undeclared unit
-    adds the unit ("unknown"); self-relations and empty keys are dropped; weights that are not positive
-    finite numbers count as 1.0.
+    an entity no mention names adds that entity ("concept", named by its key, its evidence and documents those
+    of its relations); a link to an undeclared unit adds the unit ("unknown"); self-relations and empty keys are
+    dropped; weights that are not positive finite numbers count as 1.0. Nodes and edges are numbered in the
+    order they are first seen, so appending documents only adds rows.
     """
-    if belongs_to_weight <= 0 or not math.isfinite(belongs_to_weight):
-        raise ValueError(f"belongs_to_weight must be a positive number, not {belongs_to_weight}")
-    entities: dict[str, list] = {}
-    relations: dict[tuple[str, str], list] = {}
-    units: dict[str, list] = {}  # unit id -> [type, description, documents]
-    links: dict[tuple[str, str], list[str]] = {}  # (entity key, unit id) -> documents
-    document_ids: list[str] = []
 
-    for document in documents:
-        doc = document.document_id
-        if doc in document_ids:
-            raise ValueError(f"document {doc!r} appears twice in the graph's input")
-        document_ids.append(doc)
-        for mention in document.entities:
-            key, name, description = mention.key, mention.name, mention.description
-            if not key:
-                continue
-            acc = entities.get(key)
-            if acc is None:
-                entities[key] = [
-                    {name: 1} if name else {}, {mention.type: 1}, [description] if description else [],
-                    [mention.evidence_id], [doc],
-                ]
-                continue
-            if name:
-                names = acc[_NAMES]
-                names[name] = names.get(name, 0) + 1
-            types = acc[_TYPES]
-            types[mention.type] = types.get(mention.type, 0) + 1
-            if description:
-                acc[_DESCRIPTIONS].append(description)
-            acc[_EVIDENCE].append(mention.evidence_id)
-            if acc[_DOCUMENTS][-1] != doc:
-                acc[_DOCUMENTS].append(doc)
-        for mention in document.relations:
-            a, b, description, keywords = mention.source, mention.target, mention.description, mention.keywords
-            if not a or not b or a == b:
-                continue
-            pair = (a, b) if a < b else (b, a)
-            weight = mention.weight
-            if not (type(weight) is float and 0.0 < weight < math.inf):
-                weight = _positive(weight)
-            acc = relations.get(pair)
-            if acc is None:
-                relations[pair] = [
-                    weight, [description] if description else [], [keywords] if keywords else [],
-                    [mention.evidence_id], [doc],
-                ]
-                continue
-            acc[_WEIGHT] += weight
-            if description:
-                acc[_RELATION_DESCRIPTIONS].append(description)
-            if keywords:
-                acc[_KEYWORDS].append(keywords)
-            acc[_EVIDENCE].append(mention.evidence_id)
-            if acc[_DOCUMENTS][-1] != doc:
-                acc[_DOCUMENTS].append(doc)
-        for unit in document.units:
-            record = units.setdefault(unit.unit_id, [unit.type, unit.description, []])
-            if doc not in record[2]:
-                record[2].append(doc)
-        for key, unit_id in document.belongs_to:
-            if not key or not unit_id:
-                continue
-            acc = entities.setdefault(key, [{}, {}, [], [], [doc]])
-            if acc[_DOCUMENTS][-1] != doc:
-                acc[_DOCUMENTS].append(doc)
-            record = units.setdefault(unit_id, [UNKNOWN_UNIT_TYPE, "", []])
-            if doc not in record[2]:
-                record[2].append(doc)
-            linked = links.setdefault((key, unit_id), [])
-            if doc not in linked:
-                linked.append(doc)
+    def __init__(self, limits: _Limits):
+        self.limits = limits
+        self.entities: dict[str, list] = {}  # key -> [names, types, descriptions, evidence, documents]
+        self.relations: dict[tuple[str, str], list] = {}  # (a, b), a < b -> [weight, descriptions, keywords, evidence, documents]
+        self.units: dict[str, list] = {}  # unit id -> [type, description, documents]
+        self.links: dict[tuple[str, str], list[str]] = {}  # (entity key, unit id) -> documents
+        self.incident: dict[str, list[tuple[str, str]]] = {}  # entity key -> its relations' pairs, first seen first
+        self.entity_index: dict[str, int] = {}  # node ids, in first-seen order across both kinds
+        self.unit_index: dict[str, int] = {}
+        self.node_keys: list[tuple[str, str]] = []  # (ENTITY | UNIT, key) by node id
+        self.edge_keys: list[tuple] = []  # (RELATED, pair) | (BELONGS_TO, link) by edge id
+        self.edge_ids: dict[tuple, int] = {}
+        self.document_ids: list[str] = []
+        self.position: dict[str, int] = {}
+        self._owned: Optional[set] = None  # a copy's accumulators it has copied (None: all its own)
+        self.touched_nodes: set[int] = set()  # since the copy: nodes and edges whose rows must be made again
+        self.touched_edges: set[int] = set()
 
-    position = {doc: i for i, doc in enumerate(document_ids)}
-    for pair, acc in relations.items():  # endpoints no mention named
-        for key in pair:
-            if key not in entities:
-                entities[key] = [{}, {}, [], list(acc[_EVIDENCE]), list(acc[_DOCUMENTS])]
-            elif not entities[key][_NAMES] and not entities[key][_TYPES]:
-                implicit = entities[key]
-                implicit[_DOCUMENTS] = sorted({*implicit[_DOCUMENTS], *acc[_DOCUMENTS]}, key=position.__getitem__)
-                implicit[_EVIDENCE].extend(acc[_EVIDENCE])
+    def copy(self) -> "_Merged":
+        other = _Merged.__new__(_Merged)
+        other.limits = self.limits
+        for name in ("entities", "relations", "units", "links", "incident", "entity_index", "unit_index", "edge_ids", "position"):
+            setattr(other, name, dict(getattr(self, name)))
+        for name in ("node_keys", "edge_keys", "document_ids"):
+            setattr(other, name, list(getattr(self, name)))
+        other._owned, other.touched_nodes, other.touched_edges = set(), set(), set()
+        return other
 
-    entity_keys = sorted(entities)
-    unit_ids = sorted(units)
-    entity_index = {key: i for i, key in enumerate(entity_keys)}
-    unit_index = {uid: len(entity_keys) + i for i, uid in enumerate(unit_ids)}
+    def _own(self, table: dict, name: str, key, copy, new=None):
+        """The accumulator of `key` in `table` (made by `new()` if absent), copied first if a copy still shares it."""
+        value = table.get(key)
+        if value is None:
+            value = table[key] = new()
+        elif self._owned is not None and (name, key) not in self._owned:
+            value = table[key] = copy(value)
+        else:
+            return value
+        if self._owned is not None:
+            self._owned.add((name, key))
+        return value
 
-    names, types, descriptions, node_documents, node_evidence = [], [], [], [], []
-    for key in entity_keys:
-        acc = entities[key]
-        names.append(_most_frequent(acc[_NAMES]) if acc[_NAMES] else key)
-        types.append(_merged_type(acc[_TYPES]))
-        descriptions.append(_joined(acc[_DESCRIPTIONS], max_descriptions, max_description_chars))
-        node_documents.append(tuple(acc[_DOCUMENTS]))
-        node_evidence.append(_unique(acc[_EVIDENCE]))
-    for uid in unit_ids:
-        unit_type, description, docs = units[uid]
-        names.append(uid)
-        types.append(unit_type)
-        descriptions.append(description)
-        node_documents.append(tuple(docs))
-        node_evidence.append((uid,))
-    nodes = NodeTable(
-        [ENTITY] * len(entity_keys) + [UNIT] * len(unit_ids), entity_keys + unit_ids, names, types, descriptions,
-        node_documents, node_evidence,
-    )
+    def _touch_node(self, node: int) -> None:
+        if self._owned is not None:  # a first build makes every row anyway
+            self.touched_nodes.add(node)
 
-    pairs = list(relations)
-    related_src = np.fromiter((entity_index[a] for a, _ in pairs), dtype=np.int64, count=len(pairs))
-    related_dst = np.fromiter((entity_index[b] for _, b in pairs), dtype=np.int64, count=len(pairs))
-    order = np.lexsort((related_dst, related_src))
-    pairs = [pairs[i] for i in order]
-    link_pairs = sorted(links, key=lambda link: (entity_index[link[0]], unit_index[link[1]]))
-    accs = [relations[p] for p in pairs]
-    src = np.concatenate((related_src[order], np.fromiter((entity_index[k] for k, _ in link_pairs), np.int64, len(link_pairs))))
-    dst = np.concatenate((related_dst[order], np.fromiter((unit_index[u] for _, u in link_pairs), np.int64, len(link_pairs))))
-    weights = np.concatenate((np.fromiter((acc[_WEIGHT] for acc in accs), np.float64, len(accs)), np.full(len(link_pairs), belongs_to_weight)))
-    edges = EdgeTable(
-        src=src,
-        dst=dst,
-        kind=[RELATED] * len(pairs) + [BELONGS_TO] * len(link_pairs),
-        weight=weights,
-        description=[_joined(acc[_RELATION_DESCRIPTIONS], max_descriptions, max_description_chars) for acc in accs]
-        + [""] * len(link_pairs),
-        keywords=[_keywords(acc[_KEYWORDS]) for acc in accs] + [""] * len(link_pairs),
-        documents=[tuple(acc[_DOCUMENTS]) for acc in accs] + [tuple(links[link]) for link in link_pairs],
-        evidence=[_unique(acc[_EVIDENCE]) for acc in accs] + [()] * len(link_pairs),
-    )
-    adjacency, edge_of_entry = _adjacency(len(nodes), src, dst, weights)
-    return KnowledgeGraph(nodes, edges, adjacency, entity_index, unit_index, tuple(document_ids), edge_of_entry)
+    def _entity(self, key: str, write: bool = True) -> Optional[list]:
+        """The entity's accumulator (a node is added for a key seen first); with `write`, one this may change."""
+        if key not in self.entity_index:
+            self.entity_index[key] = len(self.node_keys)
+            self.node_keys.append((ENTITY, key))
+        self._touch_node(self.entity_index[key])
+        if not write:
+            self.entities.setdefault(key, [{}, {}, [], [], []])
+            return None
+        return self._own(self.entities, "entity", key, lambda a: [dict(a[0]), dict(a[1]), a[2][:], a[3][:], a[4][:]],
+                         lambda: [{}, {}, [], [], []])
+
+    def _unit(self, unit_id: str, unit_type: str, description: str) -> list:
+        if unit_id not in self.unit_index:
+            self.unit_index[unit_id] = len(self.node_keys)
+            self.node_keys.append((UNIT, unit_id))
+        self._touch_node(self.unit_index[unit_id])
+        return self._own(self.units, "unit", unit_id, lambda r: [r[0], r[1], r[2][:]], lambda: [unit_type, description, []])
+
+    def _edge(self, kind: str, key: tuple) -> None:
+        edge = (kind, key)
+        if edge not in self.edge_ids:
+            self.edge_ids[edge] = len(self.edge_keys)
+            self.edge_keys.append(edge)
+        if self._owned is not None:
+            self.touched_edges.add(self.edge_ids[edge])
+
+    def add(self, documents: Iterable[DocumentGraph]) -> None:
+        for document in documents:
+            doc = document.document_id
+            if doc in self.position:
+                raise ValueError(f"document {doc!r} appears twice in the graph's input")
+            self.position[doc] = len(self.document_ids)
+            self.document_ids.append(doc)
+            for mention in document.entities:
+                key, name, description = mention.key, mention.name, mention.description
+                if not key:
+                    continue
+                acc = self._entity(key)
+                if name:
+                    names = acc[_NAMES]
+                    names[name] = names.get(name, 0) + 1
+                types = acc[_TYPES]
+                types[mention.type] = types.get(mention.type, 0) + 1
+                if description:
+                    acc[_DESCRIPTIONS].append(description)
+                acc[_EVIDENCE].append(mention.evidence_id)
+                if not acc[_DOCUMENTS] or acc[_DOCUMENTS][-1] != doc:
+                    acc[_DOCUMENTS].append(doc)
+            for mention in document.relations:
+                a, b, description, keywords = mention.source, mention.target, mention.description, mention.keywords
+                if not a or not b or a == b:
+                    continue
+                pair = (a, b) if a < b else (b, a)
+                weight = mention.weight
+                if not (type(weight) is float and 0.0 < weight < math.inf):
+                    weight = _positive(weight)
+                for key in pair:  # an endpoint no mention names is an entity too (see _entity_row)
+                    self._entity(key, write=False)
+                self._edge(RELATED, pair)
+                if pair not in self.relations:
+                    self._own(self.relations, "relation", pair, list, lambda: [
+                        weight, [description] if description else [], [keywords] if keywords else [], [mention.evidence_id], [doc],
+                    ])
+                    for key in pair:
+                        self._own(self.incident, "incident", key, list, list).append(pair)
+                    continue
+                acc = self._own(self.relations, "relation", pair, lambda r: [r[0], r[1][:], r[2][:], r[3][:], r[4][:]])
+                acc[_WEIGHT] += weight
+                if description:
+                    acc[_RELATION_DESCRIPTIONS].append(description)
+                if keywords:
+                    acc[_KEYWORDS].append(keywords)
+                acc[_EVIDENCE].append(mention.evidence_id)
+                if acc[_DOCUMENTS][-1] != doc:
+                    acc[_DOCUMENTS].append(doc)
+            for unit in document.units:
+                record = self._unit(unit.unit_id, unit.type, unit.description)
+                if doc not in record[2]:
+                    record[2].append(doc)
+            for key, unit_id in document.belongs_to:
+                if not key or not unit_id:
+                    continue
+                acc = self._entity(key)
+                if not acc[_DOCUMENTS] or acc[_DOCUMENTS][-1] != doc:
+                    acc[_DOCUMENTS].append(doc)
+                record = self._unit(unit_id, UNKNOWN_UNIT_TYPE, "")
+                if doc not in record[2]:
+                    record[2].append(doc)
+                link = (key, unit_id)
+                linked = self._own(self.links, "link", link, list, list)
+                if doc not in linked:
+                    linked.append(doc)
+                self._edge(BELONGS_TO, link)
+
+    def _entity_row(self, key: str) -> tuple:
+        """(name, type, description, documents, evidence) of an entity node. An entity no mention names (only
+        relations and belongs_to links do) takes the evidence and documents of its relations."""
+        names, types, descriptions, evidence, documents = self.entities[key]
+        if names or types:
+            limits = self.limits
+            return (_most_frequent(names) if names else key, _merged_type(types),
+                    _joined(descriptions, limits.max_descriptions, limits.max_description_chars),
+                    tuple(documents), _unique(evidence))
+        pairs = self.incident.get(key, ())
+        if pairs:
+            evidence = list(evidence)
+            named_by = set(documents)
+            for pair in pairs:
+                relation = self.relations[pair]
+                evidence.extend(relation[_EVIDENCE])
+                named_by.update(relation[_DOCUMENTS])
+            documents = sorted(named_by, key=self.position.__getitem__)
+        return key, IMPLICIT_TYPE, "", tuple(documents), _unique(evidence)
+
+    def _node_row(self, node: int) -> tuple:
+        kind, key = self.node_keys[node]
+        if kind == ENTITY:
+            return self._entity_row(key)
+        unit_type, description, documents = self.units[key]
+        return key, unit_type, description, tuple(documents), (key,)
+
+    def _edge_row(self, edge: int) -> tuple:
+        """(src, dst, weight, description, keywords, documents, evidence) of an edge."""
+        kind, key = self.edge_keys[edge]
+        if kind == RELATED:
+            weight, descriptions, keywords, evidence, documents = self.relations[key]
+            limits = self.limits
+            return (self.entity_index[key[0]], self.entity_index[key[1]], weight,
+                    _joined(descriptions, limits.max_descriptions, limits.max_description_chars), _keywords(keywords),
+                    tuple(documents), _unique(evidence))
+        entity, unit = key
+        return (self.entity_index[entity], self.unit_index[unit], self.limits.belongs_to_weight, "", "",
+                tuple(self.links[key]), ())
+
+    def graph(self, base: Optional[KnowledgeGraph]) -> KnowledgeGraph:
+        """The graph of what is merged: every row made anew, or, with `base` (the graph this was copied from),
+        base's rows copied and the rows of the nodes and edges touched since made again."""
+        node_count, edge_count = len(self.node_keys), len(self.edge_keys)
+        if base is None:
+            node_rows, edge_rows = range(node_count), range(edge_count)
+            columns = [[] for _ in range(6)]
+            src, dst, weights = (np.zeros(edge_count, np.int64), np.zeros(edge_count, np.int64), np.zeros(edge_count, np.float64))
+            edge_columns = [[] for _ in range(5)]
+        else:
+            node_rows, edge_rows = sorted(self.touched_nodes), sorted(self.touched_edges)
+            n = base.nodes
+            columns = [n.kind[:], n.key[:], n.name[:], n.type[:], n.description[:], n.documents[:]]
+            columns.append(n.evidence[:])
+            grow = node_count - len(n)
+            for column in columns:
+                column.extend([None] * grow)
+            e = base.edges
+            src, dst, weights = (np.resize(e.src, edge_count), np.resize(e.dst, edge_count), np.resize(e.weight, edge_count))
+            edge_columns = [e.kind[:], e.description[:], e.keywords[:], e.documents[:], e.evidence[:]]
+            for column in edge_columns:
+                column.extend([None] * (edge_count - len(e)))
+        if base is None:
+            columns.append([])
+            for node in node_rows:
+                name, node_type, description, documents, evidence = self._node_row(node)
+                for column, value in zip(columns, (self.node_keys[node][0], self.node_keys[node][1], name, node_type,
+                                                   description, documents, evidence)):
+                    column.append(value)
+            for edge in edge_rows:
+                src[edge], dst[edge], weights[edge], description, keywords, documents, evidence = self._edge_row(edge)
+                for column, value in zip(edge_columns, (self.edge_keys[edge][0], description, keywords, documents, evidence)):
+                    column.append(value)
+        else:
+            for node in node_rows:
+                row = (self.node_keys[node][0], self.node_keys[node][1], *self._node_row(node))
+                for column, value in zip(columns, row):
+                    column[node] = value
+            for edge in edge_rows:
+                src[edge], dst[edge], weights[edge], description, keywords, documents, evidence = self._edge_row(edge)
+                for column, value in zip(edge_columns, (self.edge_keys[edge][0], description, keywords, documents, evidence)):
+                    column[edge] = value
+        kind, key, name, node_type, description, documents, evidence = columns
+        nodes = NodeTable(kind, key, name, node_type, description, documents, evidence)
+        edge_kind, edge_description, edge_keywords, edge_documents, edge_evidence = edge_columns
+        edges = EdgeTable(src, dst, edge_kind, weights, edge_description, edge_keywords, edge_documents, edge_evidence)
+        adjacency, edge_of_entry = _adjacency(node_count, src, dst, weights)
+        appended_to = (len(base.documents), np.asarray(node_rows, dtype=np.int64)) if base is not None else None
+        self.touched_nodes, self.touched_edges = set(), set()
+        # the indexes are shared: a copy made to append replaces them before it changes them
+        return KnowledgeGraph(nodes, edges, adjacency, self.entity_index, self.unit_index, tuple(self.document_ids),
+                              edge_of_entry, self, appended_to)
 
 
 def _adjacency(n: int, src: np.ndarray, dst: np.ndarray, weights: np.ndarray) -> tuple[sp.csr_matrix, np.ndarray]:

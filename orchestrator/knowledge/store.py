@@ -40,7 +40,7 @@ from scipy import sparse
 
 from ..errors import AlreadyExistsError, InvalidRequestError, NotFoundError, ReadOnlyError
 from . import stored_indexes
-from .graph import KnowledgeGraph, build_graph
+from .graph import KnowledgeGraph, appended_graph, build_graph
 from .indexes import IndexSpec, VectorIndex
 from .lexical import BM25Index
 from .segments import DocumentRecord, EvidenceRecord, PageRecord, Segment, fsync_path, write_durably
@@ -135,8 +135,16 @@ class Snapshot:
         # while this snapshot's graph is built in the background, queries may read the newest built graph of the
         # snapshots it extends by appending documents (their evidence rows are a prefix of these): graph_view()
         self._graph_fallback: Optional[GraphView] = None
+        # what this one's graph, evidence row table and node x evidence table extend when it only appends
+        # documents: the previous snapshot's, or those it was to extend when it was never built
+        self._graph_bases: dict[str, tuple] = {}
         if previous is not None and _is_prefix(previous.segments, self.segments):
             self._graph_fallback = previous._own_graph_view if previous.built("graph_built") else previous._graph_fallback
+            for part in ("graph", "evidence_rows", "node_evidence"):
+                if (built := previous.__dict__.get(part)) is not None:
+                    self._graph_bases[part] = (len(previous.segments), built)
+                elif part in previous._graph_bases:
+                    self._graph_bases[part] = previous._graph_bases[part]
         # the BM25 indexes this one's are built from: the previous snapshot's, or those it was to be built from
         # when it was never built (never the snapshot itself: a chain of snapshots would stay in memory)
         self._lexical_bases: dict[str, BM25Index] = {
@@ -216,6 +224,12 @@ class Snapshot:
 
     @_built_once
     def graph(self) -> KnowledgeGraph:
+        """The documents' graph: the previous snapshot's with the appended documents merged in (graph.py's
+        appended_graph, which equals a build from scratch), else built from every document."""
+        base = self._graph_bases.pop("graph", None)
+        if base is not None:
+            held, graph = base
+            return appended_graph(graph, (segment.graph_input() for segment in self.segments[held:]))
         return build_graph(segment.graph_input() for segment in self.segments)
 
     @_built_once
@@ -250,10 +264,19 @@ class Snapshot:
             [segment.page_term_counts for segment in self.segments], base=self._lexical_bases.pop("page_lexical", None)
         )
 
-    @functools.cached_property
+    @_built_once
     def evidence_rows(self) -> dict[str, int]:
-        """Evidence id -> its row in `evidence` and in the evidence index."""
-        return {record.evidence_id: row for row, record in enumerate(self.evidence)}
+        """Evidence id -> its row in `evidence` and in the evidence index (the previous snapshot's, copied, with
+        the appended documents' rows added)."""
+        base = self._graph_bases.pop("evidence_rows", None)
+        if base is None:
+            return {record.evidence_id: row for row, record in enumerate(self.evidence)}
+        held, rows = base
+        rows = dict(rows)
+        start = int(self._evidence_starts[held])
+        for offset, record in enumerate(itertools.chain.from_iterable(s.evidence for s in self.segments[held:])):
+            rows[record.evidence_id] = start + offset
+        return rows
 
     @functools.cached_property
     def entity_key_set(self) -> frozenset[str]:
@@ -261,14 +284,32 @@ class Snapshot:
 
     @_built_once
     def node_evidence(self) -> sparse.csr_matrix:
-        """[graph nodes x evidence rows], 1 where the node (entity or unit) comes from that chunk or unit."""
+        """[graph nodes x evidence rows], 1 where the node (entity or unit) comes from that chunk or unit. When the
+        graph was appended to the one the previous snapshot's table was made for, that table is reused: only
+        the rows of the nodes the appended documents touched are made again."""
         graph, rows = self.graph, self.evidence_rows
+        base = self._graph_bases.pop("node_evidence", None)
+        appended = graph.appended_to
+        incremental = base is not None and appended is not None and appended[0] == base[0]
+        nodes = appended[1] if incremental else np.arange(graph.node_count)
         pointers, columns = [0], []
-        for node_evidence in graph.nodes.evidence:
-            columns.extend(rows[e] for e in node_evidence if e in rows)
+        for node in nodes.tolist():
+            columns.extend(rows[e] for e in graph.nodes.evidence[node] if e in rows)
             pointers.append(len(columns))
         data = np.ones(len(columns), dtype=np.float64)
-        return sparse.csr_matrix((data, columns, pointers), shape=(graph.node_count, len(self.evidence)))
+        made = sparse.csr_matrix((data, columns, pointers), shape=(len(nodes), len(self.evidence)))
+        if not incremental:
+            return made
+        old = base[1]  # its rows: the nodes the base graph held; its columns: a prefix of this snapshot's rows
+        kept = np.ones(graph.node_count, dtype=bool)
+        kept[nodes] = False
+        kept_rows = np.flatnonzero(kept[: old.shape[0]])
+        unchanged = old[kept_rows]
+        unchanged.resize((len(kept_rows), len(self.evidence)))
+        order = np.argsort(np.concatenate([kept_rows, nodes]), kind="stable")
+        table = sparse.vstack([unchanged, made], format="csr")[order]
+        table.sort_indices()
+        return table
 
     def built(self, part: str) -> bool:
         """Whether a lazily built structure ("graph", "node_evidence", "lexical", ...) exists yet."""

@@ -43,3 +43,25 @@ def test_appended_snapshots_equal_snapshots_made_from_scratch(steps):
     assert snapshot.entity_keys == scratch.entity_keys and snapshot.relation_keys == scratch.relation_keys
     for table in ("entity", "relation", "evidence"):
         assert np.array_equal(snapshot.vector_tables[table].vectors(), scratch.vector_tables[table].vectors()), table
+
+
+@settings(max_examples=60, deadline=None)
+@given(documents, st.lists(st.booleans(), min_size=6, max_size=6))
+def test_appended_graphs_and_node_tables_equal_those_made_from_scratch(steps, built):
+    """Each snapshot's graph, evidence rows and node x evidence table extend the previous snapshot's (or, when
+    that one was never built, the newest built before it)."""
+    segments = [segment(number, names, embedded) for number, (names, embedded) in enumerate(steps)]
+    snapshot = Snapshot(1, segments[:1], IndexSpec())
+    earlier = False  # whether an earlier snapshot built its graph
+    for count in range(1, len(segments) + 1):
+        if count > 1:
+            snapshot = Snapshot(count, segments[:count], IndexSpec(), base=snapshot)
+        if built[count - 1] or count == len(segments):
+            scratch = Snapshot(99, segments[:count], IndexSpec())
+            assert (snapshot.graph.appended_to is not None) == earlier  # extended, not rebuilt
+            earlier = True
+            assert snapshot.graph.nodes == scratch.graph.nodes and snapshot.graph.entity_index == scratch.graph.entity_index
+            assert snapshot.evidence_rows == scratch.evidence_rows
+            assert (snapshot.node_evidence != scratch.node_evidence).nnz == 0
+            assert snapshot.node_evidence.shape == scratch.node_evidence.shape
+            assert np.array_equal(snapshot.nodes_per_evidence, scratch.nodes_per_evidence)

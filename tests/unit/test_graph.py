@@ -60,45 +60,45 @@ def _press() -> DocumentGraph:
 
 def test_two_documents_give_exact_node_and_edge_tables():
     graph = build_graph([_report(), _press()])
-    nodes = graph.nodes
-    assert nodes.kind == [ENTITY, ENTITY, ENTITY, ENTITY, UNIT]
-    assert nodes.key == ["aurora", "berlin", "lyon", "northwind", "d1:u0"]
-    assert nodes.name == ["Aurora", "Berlin", "Lyon", "Northwind", "d1:u0"]
-    assert nodes.type == ["product", "location", "location", "organization", "table"]
+    nodes = graph.nodes  # numbered as first seen, so that appending documents only adds rows
+    assert nodes.kind == [ENTITY, ENTITY, ENTITY, UNIT, ENTITY]
+    assert nodes.key == ["northwind", "lyon", "aurora", "d1:u0", "berlin"]
+    assert nodes.name == ["Northwind", "Lyon", "Aurora", "d1:u0", "Berlin"]
+    assert nodes.type == ["organization", "location", "product", "table", "location"]
     assert nodes.description == [
-        "A spectrometer.\nRevenue 187 M.",
-        "",
-        "A city.\nFrench city.",
         "Maker of instruments.\nListed company.",
+        "A city.\nFrench city.",
+        "A spectrometer.\nRevenue 187 M.",
         "Table: Revenue by product",
+        "",
     ]
-    assert nodes.documents == [("d1",), ("d2",), ("d1", "d2"), ("d1", "d2"), ("d1",)]
+    assert nodes.documents == [("d1", "d2"), ("d1", "d2"), ("d1",), ("d1",), ("d2",)]
     assert nodes.evidence == [
-        ("d1:c1", "d1:u0"),
-        ("d2:c0",),
-        ("d1:c0", "d2:c0"),
         ("d1:c0", "d1:c1", "d1:u0", "d2:c0"),
+        ("d1:c0", "d2:c0"),
+        ("d1:c1", "d1:u0"),
         ("d1:u0",),
+        ("d2:c0",),
     ]
-    assert graph.entity_index == {"aurora": 0, "berlin": 1, "lyon": 2, "northwind": 3}
-    assert graph.unit_index == {"d1:u0": 4}
+    assert graph.entity_index == {"northwind": 0, "lyon": 1, "aurora": 2, "berlin": 4}
+    assert graph.unit_index == {"d1:u0": 3}
     assert graph.documents == ("d1", "d2")
 
     edges = graph.edges
-    assert edges.src.tolist() == [0, 1, 2, 0, 3]
-    assert edges.dst.tolist() == [3, 3, 3, 4, 4]
-    assert edges.kind == [RELATED, RELATED, RELATED, BELONGS_TO, BELONGS_TO]
-    assert edges.weight.tolist() == [4.0, 1.0, 6.0, 1.0, 1.0]
+    assert edges.src.tolist() == [1, 2, 2, 0, 4]
+    assert edges.dst.tolist() == [0, 0, 3, 3, 0]
+    assert edges.kind == [RELATED, RELATED, BELONGS_TO, BELONGS_TO, RELATED]
+    assert edges.weight.tolist() == [6.0, 4.0, 1.0, 1.0, 1.0]
     assert edges.description == [
-        "Northwind makes Aurora.\nAurora sells well.",
-        "Northwind opened an office in Berlin.",
         "Northwind opened a lab in Lyon.\nNorthwind ships from Lyon.",
+        "Northwind makes Aurora.\nAurora sells well.",
         "",
         "",
+        "Northwind opened an office in Berlin.",
     ]
-    assert edges.keywords == ["product, sales", "office", "lab, expansion, logistics", "", ""]
-    assert edges.documents == [("d1",), ("d2",), ("d1", "d2"), ("d1",), ("d1",)]
-    assert edges.evidence == [("d1:c1", "d1:u0"), ("d2:c0",), ("d1:c0", "d2:c0"), (), ()]
+    assert edges.keywords == ["lab, expansion, logistics", "product, sales", "", "", "office"]
+    assert edges.documents == [("d1", "d2"), ("d1",), ("d1",), ("d1",), ("d2",)]
+    assert edges.evidence == [("d1:c0", "d2:c0"), ("d1:c1", "d1:u0"), (), (), ("d2:c0",)]
 
 
 def test_adjacency_is_the_symmetric_weighted_edge_table():
@@ -107,13 +107,13 @@ def test_adjacency_is_the_symmetric_weighted_edge_table():
     for s, d, w in zip(graph.edges.src, graph.edges.dst, graph.edges.weight):
         expected[s, d] = expected[d, s] = w
     assert np.array_equal(graph.adjacency.toarray(), expected)
-    assert graph.degree.tolist() == [2, 1, 1, 4, 2]
-    assert graph.weighted_degree.tolist() == [5.0, 1.0, 6.0, 12.0, 2.0]
-    assert graph.neighbors(3).tolist() == [0, 1, 2, 4]
-    assert [graph.edges.kind[e] for e in graph.incident_edges(3)] == [RELATED, RELATED, RELATED, BELONGS_TO]
-    assert graph.edge_between(2, 3) == 2 and graph.edge_between(3, 2) == 2
-    assert graph.edge_between(0, 1) is None
-    assert graph.node("northwind") == 3 and graph.node("d1:u0") == 4 and graph.node("paris") is None
+    assert graph.degree.tolist() == [4, 1, 2, 2, 1]
+    assert graph.weighted_degree.tolist() == [12.0, 6.0, 5.0, 2.0, 1.0]
+    assert graph.neighbors(0).tolist() == [1, 2, 3, 4]
+    assert [graph.edges.kind[e] for e in graph.incident_edges(0)] == [RELATED, RELATED, BELONGS_TO, RELATED]
+    assert graph.edge_between(1, 0) == 0 and graph.edge_between(0, 1) == 0
+    assert graph.edge_between(2, 4) is None
+    assert graph.node("northwind") == 0 and graph.node("d1:u0") == 3 and graph.node("paris") is None
     with pytest.raises(IndexError):
         graph.neighbors(5)
 
@@ -126,7 +126,7 @@ def test_belongs_to_links_the_entities_extracted_from_a_unit():
         ("aurora", "d1:u0"),
         ("northwind", "d1:u0"),
     ]
-    assert [graph.nodes.key[n] for n in graph.neighbors(unit)] == ["aurora", "northwind"]
+    assert [graph.nodes.key[n] for n in graph.neighbors(unit)] == ["northwind", "aurora"]
     # explicit links, and links to undeclared units, are taken as given
     explicit = build_graph([DocumentGraph("d9", belongs_to=[("chart entity", "d9:u7")])])
     assert explicit.nodes.key == ["chart entity", "d9:u7"]
@@ -175,7 +175,7 @@ def test_deleting_a_document_removes_its_own_entities_and_keeps_shared_ones():
 
     without_report = build_graph([press])  # deleting d1 is building from what remains
     _no_orphans(without_report)
-    assert without_report.nodes.key == ["berlin", "lyon", "northwind"]  # aurora and the table were only in d1
+    assert without_report.nodes.key == ["northwind", "berlin", "lyon"]  # aurora and the table were only in d1
     northwind = without_report.node("northwind")
     assert without_report.nodes.documents[northwind] == ("d2",)
     assert without_report.nodes.evidence[northwind] == ("d2:c0",)
@@ -188,7 +188,7 @@ def test_deleting_a_document_removes_its_own_entities_and_keeps_shared_ones():
 
     without_press = build_graph([report])
     _no_orphans(without_press)
-    assert without_press.nodes.key == ["aurora", "lyon", "northwind", "d1:u0"]  # berlin was only in d2
+    assert without_press.nodes.key == ["northwind", "lyon", "aurora", "d1:u0"]  # berlin was only in d2
     assert without_press.nodes.documents[without_press.node("lyon")] == ("d1",)
     assert without_press.nodes.description[without_press.node("lyon")] == "A city."
 
