@@ -257,11 +257,12 @@ def markdown(result: dict) -> str:
         + f". The same for a snapshot that appends the 80-chunk document to the built one (made in "
         f"{result['append_made_s']:.2f} s: records joined, vector indexes extended): "
         + ", ".join(f"{part} {seconds:.2f}" for part, seconds in result["append_builds_s"].items())
-        + ". The BM25 indexes extend the previous snapshot's runs (knowledge/lexical.py); the graph is rebuilt from "
-        "every document. Queries keep reading the previous snapshot until the new one's BM25 indexes are built; "
-        "at this size (storage.publish_before_graph_rows) the snapshot is published before its graph, and its "
-        "queries expand over the previous graph (after an append) or go without one (after a delete) until it is "
-        "built; an ingest or delete answers once its snapshot is published.",
+        + ". The BM25 indexes extend the previous snapshot's runs (knowledge/lexical.py), the graph and its node "
+        "table the previous graph (graph.py's appended_graph); a delete builds the graph from every document. "
+        "Queries keep reading the previous snapshot until the new one's BM25 indexes are built; at this size "
+        "(storage.publish_before_graph_rows) the snapshot is published before its graph, and its queries expand "
+        "over the previous graph (after an append) or go without one (after a delete) until it is built; an "
+        "ingest or delete answers once its snapshot is published.",
         "",
     ]
     return "\n".join(lines)

@@ -171,12 +171,12 @@ class StorageSettings(_Section):
     # restart adds what was appended since (about 4 s for 20,000 HNSW vectors on 2 cores, estimated from the
     # build rate of benchmarks/results/collection_restart.md). 0: at every commit.
     index_write_vectors: int = Field(20_000, ge=0)
-    # With warm_snapshots, a commit's snapshot holding at least this many passages and units is published before
-    # its graph is built (2.6 s at 100,000 chunks, benchmarks/results/incremental_commit.md): its documents are
-    # searchable densely and by BM25 at once, and until the graph is there queries expand over the previous
-    # snapshot's graph when the commit only appended documents, or go without it after a delete or
-    # replacement (both said in degraded_reason). Smaller collections build it first: it takes well under a
-    # second there. 0: always publish first.
+    # With warm_snapshots, a snapshot holding at least this many passages and units whose graph is built from
+    # every document (after a delete or replacement: an append extends the previous graph, which costs about
+    # the document) is published before its graph is built (3.9 s at 100,000 chunks,
+    # benchmarks/results/incremental_commit.md); until it is there its queries go without the graph, saying so
+    # in degraded_reason. Smaller collections build it first: it takes well under a second there. 0: always
+    # publish first.
     publish_before_graph_rows: int = Field(20_000, ge=0)
 
 

@@ -87,8 +87,10 @@ class GraphView:
 
 
 def _built_once(build: Callable[["Snapshot"], T]) -> T:
-    """A snapshot's lazily built structure, built once under its lock even when several threads ask at once
-    (functools.cached_property would let each of them build it)."""
+    """A snapshot's lazily built structure, built once under a lock of its own even when several threads ask at
+    once (functools.cached_property would let each of them build it). One lock per structure: a query asking
+    for the BM25 index must not wait behind the graph a background thread is building (structures build only
+    those they depend on, so the locks are taken in one order)."""
     name = build.__name__
 
     def get(self: "Snapshot"):
@@ -96,6 +98,8 @@ def _built_once(build: Callable[["Snapshot"], T]) -> T:
             return self.__dict__[name]
         except KeyError:
             with self._lock:
+                lock = self._part_locks.setdefault(name, threading.RLock())
+            with lock:
                 if name not in self.__dict__:
                     self.__dict__[name] = build(self)
                 return self.__dict__[name]
@@ -126,7 +130,8 @@ class Snapshot:
         self.evidence = EvidenceRows(self.segments)  # each segment's records are read when a row of it is
         self.pages: list[PageRecord] = [p for s in self.segments for p in s.pages]
         self._segment_of_document = {s.document.document_id: s for s in self.segments}
-        self._lock = threading.RLock()  # lazy structures are built once, even when queries and warm() ask at once
+        self._lock = threading.Lock()  # guards _part_locks
+        self._part_locks: dict[str, threading.RLock] = {}  # each lazy structure is built once (_built_once)
         # a background thread is building the lazy structures (an opened collection's first snapshot): a query may
         # go without the graph meanwhile instead of waiting for it (retrieval.py)
         self.building_in_background = False
@@ -341,6 +346,11 @@ class Snapshot:
         if graph and current():
             self.warm_graph()
 
+    def graph_extends_previous(self) -> bool:
+        """Whether its graph is (to be) the previous snapshot's extended by the appended documents, not built from
+        every document."""
+        return "graph" in self._graph_bases or (self.built("graph") and self.graph.appended_to is not None)
+
     def warm_graph(self) -> None:
         """Build the graph and its evidence table; from then on queries read this snapshot's own graph."""
         self.graph_built
@@ -357,12 +367,13 @@ class Snapshot:
         return GraphView(self.graph, self.node_evidence, self.nodes_per_evidence, self.generation)
 
     def lend_graph(self, older: "Snapshot") -> None:
-        """Read `older`'s built graph until this snapshot's own is built, if this one extends it by appending
-        and the graph it reads now is older."""
+        """Read `older`'s built graph until this snapshot's own is built, and build it by extending `older`'s,
+        if this one extends `older` by appending and the graph it has now is older."""
         fallback = self._graph_fallback
-        if (older.built("graph_built") and not self.built("graph_built") and _is_prefix(older.segments, self.segments)
+        if (older.built("graph_built") and not self.built("graph") and _is_prefix(older.segments, self.segments)
                 and (fallback is None or fallback.generation < older.generation)):
             self._graph_fallback = older._own_graph_view
+            self._graph_bases = {part: (len(older.segments), older.__dict__[part]) for part in ("graph", "evidence_rows", "node_evidence")}
 
     def graph_view(self) -> Optional[GraphView]:
         """What graph expansion reads: this snapshot's graph (built now if need be), or, while it is being built
@@ -439,10 +450,11 @@ class Collection:
     """One tenant's documents. One writer at a time (write_lock); any number of readers of snapshots.
 
     A commit is durable when it returns (its manifest is on disk) and makes the collection's new `head`. In a
-    serving process (`warm`), queries see a head once it is published: after its BM25 indexes are built in the
-    background (Snapshot.warm), so no query waits for them; meanwhile they read the previous snapshot. Its
-    graph is built after it is published (graph_view says what queries expand over meanwhile). Commits arriving during a build are published together by the next one, so a bulk ingest does
-    not pay a build per document. Writers that promise read-your-writes wait for `visible(generation)`."""
+    serving process (`warm`), queries see a head once it is published: after its BM25 indexes and graph are
+    built or extended in the background (Snapshot.warm), so no query waits for them; meanwhile they read the
+    previous snapshot. A large collection's graph built from every document (after a delete) is built after
+    publication (_publish_heads). Commits arriving during a build are published together by the next one, so a
+    bulk ingest does not pay a build per document. Writers that promise read-your-writes wait for `visible(generation)`."""
 
     def __init__(
         self, root: Path, spec: IndexSpec, read_only: bool = False, warm: bool = False,
@@ -682,17 +694,19 @@ class Collection:
         """Build the newest head and publish it, until the published snapshot is the head. A build is never cut
         short by a newer commit: under a steady stream of commits each build still publishes something.
 
-        A head of publish_before_graph_rows evidence rows or more is published once its BM25 indexes are built;
-        its graph is built after, by another thread (_build_graphs), so that publications do not queue behind
-        graph builds. Meanwhile its queries expand over the newest built graph of a snapshot it extends by
-        appending, or go without the graph after a delete or a replacement, saying so."""
+        A head whose graph is built from every document (after an opening, a delete or a replacement) and that
+        holds publish_before_graph_rows evidence rows or more is published once its BM25 indexes are built; its
+        graph is built after, by another thread (_build_graphs), so that publications do not queue behind graph
+        builds. Meanwhile its queries expand over the newest built graph of a snapshot it extends by appending,
+        or go without the graph, saying so. A head that appends documents extends the previous graph first."""
         while True:
             with self._publishing:
                 head = self._head
                 if head is None or head is self._snapshot:
                     self._publisher = None
                     return
-            early = len(head.evidence) >= self.publish_before_graph_rows
+            # a graph extended by the appended documents costs about them: built before publishing, like the rest
+            early = len(head.evidence) >= self.publish_before_graph_rows and not head.graph_extends_previous()
             head.building_in_background = early  # until its graph is built: queries read the previous one's, or none
             try:
                 head.warm(graph=not early)

@@ -193,14 +193,13 @@ def test_queries_after_an_opening_go_without_the_graph_until_the_background_buil
     assert retrieve(fresh, ["alpha revenue"], vectors, plan, Settings().retrieval).skipped == [] and builds == [1, 1]
 
 
-def test_a_large_collections_commit_is_published_before_its_graph_which_queries_then_catch_up_with(tmp_path, monkeypatch):
-    """publish_before_graph_rows: the new document is searchable at once; until the snapshot's own graph is built
-    its queries expand over the previous snapshot's graph after an append, and go without one after a delete."""
+def test_a_large_collections_graph_is_extended_before_an_append_is_published_and_rebuilt_after_a_delete(tmp_path, monkeypatch):
+    """publish_before_graph_rows: an appended document's graph costs about the document and is there when it is
+    published; a delete's graph is built from every document after publication, its queries going without it."""
     collection = KnowledgeBase(tmp_path, warm=True, publish_before_graph_rows=0).collection("docs", create=True)
     commit(collection, segment("a.md"))
     asyncio.run(asyncio.wait_for(collection.visible(1), 20))
     assert wait_until(lambda: collection.snapshot.built("graph_built"))
-    first = collection.snapshot
     release = threading.Event()
     original = store.build_graph
     monkeypatch.setattr(store, "build_graph", lambda inputs: (release.wait(20), original(inputs))[1])
@@ -210,30 +209,23 @@ def test_a_large_collections_commit_is_published_before_its_graph_which_queries_
         return retrieve(snapshot, ["alpha revenue"], snapshot.evidence_vectors([0]), plan, Settings().retrieval)
 
     commit(collection, make_segment("b.md", ["delta report", "alpha revenue"], ENTITIES, dim=4, seed=1))
-    asyncio.run(asyncio.wait_for(collection.visible(2), 20))  # published while its graph waits
+    asyncio.run(asyncio.wait_for(collection.visible(2), 20))  # build_graph waits: the graph was extended
     appended = collection.snapshot
-    assert appended.generation == 2 and not appended.built("graph") and appended.building_in_background
-    view = appended.graph_view()
-    assert view.graph is first.graph and view.generation == 1 and view.node_evidence.shape[1] == len(appended.evidence)
-    during = query(appended)
-    assert during.skipped == ["graph partial: the documents committed after generation 1 are not in it yet "
-                              "(their graph is being built)"]
-    assert "graph" in during.timings_ms and len({c.row for c in during.candidates}) == len(during.candidates)
-    assert any(appended.evidence[c.row].evidence_id.startswith(appended.documents["b.md"].document_id) for c in during.candidates)
-    release.set()
-    assert wait_until(lambda: not appended.building_in_background)
-    assert appended.graph_view().generation == 2 and query(appended).skipped == []
+    assert appended.built("graph_built") and appended.graph.appended_to is not None
+    assert not appended.building_in_background and query(appended).skipped == []
 
-    release.clear()
-    removed = collection.snapshot.documents["a.md"].document_id
+    removed = appended.documents["a.md"].document_id
     collection.delete("a.md")
-    asyncio.run(asyncio.wait_for(collection.visible(3), 20))
+    asyncio.run(asyncio.wait_for(collection.visible(3), 20))  # published while its graph waits
     deleted = collection.snapshot
+    assert deleted.building_in_background and not deleted.built("graph")
     assert deleted.graph_view() is None  # the previous graph holds the deleted document: not read
-    assert query(deleted).skipped == ["graph skipped: the collection's graph is still being built"]
+    during = query(deleted)
+    assert during.skipped == ["graph skipped: the collection's graph is still being built"] and during.candidates
     release.set()
     assert wait_until(lambda: not deleted.building_in_background) and deleted.graph_view().generation == 3
     assert deleted.graph.node_count and all(removed not in documents for documents in deleted.graph.nodes.documents)
+    assert query(deleted).skipped == []
 
 
 def test_a_small_collections_commit_is_published_with_its_graph(tmp_path):
@@ -258,6 +250,7 @@ def test_publications_do_not_queue_behind_graph_builds_and_a_finished_graph_is_l
     release.set()
     assert wait_until(lambda: second.built("graph_built") and not second.building_in_background)
     assert first.built("graph_built") and second.graph_view().generation == 2
+    assert second.graph.appended_to is not None  # lent the first graph, it extended it
 
 
 def test_a_graph_is_lent_only_to_snapshots_that_extend_its_own_by_appending():
