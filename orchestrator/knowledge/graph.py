@@ -525,7 +525,8 @@ class _Merged:
             self.node_keys.append((ENTITY, key))
         self._touch_node(self.entity_index[key])
         if not write:
-            self.entities.setdefault(key, [{}, {}, [], [], []])
+            if key not in self.entities:
+                self.entities[key] = [{}, {}, [], [], []]
             return None
         return self._own(self.entities, "entity", key, lambda a: [dict(a[0]), dict(a[1]), a[2][:], a[3][:], a[4][:]],
                          lambda: [{}, {}, [], [], []])
@@ -659,42 +660,22 @@ class _Merged:
         node_count, edge_count = len(self.node_keys), len(self.edge_keys)
         if base is None:
             node_rows, edge_rows = range(node_count), range(edge_count)
-            columns = [[] for _ in range(6)]
-            src, dst, weights = (np.zeros(edge_count, np.int64), np.zeros(edge_count, np.int64), np.zeros(edge_count, np.float64))
-            edge_columns = [[] for _ in range(5)]
-        else:
+            columns: list[list] = [[None] * node_count for _ in range(7)]
+            edge_columns: list[list] = [[None] * edge_count for _ in range(5)]
+            src, dst, weights = np.zeros(edge_count, np.int64), np.zeros(edge_count, np.int64), np.zeros(edge_count, np.float64)
+        else:  # base's rows copied (new rows at the end), the touched ones made again below
             node_rows, edge_rows = sorted(self.touched_nodes), sorted(self.touched_edges)
-            n = base.nodes
-            columns = [n.kind[:], n.key[:], n.name[:], n.type[:], n.description[:], n.documents[:]]
-            columns.append(n.evidence[:])
-            grow = node_count - len(n)
-            for column in columns:
-                column.extend([None] * grow)
-            e = base.edges
-            src, dst, weights = (np.resize(e.src, edge_count), np.resize(e.dst, edge_count), np.resize(e.weight, edge_count))
-            edge_columns = [e.kind[:], e.description[:], e.keywords[:], e.documents[:], e.evidence[:]]
-            for column in edge_columns:
-                column.extend([None] * (edge_count - len(e)))
-        if base is None:
-            columns.append([])
-            for node in node_rows:
-                name, node_type, description, documents, evidence = self._node_row(node)
-                for column, value in zip(columns, (self.node_keys[node][0], self.node_keys[node][1], name, node_type,
-                                                   description, documents, evidence)):
-                    column.append(value)
-            for edge in edge_rows:
-                src[edge], dst[edge], weights[edge], description, keywords, documents, evidence = self._edge_row(edge)
-                for column, value in zip(edge_columns, (self.edge_keys[edge][0], description, keywords, documents, evidence)):
-                    column.append(value)
-        else:
-            for node in node_rows:
-                row = (self.node_keys[node][0], self.node_keys[node][1], *self._node_row(node))
-                for column, value in zip(columns, row):
-                    column[node] = value
-            for edge in edge_rows:
-                src[edge], dst[edge], weights[edge], description, keywords, documents, evidence = self._edge_row(edge)
-                for column, value in zip(edge_columns, (self.edge_keys[edge][0], description, keywords, documents, evidence)):
-                    column[edge] = value
+            n, e = base.nodes, base.edges
+            columns = [c + [None] * (node_count - len(n)) for c in (n.kind, n.key, n.name, n.type, n.description, n.documents, n.evidence)]
+            edge_columns = [c + [None] * (edge_count - len(e)) for c in (e.kind, e.description, e.keywords, e.documents, e.evidence)]
+            src, dst, weights = np.resize(e.src, edge_count), np.resize(e.dst, edge_count), np.resize(e.weight, edge_count)
+        for node in node_rows:
+            for column, value in zip(columns, (*self.node_keys[node], *self._node_row(node))):
+                column[node] = value
+        for edge in edge_rows:
+            src[edge], dst[edge], weights[edge], description, keywords, documents, evidence = self._edge_row(edge)
+            for column, value in zip(edge_columns, (self.edge_keys[edge][0], description, keywords, documents, evidence)):
+                column[edge] = value
         kind, key, name, node_type, description, documents, evidence = columns
         nodes = NodeTable(kind, key, name, node_type, description, documents, evidence)
         edge_kind, edge_description, edge_keywords, edge_documents, edge_evidence = edge_columns
