@@ -11,7 +11,7 @@ PIP_TORCH_ARGS ?=
 PIP := pip install --disable-pip-version-check --quiet
 BIN := $(VENV)/bin
 
-.PHONY: help setup models demo lint test test-unit test-integration bench clean
+.PHONY: help setup models browser demo lint test test-unit test-integration bench clean
 
 help:
 	@echo "make demo   - set everything up, build the tiny models, run the demo (Triton + orchestrator)"
@@ -51,13 +51,21 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 
-test: lint models
+# The console's browser tests drive Debian's chromium through Playwright (Playwright's own browser download
+# is never used: it cannot be fetched here). THINKSERVE_CHROMIUM names another Chromium binary.
+browser:
+	@if [ -n "$$THINKSERVE_CHROMIUM" ] || command -v chromium >/dev/null 2>&1; then exit 0; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else echo "the console's browser tests need Chromium: apt-get install chromium (as root), or set THINKSERVE_CHROMIUM"; exit 1; fi
+
+test: lint models browser
 	$(BIN)/python -m pytest tests
 
 test-unit: setup
 	$(BIN)/python -m pytest tests/unit
 
-test-integration: models
+test-integration: models browser
 	$(BIN)/python -m pytest tests/integration
 
 bench: models

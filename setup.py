@@ -54,4 +54,5 @@ if "orchestrator.api._generated" not in packages:
 setup(
     packages=packages + ["thinkserve_build"],
     package_dir={"thinkserve_build": "build/thinkserve_build"},
+    package_data={"orchestrator.api": ["console/*"]},  # the web console's static files
 )

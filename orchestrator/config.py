@@ -104,11 +104,13 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
 class HttpSettings(_Section):
-    """The HTTP side: the OpenAI-compatible endpoint (/v1/chat/completions, /v1/models) and /metrics."""
+    """The HTTP side: the OpenAI-compatible endpoint (/v1/chat/completions, /v1/models), the JSON API and web
+    console (/api/v1, /console/) and /metrics."""
 
     enabled: bool = True
     host: str = "127.0.0.1"  # not loopback: auth.tokens required, as for the gRPC server
     port: int = Field(50052, ge=0, le=65535)  # 0 picks a free port
+    console: bool = True  # the web console at /console/ (its JSON API, /api/v1, is served either way)
 
 
 class TokenGrant(_Section):

@@ -11,10 +11,12 @@ import threading
 from typing import AsyncIterator, Callable, Optional
 
 import grpc
+from starlette.applications import Starlette
 
 from .api.gateway import Gateway
 from .api.http_server import HttpServer, check_exposure, server_credentials
-from .api.openai_http import openai_app
+from .api.openai_http import openai_routes
+from .api.rest_http import rest_routes
 from .api.protos import pb, pb_grpc
 from .api.standard_health import StandardHealth
 from .api.service import ThinkServeService
@@ -102,11 +104,14 @@ class Deployment:
             self.address = await self._start_server(service)
             progress(f"orchestrator listening on {self.address}{' (TLS)' if self.settings.server.tls_cert_file else ''}")
             if self.settings.http.enabled:
-                self.http = HttpServer(self.settings.http, self.settings.server, openai_app(
-                    self.gateway, knowledge.names, self.triton.endpoints.metrics if self.triton else ""
-                ))
+                app = Starlette(routes=[
+                    *openai_routes(self.gateway, knowledge.names, self.triton.endpoints.metrics if self.triton else ""),
+                    *rest_routes(self.gateway, service, self.settings.http.console),
+                ])
+                self.http = HttpServer(self.settings.http, self.settings.server, app)
                 self.http_address = await self.http.start()
-                progress(f"HTTP (OpenAI-compatible /v1, /metrics) on {self.http_address}")
+                console = f", the console on {self.http_address}/console/" if self.settings.http.console else ""
+                progress(f"HTTP (OpenAI-compatible /v1, the JSON API /api/v1, /metrics) on {self.http_address}{console}")
             return self.address
         except BaseException:
             await self.stop()

@@ -123,7 +123,8 @@ def final_answer(event: FinalAnswerEvent) -> "pb.FinalAnswer":
         ],
         finish_reason=event.finish_reason,
         answer_source=event.answer_source,
-        timings=[pb.StageTiming(stage=name, milliseconds=ms) for name, ms in event.timings_ms.items()],
+        timings=[pb.StageTiming(stage=name, milliseconds=ms, start_ms=event.stage_starts_ms.get(name))
+                 for name, ms in event.timings_ms.items()],
         usage=pb.Usage(
             model_calls=event.usage.model_calls,
             prompt_tokens=event.usage.prompt_tokens,

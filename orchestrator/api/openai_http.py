@@ -26,9 +26,7 @@ import json
 import time
 from typing import Any, AsyncIterator, Optional
 
-import grpc
 import httpx
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -41,24 +39,9 @@ from ..prompts import Conversation
 from ..pipeline.query import QueryInput
 from ..triton import contracts
 from .gateway import REQUEST_ID_HEADER, Call, Gateway, request_id_from
+from .http_common import client_timeout, error_response, json_body, sse_stream
 
-HTTP_STATUS = {
-    grpc.StatusCode.INVALID_ARGUMENT: 400,
-    grpc.StatusCode.UNAUTHENTICATED: 401,
-    grpc.StatusCode.PERMISSION_DENIED: 403,
-    grpc.StatusCode.NOT_FOUND: 404,
-    grpc.StatusCode.ALREADY_EXISTS: 409,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
-    grpc.StatusCode.UNAVAILABLE: 503,
-    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
-}
-ERROR_TYPES = {  # HTTP status -> OpenAI's error type (what its SDKs and dashboards key on)
-    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
-    409: "invalid_request_error", 429: "rate_limit_error", 503: "server_error", 504: "timeout_error",
-}
-RETRY_AFTER_S = 1  # a full queue or a draining replica: worth retrying after a second (on another replica)
 FINISH_REASONS = {"length": "length"}  # everything else ends as "stop"
-MAX_BODY_BYTES = 1 << 20
 MAX_EMBEDDING_INPUTS = 256
 EMBEDDING_MODEL = contracts.TEXT_EMBEDDER.name
 # Chat parameters accepted when they ask for what is done anyway (the default), refused with a 400 otherwise.
@@ -91,35 +74,36 @@ class ParameterError(InvalidRequestError):
         self.param = param
 
 
-def openai_app(gateway: Gateway, collections, triton_metrics_url: str = "") -> Starlette:
+def openai_routes(gateway: Gateway, collections, triton_metrics_url: str = "") -> list[Route]:
     """`collections`: () -> the names of every collection (the gateway scopes them to the token);
     `triton_metrics_url`: Triton's own Prometheus endpoint (loopback only), relayed at /metrics/triton."""
 
     async def chat_completions(request: Request) -> Response:
         request_id = request_id_from(request.headers.get(REQUEST_ID_HEADER, ""))
         try:
-            body = await _json_body(request)
-            timeout = _timeout(request)
+            body = await json_body(request)
+            timeout = client_timeout(request)
             opened = gateway.call("ChatCompletions", request.headers.get("authorization", ""), request_id, timeout, request.headers)
             call = await opened.__aenter__()
         except ThinkServeError as error:
-            return _error(error, request_id)
+            return error_response(error, request_id)
         try:
             query, stream, include_usage = _query(body)
             events = gateway.query(call, query)
             if stream:
                 first = await _first_event(events)  # errors before any output are still proper HTTP errors
                 return StreamingResponse(
-                    _sse(call, opened, first, events, query, include_usage), media_type="text/event-stream",
+                    sse_stream(opened, request_id, _chunks(call, first, events, query, include_usage)),
+                    media_type="text/event-stream",
                     headers={REQUEST_ID_HEADER: request_id, "cache-control": "no-cache"},
                 )
             response = await _completion(call, events, query)
         except BaseException as error:
             await opened.__aexit__(type(error), error, error.__traceback__)
             if isinstance(error, ThinkServeError):
-                return _error(error, request_id)
+                return error_response(error, request_id)
             if isinstance(error, Exception):
-                return _error(None, request_id)
+                return error_response(None, request_id)
             raise
         await opened.__aexit__(None, None, None)
         return JSONResponse(response, headers={REQUEST_ID_HEADER: request_id})
@@ -127,15 +111,15 @@ def openai_app(gateway: Gateway, collections, triton_metrics_url: str = "") -> S
     async def embeddings(request: Request) -> Response:
         request_id = request_id_from(request.headers.get(REQUEST_ID_HEADER, ""))
         try:
-            body = await _json_body(request)
+            body = await json_body(request)
             texts, encoding = _embedding_request(body)
-            async with gateway.call("Embeddings", request.headers.get("authorization", ""), request_id, _timeout(request),
+            async with gateway.call("Embeddings", request.headers.get("authorization", ""), request_id, client_timeout(request),
                                     request.headers) as call:
                 vectors, tokens = await gateway.embed(call, texts)
         except ThinkServeError as error:
-            return _error(error, request_id)
+            return error_response(error, request_id)
         except Exception:  # logged with the request id by gateway.call
-            return _error(None, request_id)
+            return error_response(None, request_id)
         data = [
             {"object": "embedding", "index": i,
              "embedding": base64.b64encode(vector.astype("<f4").tobytes()).decode() if encoding == "base64" else vector.tolist()}
@@ -151,7 +135,7 @@ def openai_app(gateway: Gateway, collections, triton_metrics_url: str = "") -> S
             async with gateway.call("ListModels", request.headers.get("authorization", ""), request_id, None) as call:
                 names = call.principal.visible(collections())
         except ThinkServeError as error:
-            return _error(error, request_id)
+            return error_response(error, request_id)
         data = [{"id": name, "object": "model", "created": 0, "owned_by": "thinkserve"} for name in names]
         return JSONResponse({"object": "list", "data": data}, headers={REQUEST_ID_HEADER: request_id})
 
@@ -173,44 +157,17 @@ def openai_app(gateway: Gateway, collections, triton_metrics_url: str = "") -> S
     async def healthz(request: Request) -> Response:
         return JSONResponse({"draining": gateway.draining}, status_code=503 if gateway.draining else 200)
 
-    return Starlette(routes=[
+    return [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/embeddings", embeddings, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/metrics/triton", triton_metrics, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
-    ])
+    ]
 
 
 # ---------------------------------------------------------------------- request
-
-
-async def _json_body(request: Request) -> dict:
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise InvalidRequestError(f"request body over {MAX_BODY_BYTES} bytes")
-    raw = b""
-    async for part in request.stream():
-        raw += part
-        if len(raw) > MAX_BODY_BYTES:
-            raise InvalidRequestError(f"request body over {MAX_BODY_BYTES} bytes")
-    try:
-        body = json.loads(raw or b"null")
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidRequestError("the request body is not JSON") from None
-    if not isinstance(body, dict):
-        raise InvalidRequestError("the request body must be a JSON object")
-    return body
-
-
-def _timeout(request: Request) -> Optional[float]:
-    """The client's deadline in seconds, from an `x-request-timeout` header (the HTTP stand-in for gRPC's)."""
-    value = request.headers.get("x-request-timeout", "")
-    try:
-        return float(value) if value else None
-    except ValueError:
-        raise InvalidRequestError(f"x-request-timeout must be seconds, got {value!r}") from None
 
 
 def _query(body: dict) -> tuple[QueryInput, bool, bool]:
@@ -343,45 +300,33 @@ async def _completion(call: Call, events: AsyncIterator, query: QueryInput) -> d
     }
 
 
-async def _sse(call: Call, opened, first, events: AsyncIterator, query: QueryInput, include_usage: bool) -> AsyncIterator[bytes]:
+async def _chunks(call: Call, first, events: AsyncIterator, query: QueryInput, include_usage: bool) -> AsyncIterator[dict]:
     """Chunks as the answer streams. The final answer of record can differ from the streamed text (an LLM
     replaced by the extractive fallback mid-stream): the last chunk's `thinkserve.text` then holds it. With
     include_usage every chunk has `usage: null` and one more chunk, with no choices, carries the usage."""
     base = {"id": f"chatcmpl-{call.request_id}", "object": "chat.completion.chunk", "created": int(time.time()),
             "model": query.collection}
 
-    def chunk(delta: dict, finish: Optional[str] = None, **extra) -> bytes:
+    def chunk(delta: dict, finish: Optional[str] = None, **extra) -> dict:
         body = {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}], **extra}
         if include_usage:
             body.setdefault("usage", None)
-        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n".encode()
+        return body
 
-    route, failure = "", None
-    try:
-        yield chunk({"role": "assistant", "content": ""})
-        event = first
-        while event is not None:
-            if isinstance(event, RouteEvent):
-                route = event.decision.label
-            elif isinstance(event, AnswerDeltaEvent) and event.text:
-                yield chunk({"content": event.text})
-            elif isinstance(event, FinalAnswerEvent):
-                finish = FINISH_REASONS.get(event.finish_reason, "stop")
-                yield chunk({}, finish, thinkserve=_extension(call, route, event, query))
-                if include_usage:
-                    yield f"data: {json.dumps({**base, 'choices': [], 'usage': _usage(event)})}\n\n".encode()
-            event = await _first_event(events)
-    except ThinkServeError as error:
-        failure = error
-        yield f"data: {json.dumps(_error_body(error, call.request_id))}\n\n".encode()
-    except BaseException as error:
-        await opened.__aexit__(type(error), error, error.__traceback__)
-        raise
-    yield b"data: [DONE]\n\n"
-    if failure is not None:
-        await opened.__aexit__(type(failure), failure, failure.__traceback__)
-    else:
-        await opened.__aexit__(None, None, None)
+    route = ""
+    yield chunk({"role": "assistant", "content": ""})
+    event = first
+    while event is not None:
+        if isinstance(event, RouteEvent):
+            route = event.decision.label
+        elif isinstance(event, AnswerDeltaEvent) and event.text:
+            yield chunk({"content": event.text})
+        elif isinstance(event, FinalAnswerEvent):
+            finish = FINISH_REASONS.get(event.finish_reason, "stop")
+            yield chunk({}, finish, thinkserve=_extension(call, route, event, query))
+            if include_usage:
+                yield {**base, "choices": [], "usage": _usage(event)}
+        event = await _first_event(events)
 
 
 def _usage(final: FinalAnswerEvent) -> dict:
@@ -413,20 +358,3 @@ def _extension(call: Call, route: str, final: FinalAnswerEvent, query: QueryInpu
             else f"not read: the {final.answer_source} answer comes from the last user message alone"
         )
     return extension
-
-
-def _error_body(error: Optional[ThinkServeError], request_id: str) -> dict:
-    if error is None:
-        return {"error": {"message": f"internal error (request id {request_id})", "type": "server_error", "param": None,
-                          "code": "INTERNAL"}}
-    status = HTTP_STATUS.get(error.status, 500)
-    return {"error": {"message": str(error), "type": ERROR_TYPES.get(status, "server_error"),
-                      "param": getattr(error, "param", None), "code": error.status.name}}
-
-
-def _error(error: Optional[ThinkServeError], request_id: str) -> JSONResponse:
-    status = 500 if error is None else HTTP_STATUS.get(error.status, 500)
-    headers = {REQUEST_ID_HEADER: request_id}
-    if status in (429, 503):
-        headers["retry-after"] = str(RETRY_AFTER_S)
-    return JSONResponse(_error_body(error, request_id), status_code=status, headers=headers)

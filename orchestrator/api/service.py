@@ -224,6 +224,28 @@ class ThinkServeService(pb_grpc.ThinkServeServicer):
         events = [event async for event in self.gateway.query(call, convert.query_input(request), answer=False)]
         return convert.retrieve_response(events, call.request_id)
 
+    # ------------------------------------------------------------------ without the gRPC transport
+
+    def transcoded(self, method: str) -> Callable:
+        """RPC `method`'s body without its gRPC transport: (request message, call) -> its response (an async
+        iterator of messages for Query; Ingest takes an async iterator of IngestRequest). The JSON API behind the
+        console (rest_http.py) runs the same operations, checks and limits through it."""
+        body = getattr(type(self), method).__wrapped__
+        return lambda request, call: body(self, request, None, call)
+
+    async def page_image(self, call: Call, collection: str, document_id: str, page: int) -> tuple[bytes, str]:
+        """(the render of a document's page, its media type), under the collection's read check; NOT_FOUND when
+        the collection holds no such document or page, or the document has no page images (a text ingest)."""
+        snapshot = self._readable(call, collection).snapshot
+        if document_id not in {d.document_id for d in snapshot.documents.values()}:
+            raise NotFoundError(f"collection {collection} has no document with id {document_id!r}")
+        record = next((p for p in snapshot.segment(document_id).pages if p.page == page), None)
+        if record is None:
+            raise NotFoundError(f"document {document_id} has no image of page {page} (pages are numbered from 0; "
+                                "documents ingested from text have none)")
+        data = await asyncio.to_thread(snapshot.page_image, record)
+        return data, "image/png" if record.image.endswith(".png") else "image/jpeg"
+
     # ------------------------------------------------------------------ helpers
 
     def _readable(self, call: Call, collection: str):

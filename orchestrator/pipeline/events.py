@@ -98,6 +98,7 @@ class FinalAnswerEvent:
     finish_reason: str
     answer_source: str  # llm | extractive | vlm | refusal
     timings_ms: dict[str, float] = field(default_factory=dict)
+    stage_starts_ms: dict[str, float] = field(default_factory=dict)  # when stages began, from the query's start
     usage: Usage = Usage()
     cost: Optional[CostReport] = None
     degraded: bool = False  # a model was down, failed or out of time: its stage was skipped or replaced

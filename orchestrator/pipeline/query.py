@@ -106,7 +106,7 @@ class _Query:
         return left
 
     def first_text(self, text: str, tokens: tuple[TokenInfo, ...] = ()) -> AnswerDeltaEvent:
-        self.timer.stages.setdefault("rag_ttft", self.timer.since_start_ms())
+        self.timer.since_start("rag_ttft")
         return AnswerDeltaEvent(text, tokens)
 
 
@@ -246,7 +246,7 @@ class QueryPipeline:
                 retrieve, q.snapshot, questions, vectors, plan, settings.retrieval, features.entities, features.modalities,
                 self.search_pool, max(plan.evidence_k, settings.retrieval.rerank_candidates),  # what is read of the ranking
             )
-            q.timer.merge(retrieval.timings_ms)
+            q.timer.merge(retrieval.timings_ms, retrieval.starts)
             q.timer.record("retrieval", time.monotonic() - started)
             q.degradations += retrieval.skipped
             ranked = retrieval.candidates
@@ -377,6 +377,7 @@ class QueryPipeline:
             finish_reason=q.finish_reason,
             answer_source=q.source,
             timings_ms=timings,
+            stage_starts_ms=q.timer.starts_ms(),
             usage=Usage(len(q.ledger.calls), sum(c.tokens_in for c in answering), sum(c.tokens_out for c in answering)),
             cost=cost,
             degraded=bool(q.degradations),

@@ -33,6 +33,7 @@ class Retrieval:
     entity_seeds: dict[str, float] = field(default_factory=dict)  # entity key -> seed weight
     expansion: GraphExpansion = field(default_factory=GraphExpansion)
     timings_ms: dict[str, float] = field(default_factory=dict)  # dense, sparse, graph, fusion
+    starts: dict[str, float] = field(default_factory=dict)  # when each of those first began (monotonic clock)
     best_semantic: float = 0.0  # the best cosine of any candidate, handed out or not (0 for none or negative)
     skipped: list[str] = field(default_factory=list)  # signals left out of this retrieval, and why
 
@@ -100,13 +101,14 @@ def retrieve(
             page_rows = snapshot.page_rows
             pages = [page_rows[page] for page, _ in snapshot.page_lexical.best(page_fractions, plan.page_lexical_top_k)]
             found["page_lexical"] = np.concatenate(pages).astype(np.int64) if pages else np.zeros(0, np.int64)
-    seeds, expansion, graph_timings = (
+    seeds, expansion, graph_timer = (
         graph_side.result() if graph_side else
         _graph_side(snapshot, view, vectors, plan, settings, named_entities) if view is not None and graph_wanted
-        else ({}, GraphExpansion(), {})
+        else ({}, GraphExpansion(), StageTimer())
     )
-    for stage, milliseconds in graph_timings.items():
+    for stage, milliseconds in graph_timer.stages.items():
         timer.stages[stage] = timer.stages.get(stage, 0.0) + milliseconds
+        timer.intervals.setdefault(stage, []).extend(graph_timer.intervals[stage])
     if len(expansion.nodes):
         with timer.stage("graph"):
             found["graph"] = np.asarray(expansion.best(settings.graph_top_k), dtype=np.int64)
@@ -115,7 +117,8 @@ def retrieve(
         evidence = snapshot.evidence
         block_types = {row: evidence[row].block_type for row in table.rows.tolist()} if modality_preference else {}
         fused = fuse(table, block_types, modality_preference, fusion_weights(settings, plan), limit)
-    return Retrieval(fused, seeds, expansion, timer.stages, table.best_semantic(), skipped)
+    starts = {stage: min(start for start, _ in spans) for stage, spans in timer.intervals.items()}
+    return Retrieval(fused, seeds, expansion, timer.stages, starts, table.best_semantic(), skipped)
 
 
 def _candidate_table(
@@ -156,14 +159,14 @@ def _candidate_table(
 def _graph_side(
     snapshot: Snapshot, view: GraphView, vectors: np.ndarray, plan: QueryPlan, settings: RetrievalSettings,
     named_entities: Sequence[str],
-) -> tuple[dict[str, float], GraphExpansion, dict[str, float]]:
+) -> tuple[dict[str, float], GraphExpansion, StageTimer]:
     """The seeds (entities similar to the questions, and those they name) and the graph expansion from them,
-    with the time each took ("seeds" is dense search: it is reported under "dense")."""
+    with when each ran ("seeds" is dense search: it is reported under "dense")."""
     seeds: dict[str, float] = {}
     expansion = GraphExpansion()
     timer = StageTimer()
     if not (plan.graph and plan.entity_top_k > 0):
-        return seeds, expansion, timer.stages
+        return seeds, expansion, timer
     with timer.stage("dense"):
         seeds = _entity_seeds(snapshot, vectors, plan.entity_top_k, settings.min_seed_similarity, settings.relation_seeds)
         for key in named_entities:
@@ -176,7 +179,7 @@ def _graph_side(
                 settings.graph_max_nodes, settings.pagerank_damping, settings.graph_scoring_nodes,
                 hubs(view.node_evidence, settings.graph_hub_fraction, settings.graph_hub_min_chunks),
             )
-    return seeds, expansion, timer.stages
+    return seeds, expansion, timer
 
 
 def _best_of(scores: list[np.ndarray]) -> np.ndarray:

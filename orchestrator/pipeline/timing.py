@@ -21,6 +21,7 @@ class StageTimer:
         # from elsewhere (retrieval's, timed in a worker thread that calls no model) only have their duration.
         self.intervals: dict[str, list[tuple[float, float]]] = {}
         self.merged: dict[str, float] = {}
+        self.merged_starts: dict[str, float] = {}  # when a merged stage first began (monotonic), if known
         self.tracer = tracer
         self.parent = parent  # the request's span
 
@@ -39,7 +40,10 @@ class StageTimer:
         self.intervals.setdefault(name, []).append((end - seconds, end))
         self._span(name, seconds)
 
-    def merge(self, stages_ms: dict[str, float]) -> None:
+    def merge(self, stages_ms: dict[str, float], starts: Optional[dict[str, float]] = None) -> None:
+        """Stages timed elsewhere (`starts`: when they began, on the same monotonic clock)."""
+        for name, start in (starts or {}).items():
+            self.merged_starts[name] = min(start, self.merged_starts.get(name, start))
         for name, ms in stages_ms.items():
             self.stages[name] = self.stages.get(name, 0.0) + ms
             self.merged[name] = self.merged.get(name, 0.0) + ms
@@ -59,3 +63,17 @@ class StageTimer:
 
     def report(self) -> dict[str, float]:
         return {**self.stages, "total": self.since_start_ms()}
+
+    def since_start(self, name: str) -> None:
+        """A moment (the first answer text): a stage from the request's start to now, recorded once."""
+        if name not in self.stages:
+            self.stages[name] = self.since_start_ms()
+            self.intervals[name] = [(self.started, time.monotonic())]
+
+    def starts_ms(self) -> dict[str, float]:
+        """When each stage first began, from the request's start ("total": 0); a merged stage whose start was
+        not given has none."""
+        starts = dict(self.merged_starts)
+        for name, spans in self.intervals.items():
+            starts[name] = min(min(start for start, _ in spans), starts.get(name, float("inf")))
+        return {"total": 0.0} | {name: (start - self.started) * 1000.0 for name, start in starts.items()}

@@ -1,4 +1,4 @@
-"""Adjacent context by bbox, the cost ledger, page similarity averaging and the VLM relevance arithmetic."""
+"""Adjacent context by bbox, the cost ledger, stage start times, page similarity averaging and the VLM relevance arithmetic."""
 
 from __future__ import annotations
 
@@ -86,6 +86,18 @@ def test_the_orchestrators_own_time_is_split_by_stage_outside_each_stages_model_
     timer.intervals = {"embed": [(0.99, 1.01), (1.02, 1.04)]}
     timer.merged = {}
     assert own_time_by_stage(timer, ledger, 100.0)["embed"] == pytest.approx(40.0 - 20.0)
+
+
+def test_stage_starts_are_offsets_of_each_stages_first_run_merged_ones_included_when_given():
+    timer = StageTimer()
+    timer.started = 10.0
+    timer.intervals = {"embed": [(10.002, 10.010)], "rerank": [(10.050, 10.060), (10.020, 10.030)]}
+    timer.merge({"dense": 2.0, "graph": 1.0}, {"dense": 10.004})  # the graph's start was not given
+    timer.merge({"dense": 1.0}, {"dense": 10.003})  # the graph side's dense search began first
+    timer.since_start("rag_ttft")
+    timer.since_start("rag_ttft")  # a moment: recorded once
+    assert timer.starts_ms() == pytest.approx({"total": 0.0, "embed": 2.0, "rerank": 20.0, "dense": 3.0, "rag_ttft": 0.0})
+    assert timer.stages["dense"] == 3.0 and len(timer.intervals["rag_ttft"]) == 1
 
 
 def test_page_similarities_are_averaged_across_encoder_families():

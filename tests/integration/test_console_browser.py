@@ -1,0 +1,253 @@
+"""The web console in a real browser (Debian's chromium, driven by Playwright) against a real server and the real
+Triton: upload through the page, ask with the keyboard, watch the answer stream, find the cited sentence's region
+highlighted on the page image where the PDF prints it, the stage waterfall, errors next to what failed, a retry
+after a lost connection, another tenant kept out, and no accessibility violation axe-core can find."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import httpx
+import pypdfium2
+import pytest
+
+from orchestrator.bench.generated import pdf_factory
+from orchestrator.deployment import Deployment
+from tests.conftest import ROOT, SAMPLE_DOCUMENT
+from tests.integration.conftest import BackgroundLoop
+from tests.integration.test_rest_api import ALPHA, BETA, FACT_PAGE, QUESTION, console_settings
+
+pytestmark = pytest.mark.integration
+playwright_api = pytest.importorskip("playwright.sync_api", reason="the dev extra installs Playwright")
+
+# Where the screenshots go (CI keeps them as artifacts); the README shows one made this way (docs/console.png).
+ARTIFACTS = Path(os.environ.get("THINKSERVE_TEST_ARTIFACTS", ROOT / ".thinkserve" / "test-artifacts"))
+PDF_NAME = "operations-review.pdf"
+ANSWER_TIMEOUT_MS = 180_000
+UPLOAD_TIMEOUT_MS = 300_000
+
+
+def chromium_binary() -> str:
+    found = os.environ.get("THINKSERVE_CHROMIUM") or shutil.which("chromium")
+    if not found:
+        pytest.fail("no Chromium: `make browser` installs Debian's chromium (or set THINKSERVE_CHROMIUM)")
+    return found
+
+
+@pytest.fixture(scope="module")
+def served(triton, triton_settings, tmp_path_factory):
+    loop = BackgroundLoop()
+    deployment = Deployment(console_settings(triton, triton_settings, tmp_path_factory.mktemp("console-data")))
+    loop.run(deployment.start(progress=lambda _: None))
+    yield deployment.http_address
+    loop.run(deployment.stop())
+    loop.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_binary(), args=["--no-sandbox"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("uploads")
+    corrupt = folder / "scrambled.pdf"
+    corrupt.write_bytes(b"%PDF-1.7\n" + b"\x00not a pdf" * 100)
+    notes = folder / "notes.md"
+    notes.write_bytes(SAMPLE_DOCUMENT.read_bytes())
+    return pdf_factory.write_long_chunk_report(folder / PDF_NAME, FACT_PAGE), corrupt, notes
+
+
+def signed_in(browser, served: str, token: str):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(f"{served}/console/")
+    page.fill("#token-input", token)
+    page.press("#token-input", "Enter")
+    page.wait_for_selector("#token-input", state="hidden")
+    return page, errors
+
+
+@pytest.fixture(scope="module")
+def console(browser, served, files):
+    """Tenant alpha's console, with the three files uploaded through the page."""
+    page, errors = signed_in(browser, served, ALPHA)
+    page.fill("#new-collection-name", "alpha")
+    page.click("#create-collection")
+    page.wait_for_function("() => [...document.querySelectorAll('#collection-select option')].some(o => o.value === 'alpha')")
+    page.select_option("#collection-select", "alpha")
+    page.set_input_files("#file-input", [str(path) for path in files])
+    page.wait_for_function(
+        "() => { const s = [...document.querySelectorAll('#upload-list .upload-status')];"
+        " return s.length === 3 && s.every(e => e.classList.contains('error') || e.textContent.trim() === 'done'); }",
+        timeout=UPLOAD_TIMEOUT_MS,
+    )
+    yield page
+    assert errors == [], errors
+    page.close()
+
+
+def upload_of(page, name: str):
+    return page.locator("#upload-list li.upload", has=page.locator(".upload-name", has_text=name))
+
+
+def test_each_upload_reports_itself_and_a_corrupt_file_shows_the_servers_error_beside_it(console):
+    report = upload_of(console, PDF_NAME).locator(".upload-report").inner_text()
+    assert "5" in report and "passages" in report.lower()
+    failed = upload_of(console, "scrambled.pdf").locator(".upload-status")
+    assert "error" in failed.get_attribute("class") and "scrambled.pdf" in failed.inner_text()
+    assert upload_of(console, "notes.md").locator(".upload-status").inner_text().strip() == "done"
+    names = console.eval_on_selector_all("#document-list tr.document", "rows => rows.map(r => r.dataset.name)")
+    assert sorted(names) == sorted([PDF_NAME, "notes.md"])
+
+
+def printed_box(pdf: Path, page_index: int, text: str) -> tuple[float, float, float, float]:
+    """Where the PDF prints the first line of `text` on a page, as fractions of the page (x0, y0, x1, y1 from the
+    top left): the ground truth the highlighted region must cover."""
+    document = pypdfium2.PdfDocument(str(pdf))
+    page = document[page_index]
+    width, height = page.get_size()
+    text_page = page.get_textpage()
+    index, count = text_page.search(text[:30]).get_next()
+    boxes = [text_page.get_charbox(i) for i in range(index, index + count)]  # (left, bottom, right, top), points
+    box = (min(b[0] for b in boxes) / width, 1 - max(b[3] for b in boxes) / height,
+           max(b[2] for b in boxes) / width, 1 - min(b[1] for b in boxes) / height)
+    document.close()
+    return box
+
+
+def ask_with_the_keyboard(page, question: str) -> None:
+    """Tab from the top of the page to the question field (a person without a mouse), type, press Enter."""
+    page.keyboard.press("Escape")
+    page.evaluate("document.activeElement && document.activeElement.blur()")
+    for _ in range(60):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.id") == "question":
+            break
+    else:
+        pytest.fail("the question field cannot be reached with Tab")
+    page.keyboard.type(question)
+    page.keyboard.press("Enter")
+
+
+def test_the_answer_streams_and_its_citation_is_highlighted_on_the_page_where_the_pdf_prints_it(console, files):
+    console.evaluate("""() => {
+        window.answerSeen = [];  // the answer's text each time it changes, with the card's status then
+        new MutationObserver(() => {
+            const card = document.querySelector('#results article.result');
+            if (!card) return;
+            const text = card.querySelector('.answer-text').textContent;
+            const status = card.querySelector('.status').textContent.trim();
+            if (text && window.answerSeen.at(-1)?.text !== text) window.answerSeen.push({text, status});
+        }).observe(document.querySelector('#results'), {subtree: true, childList: true, characterData: true});
+    }""")
+    ask_with_the_keyboard(console, QUESTION)
+    card = console.locator("#results article.result").first
+    card.locator(".status", has_text="done").wait_for(timeout=ANSWER_TIMEOUT_MS)
+
+    seen = console.evaluate("window.answerSeen")
+    assert any(step["status"] != "done" for step in seen), seen  # text arrived while the answer was still streaming
+    assert pdf_factory.DEEP_FACT in card.locator(".answer-text").inner_text()
+    marker = card.locator("a.citation-marker").first
+    target = marker.get_attribute("href").removeprefix("#")
+    assert card.locator(f"[id='{target}']").count() == 1  # the marker links to its evidence item in this card
+
+    citation = card.locator("li.citation").first
+    assert "page 2" in citation.inner_text().lower()
+    image = citation.locator("figure.citation-page img.page-image")
+    console.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=image.element_handle())
+    picture, region = image.bounding_box(), citation.locator(".bbox").first.bounding_box()
+    drawn = ((region["x"] - picture["x"]) / picture["width"], (region["y"] - picture["y"]) / picture["height"],
+             (region["x"] + region["width"] - picture["x"]) / picture["width"],
+             (region["y"] + region["height"] - picture["y"]) / picture["height"])
+    printed = printed_box(files[0], FACT_PAGE, pdf_factory.DEEP_FACT)
+    slack = 0.01
+    assert (drawn[0] <= printed[0] + slack and drawn[1] <= printed[1] + slack
+            and drawn[2] >= printed[2] - slack and drawn[3] >= printed[3] - slack), (drawn, printed)
+    assert drawn[3] - drawn[1] < 0.2, drawn  # the sentence's block, not the page
+
+    stages = set(card.locator(".waterfall .stage-bar").evaluate_all("bars => bars.map(b => b.dataset.stage)"))
+    assert {"embed", "retrieval", "answer", "total"} <= stages, stages
+    assert card.locator("table.cost").inner_text().strip()
+
+    figure = citation.locator("figure.citation-page")
+    figure.focus()
+    console.keyboard.press("Enter")
+    viewer = console.locator("dialog#page-viewer")
+    viewer.locator(".bbox").first.wait_for()
+    console.keyboard.press("Escape")
+    viewer.wait_for(state="hidden")
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    console.screenshot(path=str(ARTIFACTS / "console.png"), full_page=True)
+    from axe_playwright_python.sync_playwright import Axe
+
+    violations = Axe().run(console).response["violations"]
+    assert violations == [], [(v["id"], [n["target"] for n in v["nodes"]][:3]) for v in violations]
+
+
+def test_a_lost_connection_shows_a_retry_that_answers_with_the_same_options(console):
+    def drop(route):
+        route.abort("connectionreset")
+
+    console.route("**/api/v1/collections/alpha/query", drop)
+    console.select_option("#options select[name=graph]", "off")
+    console.fill("#options input[name=top_k]", "2")
+    console.fill("#question", "Who kept the weekly notes?")
+    console.press("#question", "Enter")
+    card = console.locator("#results article.result").first
+    card.locator(".status.error").wait_for(timeout=30_000)
+    console.unroute("**/api/v1/collections/alpha/query", drop)
+    assert console.locator("#ask").is_enabled()  # the page is not frozen
+    with console.expect_request("**/api/v1/collections/alpha/query") as sent:
+        card.locator("button.retry").click()
+    assert sent.value.post_data_json == {"question": "Who kept the weekly notes?", "options": {"graph": False, "top_k": 2}}
+    card.locator(".status", has_text="done").wait_for(timeout=ANSWER_TIMEOUT_MS)
+    assert card.locator(".answer-text").inner_text().strip()
+    assert card.locator(".evidence-item").count() == 2
+    assert "graph=off" in card.locator(".options-used").inner_text()
+    assert console.locator("#results article.result").count() >= 2  # the earlier answer stays beside it
+
+
+def test_a_document_is_replaced_and_deleted_from_its_row(console, tmp_path):
+    console.on("dialog", lambda dialog: dialog.accept())
+    revised = tmp_path / "notes-v2.md"
+    revised.write_text("# Notes\n\nThe Aarhus factory moved to a four-day week in May 2025.\n")
+    row = console.locator("#document-list tr.document[data-name='notes.md']")
+    with console.expect_file_chooser() as chooser:
+        row.locator("button.replace-document").click()
+    chooser.value.set_files(str(revised))
+    replaced = console.locator("#upload-list li.upload").filter(has_text="replaced")
+    replaced.locator(".upload-status", has_text="done").wait_for(timeout=UPLOAD_TIMEOUT_MS)
+    assert row.locator("td").nth(2).inner_text().strip() == "1"  # one passage now: the new text's
+    row.locator("button.delete-document").click()
+    row.wait_for(state="detached", timeout=60_000)
+    names = console.locator("#document-list tr.document").evaluate_all("rows => rows.map(r => r.dataset.name)")
+    assert names == [PDF_NAME]
+
+
+def test_a_second_token_sees_neither_the_collection_nor_its_page_images(browser, served, console):
+    with httpx.Client(base_url=f"{served}/api/v1", headers={"authorization": f"Bearer {ALPHA}"}) as alpha:
+        (document_id,) = [d["document_id"] for d in alpha.get("/collections/alpha/documents").json()["documents"]
+                          if d["name"] == PDF_NAME]
+    page, errors = signed_in(browser, served, BETA)
+    page.wait_for_selector("#collection-select")
+    options = page.eval_on_selector_all("#collection-select option", "options => options.map(o => o.value)")
+    assert "alpha" not in options
+    statuses = page.evaluate(
+        """async ([id, token]) => Promise.all([
+            `/api/v1/collections/alpha/pages/${id}/1`, `/api/v1/collections/beta/pages/${id}/1`,
+            `/api/v1/collections/alpha/documents`,
+        ].map(url => fetch(url, {headers: {authorization: `Bearer ${token}`}}).then(r => r.status)))""",
+        [document_id, BETA],
+    )
+    assert statuses == [403, 404, 403]
+    assert errors == []
+    page.close()
