@@ -13,10 +13,11 @@ other HTTP client see exactly what a gRPC client sees. Errors have the OpenAI en
     POST   /api/v1/collections/{c}/query                     {"question", "options"}: Server-Sent Events of QueryEvent
     POST   /api/v1/collections/{c}/retrieve                  {"question", "options"}: RetrieveResponse
     GET    /api/v1/collections/{c}/pages/{document id}/{page}  a page's render (0-based page), read access to {c}
+    GET    /api/v1/collections/{c}/evidence/{passage id}/image  a multimodal unit's image (figure, table, equation)
     GET    /console/                                         the console (http.console)
 
-Page images are named by collection, document id and page only: no file path reaches a URL, and a token that
-may not read the collection gets 403 whatever the document.
+Images are named by collection and document id and page, or evidence id, only: no file path reaches a URL, and a
+token that may not read the collection gets 403 whatever the document.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..errors import InvalidRequestError, ThinkServeError
-from .gateway import REQUEST_ID_HEADER, Gateway, request_id_from
+from .gateway import REQUEST_ID_HEADER, Call, Gateway, request_id_from
 from .http_common import client_timeout, error_response, json_body, sse_stream
 from .protos import pb
 from .service import ThinkServeService
@@ -115,18 +116,24 @@ def rest_routes(gateway: Gateway, service: ThinkServeService, console: bool) -> 
             headers={REQUEST_ID_HEADER: request_id, "cache-control": "no-cache"},
         )
 
-    async def page_image(request: Request) -> Response:
-        request_id = request_id_from(request.headers.get(REQUEST_ID_HEADER, ""))
-        params = request.path_params
-        try:
-            async with _opened(gateway, request, "GetPageImage", request_id) as call:
-                data, media_type = await service.page_image(call, params["collection"], params["document_id"], params["page"])
-        except ThinkServeError as error:
-            return error_response(error, request_id)
-        except Exception:
-            return error_response(None, request_id)
-        # private: the same URL under another token must be checked again, never answered from a shared cache
-        return Response(data, media_type=media_type, headers={REQUEST_ID_HEADER: request_id, "cache-control": "private, max-age=300"})
+    def image(method: str, read: Callable[[Call, dict], Awaitable[tuple[bytes, str]]]):
+        async def handle(request: Request) -> Response:
+            request_id = request_id_from(request.headers.get(REQUEST_ID_HEADER, ""))
+            try:
+                async with _opened(gateway, request, method, request_id) as call:
+                    data, media_type = await read(call, request.path_params)
+            except ThinkServeError as error:
+                return error_response(error, request_id)
+            except Exception:
+                return error_response(None, request_id)
+            # private: the same URL under another token is checked again, never answered from a shared cache
+            return Response(data, media_type=media_type,
+                            headers={REQUEST_ID_HEADER: request_id, "cache-control": "private, max-age=300"})
+
+        return handle
+
+    page_image = image("GetPageImage", lambda call, p: service.page_image(call, p["collection"], p["document_id"], p["page"]))
+    evidence_image = image("GetEvidenceImage", lambda call, p: service.evidence_image(call, p["collection"], p["passage_id"]))
 
     collection_path = "/api/v1/collections/{collection}"
     routes: list[BaseRoute] = [
@@ -144,6 +151,7 @@ def rest_routes(gateway: Gateway, service: ThinkServeService, console: bool) -> 
         Route(f"{collection_path}/query", query, methods=["POST"]),
         Route(f"{collection_path}/retrieve", unary("Retrieve", _query_request), methods=["POST"]),
         Route(f"{collection_path}/pages/{{document_id}}/{{page:int}}", page_image, methods=["GET"]),
+        Route(f"{collection_path}/evidence/{{passage_id}}/image", evidence_image, methods=["GET"]),
     ]
     if console:
         routes += [

@@ -243,8 +243,24 @@ class ThinkServeService(pb_grpc.ThinkServeServicer):
         if record is None:
             raise NotFoundError(f"document {document_id} has no image of page {page} (pages are numbered from 0; "
                                 "documents ingested from text have none)")
-        data = await asyncio.to_thread(snapshot.page_image, record)
-        return data, "image/png" if record.image.endswith(".png") else "image/jpeg"
+        try:
+            data = await asyncio.to_thread(snapshot.page_image, record)
+        except FileNotFoundError:  # its document was replaced or deleted meanwhile
+            raise NotFoundError(f"document {document_id} is no longer in collection {collection}") from None
+        return data, _image_type(record.image)
+
+    async def evidence_image(self, call: Call, collection: str, passage_id: str) -> tuple[bytes, str]:
+        """(the image of a multimodal unit: the figure, table or equation MinerU cropped, its media type), by the
+        evidence id an EvidenceItem carries, under the collection's read check; NOT_FOUND otherwise."""
+        snapshot = self._readable(call, collection).snapshot
+        row = snapshot.evidence_rows.get(passage_id)
+        path = snapshot.asset_file(snapshot.evidence[row].asset) if row is not None and snapshot.evidence[row].asset else None
+        if path is None:
+            raise NotFoundError(f"collection {collection} has no image for evidence {passage_id!r}")
+        try:
+            return await asyncio.to_thread(path.read_bytes), _image_type(path.name)
+        except FileNotFoundError:
+            raise NotFoundError(f"evidence {passage_id!r} is no longer in collection {collection}") from None
 
     # ------------------------------------------------------------------ helpers
 
@@ -258,6 +274,10 @@ class ThinkServeService(pb_grpc.ThinkServeServicer):
         except NotFoundError:  # deleted meanwhile
             return None
         return await asyncio.to_thread(_collection_info, name, snapshot)
+
+
+def _image_type(name: str) -> str:
+    return "image/png" if name.lower().endswith(".png") else "image/jpeg"
 
 
 def _collection_info(name: str, snapshot: Snapshot) -> "pb.CollectionInfo":

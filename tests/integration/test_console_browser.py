@@ -17,7 +17,7 @@ from orchestrator.bench.generated import pdf_factory
 from orchestrator.deployment import Deployment
 from tests.conftest import ROOT, SAMPLE_DOCUMENT
 from tests.integration.conftest import BackgroundLoop
-from tests.integration.test_rest_api import ALPHA, BETA, FACT_PAGE, QUESTION, console_settings
+from tests.integration.test_rest_api import ADMIN, ALPHA, BETA, FACT_PAGE, QUESTION, console_settings
 
 pytestmark = pytest.mark.integration
 playwright_api = pytest.importorskip("playwright.sync_api", reason="the dev extra installs Playwright")
@@ -216,6 +216,18 @@ def test_a_lost_connection_shows_a_retry_that_answers_with_the_same_options(cons
     assert console.locator("#results article.result").count() >= 2  # the earlier answer stays beside it
 
 
+def test_a_units_image_shows_beside_its_evidence_item(console):
+    console.fill("#options input[name=top_k]", "20")
+    console.fill("#question", "Which picture is on the last page?")
+    console.press("#question", "Enter")
+    card = console.locator("#results article.result").first
+    card.locator(".status", has_text="done").wait_for(timeout=ANSWER_TIMEOUT_MS)
+    image = card.locator(".evidence-item img.evidence-image").first
+    image.wait_for()
+    console.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=image.element_handle())
+    assert "image" in image.get_attribute("alt") and PDF_NAME in image.get_attribute("alt")
+
+
 def test_a_document_is_replaced_and_deleted_from_its_row(console, tmp_path):
     console.on("dialog", lambda dialog: dialog.accept())
     revised = tmp_path / "notes-v2.md"
@@ -231,6 +243,29 @@ def test_a_document_is_replaced_and_deleted_from_its_row(console, tmp_path):
     row.wait_for(state="detached", timeout=60_000)
     names = console.locator("#document-list tr.document").evaluate_all("rows => rows.map(r => r.dataset.name)")
     assert names == [PDF_NAME]
+
+
+def test_a_collection_is_created_and_deleted_and_a_refusal_is_shown(browser, served, console):
+    console.fill("#new-collection-name", "alpha-scratch")
+    console.click("#create-collection")
+    # alpha's token is granted `alpha` only: the server's refusal is shown, nothing is created
+    console.locator("#collection-error", has_text="not granted").wait_for()
+    assert console.locator("#collection-select option").evaluate_all("options => options.map(o => o.value)") == ["alpha"]
+
+    page, errors = signed_in(browser, served, ADMIN)
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.fill("#new-collection-name", "scratch")
+    page.press("#new-collection-name", "Enter")
+    listed = "() => [...document.querySelectorAll('#collection-select option')].map(o => o.value).join(',')"
+    page.wait_for_function(f"() => ({listed})().split(',').includes('scratch')")
+    page.select_option("#collection-select", "scratch")
+    page.click("#delete-collection")
+    page.wait_for_function(f"() => !({listed})().split(',').includes('scratch')")
+    assert "alpha" in page.evaluate(listed).split(",")
+    with httpx.Client(base_url=f"{served}/api/v1", headers={"authorization": f"Bearer {ADMIN}"}) as admin:
+        assert "scratch" not in [c["name"] for c in admin.get("/collections").json()["collections"]]
+    assert errors == []
+    page.close()
 
 
 def test_a_second_token_sees_neither_the_collection_nor_its_page_images(browser, served, console):

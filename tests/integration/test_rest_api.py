@@ -25,14 +25,16 @@ QUESTION = "How much was the Halvorsen turbine contract signed for?"
 ALPHA, ALPHA_DIGEST = new_token()
 BETA, BETA_DIGEST = new_token()
 READER, READER_DIGEST = new_token()
+ADMIN, ADMIN_DIGEST = new_token()
 
 
 def console_settings(triton, triton_settings, data_dir, **sections):
-    """Two tenants (alpha writes `alpha`, beta writes `beta`) and a reader of `alpha`."""
+    """Two tenants (alpha writes `alpha`, beta writes `beta`), a reader of `alpha` and an admin of every collection."""
     grants = [
         {"name": "alpha", "sha256": ALPHA_DIGEST, "collections": ["alpha"], "write": True},
         {"name": "beta", "sha256": BETA_DIGEST, "collections": ["beta"], "write": True},
         {"name": "reader", "sha256": READER_DIGEST, "collections": ["alpha"], "write": False},
+        {"name": "admin", "sha256": ADMIN_DIGEST, "collections": ["*"], "write": True},
     ]
     return settings_with(triton_settings.model_copy(update={"url": triton.endpoints.grpc}), data_dir,
                          auth={"tokens": grants}, **sections)
@@ -103,6 +105,20 @@ def test_page_images_are_served_by_document_id_and_page_under_the_tenant_checks(
         assert alpha.get(f"/collections/alpha/pages/{sneaky}/0").status_code == 404
     with client(served, token="") as anonymous:
         assert anonymous.get(f"/collections/alpha/pages/{document_id}/{FACT_PAGE}").status_code == 401
+
+
+def test_a_units_image_is_served_by_its_evidence_id(served, report):
+    with client(served) as alpha, client(served, BETA) as beta:
+        items = alpha.post("/collections/alpha/retrieve", json={"question": "picture figure image", "options": {"top_k": 20}}
+                           ).json()["evidence"]["items"]
+        (unit,) = [item for item in items if item["kind"] == "unit"]  # the last page's picture
+        passage = next(item for item in items if item["kind"] == "passage")
+        image = alpha.get(f"/collections/alpha/evidence/{unit['passage_id']}/image")
+        assert image.status_code == 200 and image.headers["content-type"] in ("image/jpeg", "image/png")
+        assert min(Image.open(io.BytesIO(image.content)).size) > 10
+        assert beta.get(f"/collections/alpha/evidence/{unit['passage_id']}/image").status_code == 403
+        assert alpha.get(f"/collections/alpha/evidence/{passage['passage_id']}/image").status_code == 404  # text: no image
+        assert alpha.get(f"/collections/alpha/evidence/{report['document_id']}:u999/image").status_code == 404
 
 
 def events_of(response: httpx.Response) -> list:

@@ -721,9 +721,17 @@
         el("span", { class: "hint", text: ` · score ${fmtScore(item.score)}` })),
       item.section ? el("p", { class: "ev-section hint", text: item.section }) : null,
       el("p", { class: "ev-text", text: shorten(text, SHORT_TEXT) }),
+      imageSlot(card, item),
       text.length > SHORT_TEXT ? el("details", {}, el("summary", { text: "full text" }), el("p", { text })) : null,
       el("p", { class: "signals" }, chips,
         foundBy.length ? el("span", { class: "found-by", text: `found by ${foundBy.join(", ")}` }) : null));
+  }
+
+  function imageSlot(card, item) {
+    if (!item.asset || (item.kind !== "unit" && item.kind !== "page")) return null;
+    const slot = el("div", { class: "evidence-image-slot" });
+    showEvidenceImage(slot, card.collection, item);
+    return slot;
   }
 
   /** The answer with its "[n]" (or "[n, m]") markers as links to the card's evidence items. */
@@ -820,21 +828,39 @@
 
   // ------------------------------------------------------------------ page images
 
-  const pageCache = new Map(); // collection, document id, page -> Promise of an object URL (null: no image)
+  const pageCache = new Map(); // image path -> Promise of an object URL (null: no image)
 
-  function pageImage(collection, documentId, page) {
-    const key = JSON.stringify([collection, documentId, page]);
-    if (!pageCache.has(key)) {
-      const path = `${collectionPath(collection)}/pages/${encodeURIComponent(documentId)}/${page}`;
+  /** An image the API serves under the token (fetched with its header: never a token in a URL), cached. */
+  function authorizedImage(path) {
+    if (!pageCache.has(path)) {
       const loading = fetch(path, { headers: authHeaders() }).then(async (response) => {
         if (response.status === 404) return null;
         if (!response.ok) throw await errorFrom(response);
         return URL.createObjectURL(await response.blob());
       });
-      loading.catch(() => pageCache.delete(key)); // a failure may pass: fetch again next time
-      pageCache.set(key, loading);
+      loading.catch(() => pageCache.delete(path)); // a failure may pass: fetch again next time
+      pageCache.set(path, loading);
     }
-    return pageCache.get(key);
+    return pageCache.get(path);
+  }
+
+  const pageImage = (collection, documentId, page) =>
+    authorizedImage(`${collectionPath(collection)}/pages/${encodeURIComponent(documentId)}/${page}`);
+  const unitImage = (collection, passageId) =>
+    authorizedImage(`${collectionPath(collection)}/evidence/${encodeURIComponent(passageId)}/image`);
+
+  /** A unit's figure, table or equation image, or a page hit's page, beside its evidence item. */
+  async function showEvidenceImage(slot, collection, item) {
+    const page = num(item.page);
+    const where = `${item.block_type || "image"} from ${item.document_name || "the document"}${page >= 0 ? `, page ${page + 1}` : ""}`;
+    try {
+      const url = item.kind === "page" ? await pageImage(collection, item.document_id, page)
+        : await unitImage(collection, item.passage_id);
+      if (url) slot.replaceChildren(el("img", { class: "evidence-image", src: url, alt: where }));
+      else slot.remove();
+    } catch (err) {
+      slot.replaceChildren(el("p", { class: "error", text: `image: ${err.message || "network error"}` }));
+    }
   }
 
   function forgetPageImages() {
