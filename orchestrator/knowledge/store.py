@@ -170,17 +170,15 @@ class Snapshot:
             [s.relation_keys if len(s.relation_vectors) else () for s in added], None,
             base._relation_table if appended is not None else None,
         )
-        self.entity_keys, entity_rows = self._entity_table.keys, self._entity_table.rows
-        self.relation_keys, relation_rows = self._relation_table.keys, self._relation_table.rows
+        entities, relations = self._entity_table, self._relation_table
+        self.entity_keys, self.relation_keys = entities.keys, relations.keys
         if appended is not None and base is not None:
             self.evidence_index = base.evidence_index.extended(_stack(s.evidence_vectors for s in appended))
-            if not self._entity_table.moved:
-                self.entity_index = base.entity_index.extended(_rows(self.segments, "entity", entity_rows[len(base.entity_keys) :]))
+            if not entities.moved:
+                self.entity_index = base.entity_index.extended(entities.vectors(self.segments, "entity", len(base.entity_keys)))
             else:  # the new document gave a vector to an entity that had none
-                self.entity_index = self._build(_rows(self.segments, "entity", entity_rows))
-            self.relation_index = base.relation_index.extended(
-                _rows(self.segments, "relation", relation_rows[len(base.relation_keys) :])
-            )
+                self.entity_index = self._build(entities.vectors(self.segments, "entity"))
+            self.relation_index = base.relation_index.extended(relations.vectors(self.segments, "relation", len(base.relation_keys)))
             self.page_indexes = {
                 family: index.extended(_stack(s.page_vectors.get(family, ()) for s in appended))
                 for family, index in base.page_indexes.items()
@@ -191,10 +189,8 @@ class Snapshot:
             self.evidence_index = self._table(
                 stored, "evidence", len(self.evidence), lambda: _stack(s.evidence_vectors for s in self.segments)
             )
-            self.entity_index = self._table(stored, "entity", len(entity_rows), lambda: _rows(self.segments, "entity", entity_rows))
-            self.relation_index = self._table(
-                stored, "relation", len(relation_rows), lambda: _rows(self.segments, "relation", relation_rows)
-            )
+            self.entity_index = self._table(stored, "entity", len(entities), lambda: entities.vectors(self.segments, "entity"))
+            self.relation_index = self._table(stored, "relation", len(relations), lambda: relations.vectors(self.segments, "relation"))
             self.page_indexes = {
                 family: self._table(
                     stored, f"page-{family}", sum(len(s.page_vectors.get(family, ())) for s in self.segments),
@@ -918,11 +914,15 @@ def _is_prefix(prefix: Sequence[Segment], whole: Sequence[Segment]) -> bool:
 class FirstRows:
     """Unique keys across segments in first-seen order, each with the (segment, row) of its first occurrence, or
     with `preferred` (rows per segment) of its first preferred occurrence where it has one. Extending it by
-    appended segments reads only theirs (the tables are copied, not rebuilt)."""
+    appended segments reads only theirs; the table of every segment (an opening, a delete, a replacement) is made
+    in C-level passes (dict.fromkeys, numpy), not a Python step per key: at 100,000 chunks that step was most of a
+    delete's time."""
 
-    def __init__(self, position: dict, rows: list, preferred: list, segments: int, moved: bool):
+    def __init__(self, position: dict, numbers: np.ndarray, rows: np.ndarray, preferred: np.ndarray, segments: int,
+                 moved: bool):
         self._position = position  # key -> its row in `keys`
-        self.rows: list[tuple[int, int]] = rows
+        self.numbers = numbers  # each key's segment (int64)
+        self.rows = rows  # each key's row in that segment's tables (int64)
         self._preferred = preferred  # whether each key's row is a preferred one
         self.segments = segments  # how many segments it has read
         self.moved = moved  # a key the base held has a new row (it found its first preferred occurrence here)
@@ -931,35 +931,68 @@ class FirstRows:
     def keys(self) -> list:
         return list(self._position)
 
+    def __len__(self) -> int:
+        return len(self.numbers)
+
+    def vectors(self, segments: Sequence[Segment], kind: str, start: int = 0) -> np.ndarray:
+        """The `kind` ("entity", "relation") vectors of its keys from `start` on, gathered a segment at a time."""
+        numbers, rows = self.numbers[start:], self.rows[start:]
+        if not len(numbers):
+            return _stack(())
+        attribute = f"{kind}_vectors"
+        order = np.argsort(numbers, kind="stable")
+        groups = np.split(order, np.flatnonzero(np.diff(numbers[order])) + 1)
+        tables = [np.asarray(getattr(segments[int(numbers[group[0]])], attribute)) for group in groups]
+        out = np.empty((len(numbers), tables[0].shape[1]), dtype=np.float32)
+        for group, table in zip(groups, tables):
+            out[group] = table[rows[group]]
+        return out
+
     @classmethod
     def of(cls, key_lists: Sequence, preferred: Optional[Sequence[frozenset[int]]] = None,
            base: Optional["FirstRows"] = None) -> "FirstRows":
-        """The table of `key_lists` (one per segment) read after the base's segments."""
-        position = dict(base._position) if base else {}
-        rows, flags = (list(base.rows), list(base._preferred)) if base else ([], [])
+        """The table of `key_lists` (one per segment, each without repeats) read after the base's segments."""
+        if base is None:
+            return cls._every(key_lists, preferred)
+        position = dict(base._position)
+        numbers, rows, flags = base.numbers.tolist(), base.rows.tolist(), base._preferred.tolist()
         held, moved = len(rows), False
-        start = base.segments if base else 0
         for offset, keys in enumerate(key_lists):
-            number = start + offset
+            number = base.segments + offset
             chosen = preferred[offset] if preferred is not None else frozenset()
             for row, key in enumerate(keys):
-                key = key if isinstance(key, str) else tuple(key)
                 at = position.get(key)
                 if at is None:
                     position[key] = len(rows)
-                    rows.append((number, row))
+                    numbers.append(number)
+                    rows.append(row)
                     flags.append(row in chosen)
                 elif not flags[at] and row in chosen:
-                    rows[at], flags[at] = (number, row), True
+                    numbers[at], rows[at], flags[at] = number, row, True
                     moved = moved or at < held
-        return cls(position, rows, flags, start + len(key_lists), moved)
+        return cls(position, np.asarray(numbers, dtype=np.int64), np.asarray(rows, dtype=np.int64),
+                   np.asarray(flags, dtype=bool), base.segments + len(key_lists), moved)
 
-
-def _rows(segments: Sequence[Segment], kind: str, rows: Sequence[tuple[int, int]]) -> np.ndarray:
-    if not rows:
-        return _stack(())
-    attribute = f"{kind}_vectors"
-    return np.stack([np.asarray(getattr(segments[number], attribute)[row]) for number, row in rows]).astype(np.float32)
+    @classmethod
+    def _every(cls, key_lists: Sequence, preferred: Optional[Sequence[frozenset[int]]]) -> "FirstRows":
+        sizes = [len(keys) for keys in key_lists]
+        total = sum(sizes)
+        unique = dict.fromkeys(itertools.chain.from_iterable(key_lists))  # first-seen order
+        position = dict(zip(unique, range(len(unique))))
+        codes = np.fromiter(map(position.__getitem__, itertools.chain.from_iterable(key_lists)), dtype=np.int64, count=total)
+        numbers = np.repeat(np.arange(len(key_lists), dtype=np.int64), sizes)
+        starts = np.cumsum([0] + sizes)
+        rows = np.arange(total, dtype=np.int64) - starts[numbers]
+        flags = np.zeros(total, dtype=bool)
+        for number, chosen in enumerate(preferred or ()):
+            if chosen:
+                flags[starts[number] + np.fromiter(chosen, dtype=np.int64, count=len(chosen))] = True
+        _, first = np.unique(codes, return_index=True)  # codes number the keys in first-seen order: 0, 1, 2, ...
+        favoured = np.flatnonzero(flags)
+        if len(favoured):
+            keys, at = np.unique(codes[favoured], return_index=True)
+            first[keys] = favoured[at]
+        return cls(position, numbers[first], rows[first], flags[first], len(key_lists), False)
 
 
 def _gather(
