@@ -44,17 +44,26 @@ def tail_limit(base_size: int) -> int:
     return min(20_000, max(4_096, base_size // 10))
 
 
+# Past this share of its main index removed (deleted documents' vectors), an index is rebuilt from the rest.
+MAX_REMOVED_FRACTION = 0.25
+
+
 class VectorIndex:
     """An immutable FAISS index over row-aligned vectors with the same search API on CPU and GPU.
 
     Appending (a commit adding a document) does not copy the index: the new one shares it and keeps the vectors
     appended since in an exact Flat *tail*, searched beside it, until the tail reaches tail_limit and is merged
     in (a copy of the index, once per tenth of its size). Copying the index per commit cost 0.5 s of a 1 s
-    commit at 100,000 chunks (benchmarks/results/incremental_commit.md)."""
+    commit at 100,000 chunks (benchmarks/results/incremental_commit.md).
+
+    Removing rows (a deleted or replaced document's) does not rebuild it either: the new index shares the old
+    one and skips the removed ids in its searches (a FAISS ID selector), the rows after them moving up; past
+    MAX_REMOVED_FRACTION it is rebuilt from the rest. Rebuilding on every delete took a second at 100,000
+    chunks with Flat, and minutes at a million with HNSW, holding the collection's write lock."""
 
     def __init__(
         self, spec: IndexSpec, dimension: int, index: Optional[faiss.Index] = None, kind: str = "flat",
-        tail: Optional[np.ndarray] = None,
+        tail: Optional[np.ndarray] = None, removed: Optional[np.ndarray] = None,
     ):
         self.spec = spec
         self.dimension = dimension
@@ -65,6 +74,14 @@ class VectorIndex:
         if self._tail_vectors is not None:
             self._tail = faiss.IndexFlatIP(dimension)
             self._tail.add(self._tail_vectors)
+        # ids of _index no longer in the table (sorted), and the selector that keeps searches off them
+        self._removed = np.asarray(removed, dtype=np.int64) if removed is not None and len(removed) else None
+        self._selector = None
+        if self._removed is not None:
+            live = np.ones(int(index.ntotal), dtype=bool)
+            live[self._removed] = False
+            self._bitmap = np.packbits(live, bitorder="little")  # FAISS reads bit i & 7 of byte i >> 3; kept alive here
+            self._selector = faiss.IDSelectorBitmap(len(live), faiss.swig_ptr(self._bitmap))
 
     @classmethod
     def build(cls, spec: IndexSpec, vectors: np.ndarray, dimension: int) -> "VectorIndex":
@@ -102,8 +119,47 @@ class VectorIndex:
             return VectorIndex.build(self.spec, np.concatenate([self.vectors(), vectors]), self.dimension)
         tail = vectors if self._tail_vectors is None else np.concatenate([self._tail_vectors, vectors])
         if len(tail) <= tail_limit(int(self._index.ntotal)):
-            return VectorIndex(self.spec, self.dimension, self._index, self.kind, tail)
-        return VectorIndex(self.spec, self.dimension, self._merged(tail), self.kind)
+            return VectorIndex(self.spec, self.dimension, self._index, self.kind, tail, self._removed)
+        return VectorIndex(self.spec, self.dimension, self._merged(tail), self.kind, removed=self._removed)
+
+    def without(self, start: int, stop: int) -> "VectorIndex":
+        """A new index without rows [start, stop) (a deleted document's): the rows after them move up. The old
+        index stays usable by running queries."""
+        stop = min(stop, self.size)
+        if self._index is None or stop <= start:
+            return self
+        held = self._main_size
+        tail = self._tail_vectors
+        if stop > held:
+            tail = np.delete(tail, np.s_[max(0, start - held) : stop - held], axis=0)
+        removed = self._removed
+        if start < held:
+            gone = self._live_ids()[start : min(stop, held)]
+            removed = gone if removed is None else np.union1d(removed, gone)
+        total = int(self._index.ntotal)
+        if removed is not None and (len(removed) > MAX_REMOVED_FRACTION * total or gpu_count() > 0 and self.kind != "hnsw"):
+            live = np.ones(total, dtype=bool)
+            live[removed] = False
+            kept = self._main_vectors()[live]
+            return VectorIndex.build(self.spec, kept if tail is None else np.concatenate([kept, tail]), self.dimension)
+        return VectorIndex(self.spec, self.dimension, self._index, self.kind, tail, removed)
+
+    @property
+    def removed_ids(self) -> np.ndarray:
+        """Ids of the main index no longer in the table (what `write` stores beside the index)."""
+        return self._removed if self._removed is not None else np.zeros(0, dtype=np.int64)
+
+    @property
+    def _main_size(self) -> int:
+        return int(self._index.ntotal) - (0 if self._removed is None else len(self._removed))
+
+    def _live_ids(self) -> np.ndarray:
+        ids = np.arange(int(self._index.ntotal), dtype=np.int64)
+        return ids if self._removed is None else np.delete(ids, self._removed)
+
+    def _main_vectors(self) -> np.ndarray:
+        cpu = faiss.index_gpu_to_cpu(self._index) if gpu_count() > 0 and self.kind != "hnsw" else self._index
+        return cpu.reconstruct_n(0, cpu.ntotal)
 
     def _merged(self, tail: Optional[np.ndarray]) -> faiss.Index:
         """A copy of the main index with `tail` added to it."""
@@ -114,8 +170,8 @@ class VectorIndex:
         return index
 
     def write(self, path) -> None:
-        """The index as faiss writes it (from the CPU copy of a GPU index), its tail merged in; an empty index
-        writes nothing."""
+        """The index as faiss writes it (from the CPU copy of a GPU index), its tail merged in, its removed ids
+        still in it (`removed_ids`, which read() takes back); an empty index writes nothing."""
         if self._index is None:
             return
         index = self._merged(self._tail_vectors)
@@ -123,10 +179,10 @@ class VectorIndex:
         faiss.write_index(cpu, str(path))
 
     @classmethod
-    def read(cls, spec: IndexSpec, path, kind: str) -> "VectorIndex":
-        """An index `write` wrote, with the search settings of `spec` (efSearch, nprobe) and on a GPU as `build`
-        puts it. Raises RuntimeError for a file faiss cannot read (truncated, corrupt), ValueError for one of
-        another kind."""
+    def read(cls, spec: IndexSpec, path, kind: str, removed: Optional[np.ndarray] = None) -> "VectorIndex":
+        """An index `write` wrote (with the `removed_ids` it had then), with the search settings of `spec`
+        (efSearch, nprobe) and on a GPU as `build` puts it. Raises RuntimeError for a file faiss cannot read
+        (truncated, corrupt), ValueError for one of another kind or removed ids it does not hold."""
         index = faiss.read_index(str(path))
         found = "hnsw" if isinstance(index, faiss.IndexHNSW) else "ivf" if isinstance(index, faiss.IndexIVF) else "flat"
         if found != kind:
@@ -135,9 +191,13 @@ class VectorIndex:
             index.hnsw.efSearch = spec.hnsw_ef_search
         elif kind == "ivf":
             index.nprobe = spec.ivf_probe
+        if removed is not None and len(removed) and not (np.all(np.diff(removed) > 0) and 0 <= removed[0] and removed[-1] < index.ntotal):
+            raise ValueError(f"{path}: its removed ids are not sorted ids of its {index.ntotal} vectors")
         if spec.use_gpu and kind != "hnsw" and gpu_count() > 0:
+            if removed is not None and len(removed):  # no ID selectors on a GPU: the live vectors, rebuilt there
+                return cls.build(spec, np.delete(index.reconstruct_n(0, index.ntotal), removed, axis=0), int(index.d))
             index = faiss.index_cpu_to_all_gpus(index)
-        return cls(spec, int(index.d), index, kind)
+        return cls(spec, int(index.d), index, kind, removed=removed)
 
     def set_ef_search(self, ef_search: int) -> None:
         """HNSW's search breadth (recall against time), for indexes already built; other kinds ignore it."""
@@ -146,15 +206,30 @@ class VectorIndex:
 
     @property
     def size(self) -> int:
-        main = 0 if self._index is None else int(self._index.ntotal)
+        main = 0 if self._index is None else self._main_size
         return main + (0 if self._tail_vectors is None else len(self._tail_vectors))
 
     def vectors(self) -> np.ndarray:
         if self._index is None:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        cpu = faiss.index_gpu_to_cpu(self._index) if gpu_count() > 0 and self.kind != "hnsw" else self._index
-        main = cpu.reconstruct_n(0, cpu.ntotal)
+        main = self._main_vectors()
+        if self._removed is not None:
+            main = np.delete(main, self._removed, axis=0)
         return main if self._tail_vectors is None else np.concatenate([main, self._tail_vectors])
+
+    def _search_main(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The main index's best k among its live ids, as rows of the table (removed ids skipped)."""
+        if self._selector is None:
+            return self._index.search(queries, k)
+        if self.kind == "hnsw":
+            params = faiss.SearchParametersHNSW(sel=self._selector, efSearch=self._index.hnsw.efSearch)
+        elif self.kind == "ivf":
+            params = faiss.SearchParametersIVF(sel=self._selector, nprobe=self._index.nprobe)
+        else:
+            params = faiss.SearchParameters(sel=self._selector)
+        scores, ids = self._index.search(queries, k, params=params)
+        rows = np.where(ids >= 0, ids - np.searchsorted(self._removed, ids), -1)
+        return scores, rows
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(scores, rows) of shape [n_queries, k']; k' = min(k, size); rows are -1 where fewer matched."""
@@ -163,8 +238,11 @@ class VectorIndex:
             return np.zeros((rows, 0), np.float32), np.zeros((rows, 0), np.int64)
         queries = np.ascontiguousarray(queries, dtype=np.float32).reshape(-1, self.dimension)
         k = min(k, self.size)
-        main = int(self._index.ntotal)
-        scores, rows = self._index.search(queries, min(k, main))
+        main = self._main_size
+        if main:
+            scores, rows = self._search_main(queries, min(k, main))
+        else:  # every vector of the main index removed: only the tail holds any
+            scores, rows = np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
         if self._tail is None:
             return scores, rows
         tail_scores, tail_rows = self._tail.search(queries, min(k, self._tail.ntotal))

@@ -185,6 +185,23 @@ class Snapshot:
             }
             for family in _families(appended) - set(self.page_indexes):
                 self.page_indexes[family] = self._build(_stack(s.page_vectors.get(family, ()) for s in self.segments))
+        elif previous is not None and (removal := _removal(previous.segments, self.segments)) is not None:
+            # a delete or replacement: the previous snapshot's evidence and page indexes less the removed documents'
+            # rows (no rebuild: see VectorIndex.without), then the appended documents'; the entity and relation
+            # tables are made again (their key order is the remaining documents' first-seen order)
+            removed, after = removal
+            self.evidence_index = _without(previous.evidence_index, [len(s.evidence) for s in previous.segments], removed
+                                           ).extended(_stack(s.evidence_vectors for s in after))
+            self.entity_index = self._build(entities.vectors(self.segments, "entity"))
+            self.relation_index = self._build(relations.vectors(self.segments, "relation"))
+            families = _families(self.segments)
+            self.page_indexes = {
+                family: _without(index, [len(s.page_vectors.get(family, ())) for s in previous.segments], removed
+                                 ).extended(_stack(s.page_vectors.get(family, ()) for s in after))
+                for family, index in previous.page_indexes.items() if family in families
+            }
+            for family in families - set(self.page_indexes):
+                self.page_indexes[family] = self._build(_stack(s.page_vectors.get(family, ()) for s in self.segments))
         else:
             self.evidence_index = self._table(
                 stored, "evidence", len(self.evidence), lambda: _stack(s.evidence_vectors for s in self.segments)
@@ -909,6 +926,25 @@ def write_manifest(root: Path, generation: int, entries: list[ManifestEntry]) ->
 
 def _is_prefix(prefix: Sequence[Segment], whole: Sequence[Segment]) -> bool:
     return len(prefix) <= len(whole) and all(a is b for a, b in zip(prefix, whole))
+
+
+def _removal(previous: Sequence[Segment], segments: Sequence[Segment]) -> Optional[tuple[list[int], Sequence[Segment]]]:
+    """(the positions in `previous` of the segments `segments` no longer holds, the segments added after the others)
+    when `segments` is `previous` less at least one segment, in order, then any new ones; else None."""
+    current = {id(segment) for segment in segments}
+    removed = [number for number, segment in enumerate(previous) if id(segment) not in current]
+    kept = [segment for segment in previous if id(segment) in current]
+    if not removed or not _is_prefix(kept, segments):
+        return None
+    return removed, segments[len(kept) :]
+
+
+def _without(index: VectorIndex, sizes: Sequence[int], removed: Sequence[int]) -> VectorIndex:
+    """`index` (rows: each segment's `sizes` in order) less the rows of the segments at positions `removed`."""
+    starts = np.cumsum([0, *sizes])
+    for number in sorted(removed, reverse=True):  # the last first: the earlier rows keep their numbers
+        index = index.without(int(starts[number]), int(starts[number + 1]))
+    return index
 
 
 class FirstRows:

@@ -5,6 +5,7 @@ a Flat index is a copy of its vectors, which the segments keep memory-mapped, so
 
     <collection>/indexes-<generation>-<nonce>/   the indexes of the manifest's generation (older ones removed)
         <table>.faiss   evidence, entity, relation, page-<family>
+        <table>.removed.npy  the ids in it of documents deleted since it was built (skipped by searches), if any
         meta.json       written last: the segments it was built from (manifest order), the index settings,
                         each table's kind, size and file length
 
@@ -28,11 +29,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
+import numpy as np
+
 from .indexes import IndexSpec, VectorIndex
 from .segments import fsync_path, write_durably
 
 PREFIX = "indexes-"
 META = "meta.json"
+REMOVED = ".removed.npy"  # beside <table>.faiss: ids of its vectors that deleted documents left (VectorIndex.removed_ids)
 
 
 @dataclass
@@ -66,9 +70,14 @@ def write(root: Path, generation: int, segments: Sequence[str], spec: IndexSpec,
     for table, index in chosen.items():
         path = folder / f"{table}.faiss"
         index.write(path)
-        with open(path, "rb") as handle:
-            os.fsync(handle.fileno())
-        meta["tables"][table] = {"kind": index.kind, "size": index.size, "bytes": path.stat().st_size}
+        facts = {"kind": index.kind, "size": index.size, "bytes": path.stat().st_size, "removed": len(index.removed_ids)}
+        if len(index.removed_ids):  # the vectors of documents deleted since it was built: still in it, skipped
+            np.save(folder / f"{table}{REMOVED}", index.removed_ids)
+        for written in (path, folder / f"{table}{REMOVED}"):
+            if written.exists():
+                with open(written, "rb") as handle:
+                    os.fsync(handle.fileno())
+        meta["tables"][table] = facts
     write_durably(folder / META, json.dumps(meta, indent=1))
     fsync_path(folder)
     fsync_path(root)
@@ -103,10 +112,13 @@ def read(root: Path, segments: Sequence[str], spec: IndexSpec) -> StoredIndexes:
             length = path.stat().st_size
             if length != facts["bytes"]:
                 raise ValueError(f"{length} bytes where {facts['bytes']} were written")
-            index = VectorIndex.read(spec, path, facts["kind"])
+            removed = np.load(folder / f"{table}{REMOVED}") if facts.get("removed") else None
+            if removed is not None and len(removed) != facts["removed"]:
+                raise ValueError(f"{len(removed)} removed ids where {facts['removed']} were written")
+            index = VectorIndex.read(spec, path, facts["kind"], removed)
             if index.size != facts["size"]:
                 raise ValueError(f"{index.size} vectors where {facts['size']} were written")
-        except (OSError, RuntimeError, ValueError, KeyError) as error:
+        except (OSError, EOFError, RuntimeError, ValueError, KeyError) as error:
             found.notes.append(f"{folder.name}/{table}.faiss is not usable: {error}")
             continue
         found.indexes[table] = index

@@ -10,6 +10,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from orchestrator.knowledge.indexes import IndexSpec
+from orchestrator.knowledge.segments import PageRecord
 from orchestrator.knowledge.store import Snapshot
 from tests.segment_factory import make_segment
 
@@ -65,3 +66,45 @@ def test_appended_graphs_and_node_tables_equal_those_made_from_scratch(steps, bu
             assert (snapshot.node_evidence != scratch.node_evidence).nnz == 0
             assert snapshot.node_evidence.shape == scratch.node_evidence.shape
             assert np.array_equal(snapshot.nodes_per_evidence, scratch.nodes_per_evidence)
+
+
+operations = st.lists(st.tuples(st.sampled_from(["add", "delete", "replace"]), st.integers(0, 10)), min_size=1, max_size=8)
+
+
+def with_pages(made, number: int):
+    """The segment with two page images, embedded by one encoder family."""
+    vectors = np.random.default_rng(1000 + number).normal(size=(2, 4)).astype(np.float32)
+    pages = [PageRecord(made.document.document_id, page, f"pages/page-{page:04d}.jpg") for page in range(2)]
+    return dataclasses.replace(made, pages=pages, page_vectors={"clip": vectors / np.linalg.norm(vectors, axis=1, keepdims=True)})
+
+
+@settings(max_examples=60, deadline=None)
+@given(documents, operations)
+def test_snapshots_after_deletes_and_replacements_equal_snapshots_made_from_scratch(steps, ops):
+    """As a collection chains them (a delete: previous; a replacement: base), whatever the order of adds, deletes
+    and replacements: the vector indexes less the removed documents' rows equal indexes built from what is left."""
+    made = iter(with_pages(segment(number, names, embedded), number) for number, (names, embedded) in enumerate(steps * 3))
+    snapshot = Snapshot(1, [next(made)], IndexSpec())
+    queries = np.random.default_rng(7).normal(size=(3, 4)).astype(np.float32)
+    for generation, (operation, pick) in enumerate(ops, start=2):
+        current = list(snapshot.segments)
+        new = next(made, None)
+        if operation == "add" and new is not None:
+            snapshot = Snapshot(generation, current + [new], IndexSpec(), base=snapshot)
+        elif operation == "delete" and len(current) > 1:
+            snapshot = Snapshot(generation, current[: pick % len(current)] + current[pick % len(current) + 1 :], IndexSpec(),
+                                previous=snapshot)
+        elif operation == "replace" and new is not None:
+            kept = current[: pick % len(current)] + current[pick % len(current) + 1 :]
+            snapshot = Snapshot(generation, kept + [new], IndexSpec(), base=snapshot)
+        else:
+            continue
+        scratch = Snapshot(99, snapshot.segments, IndexSpec())
+        assert snapshot.entity_keys == scratch.entity_keys and snapshot.relation_keys == scratch.relation_keys
+        for table, index in scratch.vector_tables.items():
+            mine = snapshot.vector_tables[table]
+            assert np.array_equal(mine.vectors(), index.vectors()), table
+            if index.size:  # rows too where no ties are expected (entities without a vector have zeros)
+                (scores, rows), (expected_scores, expected_rows) = mine.search(queries, 5), index.search(queries, 5)
+                assert np.allclose(scores, expected_scores, atol=1e-6), table
+                assert table not in ("evidence", "page-clip") or np.array_equal(rows, expected_rows), table

@@ -100,3 +100,41 @@ def test_appending_shares_the_index_and_searches_a_tail_until_it_is_merged_in(ki
     assert merged._index is not index._index and merged._tail is None and merged.size == 130
     assert index.size == 100 and grown.size == 120  # the older ones are unchanged
     assert np.array_equal(merged.search(queries, 5)[1], VectorIndex.build(IndexSpec(), vectors[:130], 16).search(queries, 5)[1])
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf", "hnsw"])
+def test_removing_rows_shares_the_index_skips_them_and_equals_an_index_of_the_rest(kind, monkeypatch, tmp_path):
+    """A deleted document's rows go without a rebuild: searches skip them (main index and tail alike), the rows
+    after them move up, appending still works, the index is written with its removed ids and read back so, and
+    past MAX_REMOVED_FRACTION it is rebuilt from what is left."""
+    from orchestrator.knowledge import indexes
+
+    monkeypatch.setattr(indexes, "tail_limit", lambda base_size: 40)
+    spec = IndexSpec(kind=kind, ivf_min_vectors=100, ivf_lists=4, ivf_probe=4, hnsw_ef_search=512)
+    vectors = unit_vectors(260, seed=5)
+    index = VectorIndex.build(spec, vectors[:200], 16).extended(vectors[200:230])  # 30 in the tail
+    # a document in the middle of the main index, and one that spans the end of it and the tail's start
+    smaller = index.without(50, 70).without(170, 190)
+    rest = np.concatenate([vectors[:50], vectors[70:190], vectors[210:230]])
+    assert smaller._index is index._index and smaller.size == len(rest) == 190 and index.size == 230
+    assert np.array_equal(smaller.vectors(), rest) and list(smaller.removed_ids) == list(range(50, 70)) + list(range(190, 200))
+    queries = np.concatenate([unit_vectors(6, seed=6), vectors[[10, 80, 205, 215]]])
+    exact = VectorIndex.build(IndexSpec(), rest, 16)
+    for k in (1, 5, 300):
+        (scores, rows), (expected_scores, expected_rows) = smaller.search(queries, k), exact.search(queries, k)
+        assert rows.shape == expected_rows.shape == (10, min(k, 190))
+        assert np.array_equal(rows, expected_rows) and np.allclose(scores, expected_scores, atol=1e-5)
+    grown = smaller.extended(vectors[230:260])  # 50 in the tail: merged into a copy, the removed ids kept
+    assert grown._tail is None and grown.size == 220
+    assert np.array_equal(grown.vectors(), np.concatenate([rest, vectors[230:260]]))
+    assert np.array_equal(grown.search(vectors[[0, 100, 250]], 1)[1][:, 0], [0, 80, 210])
+    grown.write(tmp_path / "index.faiss")
+    read = VectorIndex.read(spec, tmp_path / "index.faiss", kind, grown.removed_ids)
+    assert read.size == 220 and np.array_equal(read.vectors(), grown.vectors())
+    assert np.array_equal(read.search(queries, 5)[1], grown.search(queries, 5)[1])
+    with pytest.raises(ValueError, match="removed ids"):
+        VectorIndex.read(spec, tmp_path / "index.faiss", kind, np.asarray([5, 3]))
+    compacted = grown.without(0, 40)  # 70 of 260 removed: past a quarter, rebuilt
+    assert compacted._index is not grown._index and len(compacted.removed_ids) == 0 and compacted.size == 180
+    assert np.array_equal(compacted.vectors(), grown.vectors()[40:])
+    assert index.size == 230 and smaller.size == 190  # the older ones are unchanged

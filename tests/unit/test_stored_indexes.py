@@ -160,3 +160,28 @@ def test_a_replica_adds_what_was_appended_since_the_stored_indexes_to_them(tmp_p
     replica = KnowledgeBase(tmp_path, HNSW, read_only=True).collection("docs").snapshot
     queries = unit_vectors(4, 16, seed=3)
     assert replica.evidence_index.size == 120 and same(results(replica, queries), results(collection.head(), queries))
+
+
+def test_a_delete_writes_the_indexes_with_the_removed_ids_and_a_restart_loads_them(tmp_path, caplog):
+    """Deleting a document does not rebuild the HNSW index: its vectors stay in it, skipped, and are written so
+    (`<table>.removed.npy`); a restart loads that index instead of building one, with the same answers."""
+    fill(tmp_path, documents=4)
+    collection = KnowledgeBase(tmp_path, HNSW).collection("docs")  # one index of all four (none in a tail)
+    before = collection.snapshot.evidence_index
+    collection.delete("doc1.md")
+    after = collection.snapshot
+    assert after.evidence_index._index is before._index and after.evidence_index.size == 120  # shared, 40 skipped
+    (folder,) = index_folders(tmp_path)
+    meta = json.loads((folder / META).read_text())
+    assert meta["tables"]["evidence"]["removed"] == 40 and meta["tables"]["evidence"]["size"] == 120
+    assert np.array_equal(np.load(folder / "evidence.removed.npy"), np.arange(40, 80))
+    with caplog.at_level(logging.INFO, logger="thinkserve.knowledge"):
+        reopened = KnowledgeBase(tmp_path, HNSW).collection("docs").snapshot
+    assert f"vector indexes loaded from {folder.name}" in caplog.text and "built from" not in caplog.text
+    queries = unit_vectors(3, 16, seed=98)
+    assert same(results(reopened, queries), results(after, queries))
+    (folder / "evidence.removed.npy").write_bytes(b"\x93NUMPY broken")  # a damaged list: that table is rebuilt
+    with caplog.at_level(logging.WARNING, logger="thinkserve.knowledge"):
+        rebuilt = KnowledgeBase(tmp_path, HNSW).collection("docs").snapshot
+    assert "evidence.faiss is not usable" in caplog.text and rebuilt.evidence_index.size == 120
+    assert same(results(rebuilt, queries)[:1], results(after, queries)[:1])
