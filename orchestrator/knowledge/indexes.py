@@ -81,7 +81,7 @@ class VectorIndex:
             live = np.ones(int(index.ntotal), dtype=bool)
             live[self._removed] = False
             self._bitmap = np.packbits(live, bitorder="little")  # FAISS reads bit i & 7 of byte i >> 3; kept alive here
-            self._selector = faiss.IDSelectorBitmap(len(live), faiss.swig_ptr(self._bitmap))
+            self._selector = faiss.IDSelectorBitmap(len(self._bitmap), faiss.swig_ptr(self._bitmap))  # n: bytes
 
     @classmethod
     def build(cls, spec: IndexSpec, vectors: np.ndarray, dimension: int) -> "VectorIndex":

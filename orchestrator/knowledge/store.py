@@ -43,6 +43,7 @@ from . import stored_indexes
 from .graph import KnowledgeGraph, appended_graph, build_graph
 from .indexes import IndexSpec, VectorIndex
 from .lexical import BM25Index
+from .reaper import REAPER
 from .segments import DocumentRecord, EvidenceRecord, PageRecord, Segment, fsync_path, write_durably
 from .writer_lock import WriterLock
 
@@ -695,7 +696,9 @@ class Collection:
                 self._remove_unreferenced(snapshot)
             except OSError:  # the next commit or start cleans up; publishing must not fail for it
                 log.exception("collection %s: removing unreferenced folders failed", self.name)
-            self._snapshot = snapshot
+            replaced, self._snapshot = self._snapshot, snapshot
+        if replaced is not None:
+            REAPER.release(replaced)  # freed a slice at a time, not here in one go (reaper.py)
 
     def _publish_when_built(self) -> None:
         with self._publishing:

@@ -1,0 +1,89 @@
+"""Replaced snapshots are emptied on the reaper's thread a slice at a time: what nothing else holds is emptied,
+what a newer snapshot shares or a running query holds is left alone, and the published snapshot's answers stay
+those of a snapshot made from scratch."""
+
+from __future__ import annotations
+
+import sys
+import time
+import weakref
+
+import numpy as np
+
+from orchestrator.knowledge import reaper
+from orchestrator.knowledge.indexes import IndexSpec
+from orchestrator.knowledge.store import KnowledgeBase, Snapshot
+from tests.segment_factory import commit, make_segment
+
+
+class Holder:
+    pass
+
+
+def test_dismantle_empties_only_what_nothing_else_holds():
+    shared_list, shared_dict = [1, 2, 3], {"a": 1}
+    owner = Holder()
+    owner.alone = list(range(5000))  # emptied in slices
+    owner.table = {n: str(n) for n in range(5000)}
+    owner.shared_list, owner.shared_dict = shared_list, shared_dict  # also held here: left alone
+    owner.inner = Holder()  # an object nothing else holds: emptied one level down
+    owner.inner.items = [1, 2]
+    owner.kept = Holder()
+    also = owner.kept  # held elsewhere: not entered
+    also.items = [1]
+    reaper.dismantle(owner, depth=1)
+    assert owner.alone == [] and owner.table == {} and owner.inner.items == []
+    assert shared_list == [1, 2, 3] and shared_dict == {"a": 1} and also.items == [1]
+
+
+def wait_until(condition, limit_s: float = 20.0) -> None:
+    started = time.monotonic()
+    while not condition():
+        assert time.monotonic() - started < limit_s, "the reaper did not get to it"
+        time.sleep(0.02)
+
+
+def segment(number: int):
+    texts = [f"text {number} {i} about alpha and beta" for i in range(20)]
+    return make_segment(f"d{number}.md", texts, {texts[0]: ["Alpha Corp", f"Beta {number}"]}, dim=8, seed=number)
+
+
+def test_a_replaced_snapshot_is_emptied_once_no_query_holds_it_and_the_new_one_is_intact(tmp_path):
+    collection = KnowledgeBase(tmp_path, IndexSpec(), warm=True).collection("docs", create=True)
+    for number in range(4):
+        commit(collection, segment(number))
+    wait_until(lambda: collection.snapshot is collection.head() and collection.snapshot.built("graph_built"))
+    held = collection.snapshot  # a query still running on it
+    merged = weakref.ref(held.graph._merged)
+    entities = len(merged().entities)
+    freed = reaper.REAPER.freed
+    collection.delete("d1.md")  # the new graph is built from every document: nothing shared with the old one
+    wait_until(lambda: collection.snapshot is collection.head() and collection.snapshot.built("graph_built"))
+    time.sleep(3 * reaper.RETRY_S)
+    assert len(merged().entities) == entities and held.graph_view() is not None  # still whole for its query
+    assert held.search_evidence(held.evidence_vectors([0]), 3)[0][0].evidence_id == held.evidence[0].evidence_id
+    del held
+    wait_until(lambda: reaper.REAPER.freed > freed and merged() is None)  # emptied, then freed, once let go
+    published = collection.snapshot
+    scratch = Snapshot(99, published.segments, IndexSpec())
+    assert published.graph.nodes == scratch.graph.nodes and published.entity_keys == scratch.entity_keys
+    assert (published.node_evidence != scratch.node_evidence).nnz == 0
+    queries = published.evidence_vectors([0, 25, 50])
+    assert np.array_equal(published.evidence_index.search(queries, 5)[1], scratch.evidence_index.search(queries, 5)[1])
+
+
+def test_a_snapshot_whose_graph_a_newer_one_extends_is_emptied_without_touching_what_they_share(tmp_path):
+    collection = KnowledgeBase(tmp_path, IndexSpec(), warm=True).collection("docs", create=True)
+    for number in range(3):
+        commit(collection, segment(number))
+        wait_until(lambda: collection.snapshot is collection.head() and collection.snapshot.built("graph_built"))
+    freed = reaper.REAPER.freed
+    commit(collection, segment(3))  # appended: its graph extends the published one's, sharing its records
+    wait_until(lambda: collection.snapshot is collection.head() and collection.snapshot.built("graph_built")
+               and reaper.REAPER.freed > freed)
+    published = collection.snapshot
+    scratch = Snapshot(99, published.segments, IndexSpec())
+    assert published.graph.appended_to is not None
+    assert published.graph.nodes == scratch.graph.nodes and published.graph.edges.src.tolist() == scratch.graph.edges.src.tolist()
+    assert published.graph.entity_index == scratch.graph.entity_index
+    assert sys.getrefcount(published) > 1  # still published, never emptied
