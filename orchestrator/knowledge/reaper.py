@@ -12,6 +12,7 @@ holder).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import sys
@@ -24,6 +25,7 @@ SLICE = 2_000  # list items or dict entries freed between two yields of the inte
 RETRY_S = 0.05  # how soon a snapshot still held is looked at again
 GIVE_UP_S = 120.0  # a snapshot still held after this is left to its last holder
 DEPTH = 2  # the snapshot's attributes, theirs (the graph's tables and merged records), and theirs
+SAMPLE = 16  # items looked at to tell whether a container holds its items alone
 
 
 class Reaper:
@@ -65,22 +67,48 @@ class Reaper:
 
 
 def dismantle(owner: object, depth: int) -> None:
-    """Empty the list and dict attributes of `owner` that nothing else holds, a slice at a time, and do the same
-    inside its attributes that are objects nothing else holds, `depth` levels down."""
+    """Take apart `owner`, which nothing else holds: each attribute nothing else holds is removed from it and, if
+    it is a list or dict that holds its items alone, emptied a slice at a time, or, if it is an object, taken
+    apart the same way (`depth` levels down). Passes repeat while they free something, since an attribute can be
+    held only by another (a graph by the view that wraps it); what is left is dropped for its other holders."""
     attributes = getattr(owner, "__dict__", None)
     if not isinstance(attributes, dict):
         return
-    for name in list(attributes):
-        value = attributes.get(name)
-        # held by `attributes`, by `value` and by getrefcount's argument: by nothing else
-        if sys.getrefcount(value) == 3:
-            if type(value) is list:
-                _empty_list(value)
-            elif type(value) is dict:
-                _empty_dict(value)
-            elif depth > 0:
-                dismantle(value, depth - 1)
-        del value
+    freed = True
+    while attributes and freed:
+        freed = False
+        for name in list(attributes):
+            value = attributes[name]
+            # held by `attributes`, by `value` and by getrefcount's argument: by nothing else
+            if sys.getrefcount(value) == 3:
+                del attributes[name]
+                _take_apart(value, depth)
+                freed = True
+            del value
+    attributes.clear()
+
+
+def _take_apart(value: object, depth: int) -> None:
+    if type(value) is list:
+        if _owns_its_items(value):
+            _empty_list(value)
+    elif type(value) is dict:
+        if _owns_its_items(value.values()):
+            _empty_dict(value)
+    elif depth > 0:
+        dismantle(value, depth - 1)
+
+
+def _owns_its_items(items) -> bool:
+    """Whether most of a container's first items are held by it alone: then freeing it frees them, which is
+    what takes long. A container of shared items (an older graph's table of what a newer one shares, keys and
+    small numbers) is freed in one go, quickly, and is not worth slicing."""
+    sample = list(itertools.islice(items, SAMPLE))
+    owned = 0
+    for item in sample:
+        # held by the container, by `sample`, by `item` and by getrefcount's argument: by nothing else
+        owned += sys.getrefcount(item) == 4
+    return owned * 2 > len(sample)
 
 
 def _empty_list(items: list) -> None:

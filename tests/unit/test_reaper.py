@@ -20,20 +20,32 @@ class Holder:
     pass
 
 
-def test_dismantle_empties_only_what_nothing_else_holds():
-    shared_list, shared_dict = [1, 2, 3], {"a": 1}
+def test_dismantle_empties_in_slices_what_holds_its_items_alone_and_leaves_what_others_hold(monkeypatch):
+    emptied = []
+
+    def recorded(real):
+        def empty(container):
+            emptied.append(len(container))
+            real(container)
+
+        return empty
+
+    for name in ("_empty_list", "_empty_dict"):
+        monkeypatch.setattr(reaper, name, recorded(getattr(reaper, name)))
+    shared_list, shared_dict, common = [object()], {"a": object()}, object()
     owner = Holder()
-    owner.alone = list(range(5000))  # emptied in slices
-    owner.table = {n: str(n) for n in range(5000)}
+    owner.alone = [object() for _ in range(5001)]  # its items are its alone: emptied in slices
+    owner.table = {n: object() for n in range(5002)}
+    owner.refs = [common] * 5003  # its items are shared: freeing it is quick, not worth slicing
     owner.shared_list, owner.shared_dict = shared_list, shared_dict  # also held here: left alone
-    owner.inner = Holder()  # an object nothing else holds: emptied one level down
-    owner.inner.items = [1, 2]
-    owner.kept = Holder()
-    also = owner.kept  # held elsewhere: not entered
-    also.items = [1]
+    owner.view = Holder()
+    owner.view.graph = owner.graph = Holder()  # held by the view only once the view is gone: a second pass
+    owner.graph.nodes = [object() for _ in range(5004)]
+    also = owner.kept = Holder()  # held elsewhere: not entered
+    also.items = [object()]
     reaper.dismantle(owner, depth=1)
-    assert owner.alone == [] and owner.table == {} and owner.inner.items == []
-    assert shared_list == [1, 2, 3] and shared_dict == {"a": 1} and also.items == [1]
+    assert sorted(emptied) == [5001, 5002, 5004] and vars(owner) == {}
+    assert len(shared_list) == 1 and len(shared_dict) == 1 and len(also.items) == 1
 
 
 def wait_until(condition, limit_s: float = 20.0) -> None:
