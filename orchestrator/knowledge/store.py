@@ -697,8 +697,10 @@ class Collection:
             except OSError:  # the next commit or start cleans up; publishing must not fail for it
                 log.exception("collection %s: removing unreferenced folders failed", self.name)
             replaced, self._snapshot = self._snapshot, snapshot
-        if replaced is not None:
-            REAPER.release(replaced)  # freed a slice at a time, not here in one go (reaper.py)
+        if replaced is not None and not snapshot.graph_extends_previous():
+            # its graph is not the new one's base (a delete or replacement): nothing shares it, and freeing it
+            # here, in one go, would hold the interpreter for long (reaper.py). After an append it goes here, quickly.
+            REAPER.release(replaced)
 
     def _publish_when_built(self) -> None:
         with self._publishing:
