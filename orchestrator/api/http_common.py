@@ -86,6 +86,17 @@ def error_response(error: Optional[ThinkServeError], request_id: str) -> JSONRes
     return JSONResponse(error_body(error, request_id), status_code=status, headers=headers)
 
 
+async def failed_call(opened, error: BaseException, request_id: str) -> JSONResponse:
+    """End the gateway call `opened` with `error` (logged and counted there) and answer with it: our errors keep
+    their status, anything else is an internal error; a cancellation goes on up."""
+    await opened.__aexit__(type(error), error, error.__traceback__)
+    if isinstance(error, ThinkServeError):
+        return error_response(error, request_id)
+    if isinstance(error, Exception):
+        return error_response(None, request_id)
+    raise error
+
+
 def sse_data(body: dict) -> bytes:
     return f"data: {json.dumps(body, ensure_ascii=False)}\n\n".encode()
 

@@ -39,7 +39,7 @@ from ..prompts import Conversation
 from ..pipeline.query import QueryInput
 from ..triton import contracts
 from .gateway import REQUEST_ID_HEADER, Call, Gateway, request_id_from
-from .http_common import client_timeout, error_response, json_body, sse_stream
+from .http_common import client_timeout, error_response, failed_call, json_body, sse_stream
 
 FINISH_REASONS = {"length": "length"}  # everything else ends as "stop"
 MAX_EMBEDDING_INPUTS = 256
@@ -99,12 +99,7 @@ def openai_routes(gateway: Gateway, collections, triton_metrics_url: str = "") -
                 )
             response = await _completion(call, events, query)
         except BaseException as error:
-            await opened.__aexit__(type(error), error, error.__traceback__)
-            if isinstance(error, ThinkServeError):
-                return error_response(error, request_id)
-            if isinstance(error, Exception):
-                return error_response(None, request_id)
-            raise
+            return await failed_call(opened, error, request_id)
         await opened.__aexit__(None, None, None)
         return JSONResponse(response, headers={REQUEST_ID_HEADER: request_id})
 

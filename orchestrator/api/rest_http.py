@@ -34,7 +34,7 @@ from starlette.staticfiles import StaticFiles
 
 from ..errors import InvalidRequestError, ThinkServeError
 from .gateway import REQUEST_ID_HEADER, Call, Gateway, request_id_from
-from .http_common import client_timeout, error_response, json_body, sse_stream
+from .http_common import client_timeout, error_response, failed_call, json_body, sse_stream
 from .protos import pb
 from .service import ThinkServeService
 
@@ -48,7 +48,7 @@ CONSOLE_HEADERS = {
     "referrer-policy": "no-referrer",
     "cache-control": "no-cache",
 }
-MessageBuilder = Callable[[Request], Awaitable[Message]]
+MessageBuilder = Callable[[Request], Awaitable[object]]  # the RPC's request: a message, or their stream (Ingest)
 
 
 def to_json(message: Message) -> dict:
@@ -80,16 +80,8 @@ def rest_routes(gateway: Gateway, service: ThinkServeService, console: bool) -> 
 
         return handle
 
-    async def ingest(request: Request) -> Response:
-        request_id = request_id_from(request.headers.get(REQUEST_ID_HEADER, ""))
-        try:
-            async with _opened(gateway, request, "Ingest", request_id) as call:
-                report = await service.transcoded("Ingest")(_upload(request, service.settings.server.max_upload_bytes), call)
-        except ThinkServeError as error:
-            return error_response(error, request_id)
-        except Exception:
-            return error_response(None, request_id)
-        return JSONResponse(to_json(report), headers={REQUEST_ID_HEADER: request_id})
+    async def upload(request: Request) -> AsyncIterator["pb.IngestRequest"]:
+        return _upload(request, service.settings.server.max_upload_bytes)
 
     async def query(request: Request) -> Response:
         """The query's events as Server-Sent Events, one QueryEvent as JSON each, then `[DONE]`. An error before
@@ -104,12 +96,7 @@ def rest_routes(gateway: Gateway, service: ThinkServeService, console: bool) -> 
             events = service.transcoded("Query")(await _query_request(request), call)
             first = await anext(events, None)  # errors before any output are still proper HTTP errors
         except BaseException as error:
-            await opened.__aexit__(type(error), error, error.__traceback__)
-            if isinstance(error, ThinkServeError):
-                return error_response(error, request_id)
-            if isinstance(error, Exception):
-                return error_response(None, request_id)
-            raise
+            return await failed_call(opened, error, request_id)
         return StreamingResponse(
             sse_stream(opened, request_id, _events(first, events)),
             media_type="text/event-stream",
@@ -144,7 +131,7 @@ def rest_routes(gateway: Gateway, service: ThinkServeService, console: bool) -> 
         Route(collection_path, unary("DeleteCollection", _from_path(pb.DeleteCollectionRequest, name="collection")),
               methods=["DELETE"]),
         Route(f"{collection_path}/documents", unary("ListDocuments", _from_path(pb.ListDocumentsRequest)), methods=["GET"]),
-        Route(f"{collection_path}/documents/{{name:path}}", ingest, methods=["PUT"]),
+        Route(f"{collection_path}/documents/{{name:path}}", unary("Ingest", upload), methods=["PUT"]),
         Route(f"{collection_path}/documents/{{name:path}}", unary("GetDocument", _from_path(pb.GetDocumentRequest)), methods=["GET"]),
         Route(f"{collection_path}/documents/{{name:path}}", unary("DeleteDocument", _from_path(pb.DeleteDocumentRequest)),
               methods=["DELETE"]),

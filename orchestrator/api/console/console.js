@@ -475,6 +475,14 @@
   let cardCount = 0;
 
   /** The options set in the panel: numbers, booleans ("on"/"off") and enums; empty ones are left out. */
+  /** Every on/off option offers the same three choices: the server's default, on, off. */
+  function booleanChoices() {
+    for (const select of ui.options.querySelectorAll('select[data-kind="bool"]')) {
+      select.replaceChildren(...[["", "server default"], ["on", "on"], ["off", "off"]].map(([value, text]) =>
+        el("option", { value, text })));
+    }
+  }
+
   function readOptions() {
     const options = {};
     const problems = [];
@@ -1013,6 +1021,7 @@
     });
     ui.replaceInput.addEventListener("change", onReplacementChosen);
     ui.askForm.addEventListener("submit", onAsk);
+    booleanChoices();
     setUpDropArea();
     setUpViewer();
     updateSignOut();
