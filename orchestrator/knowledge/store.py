@@ -40,7 +40,7 @@ from scipy import sparse
 
 from ..errors import AlreadyExistsError, InvalidRequestError, NotFoundError, ReadOnlyError
 from . import stored_indexes
-from .graph import KnowledgeGraph, appended_graph, build_graph
+from .graph import KnowledgeGraph, appended_graph, build_graph, graph_without, removable
 from .indexes import IndexSpec, VectorIndex
 from .lexical import BM25Index
 from .reaper import REAPER
@@ -48,6 +48,7 @@ from .segments import DocumentRecord, EvidenceRecord, PageRecord, Segment, fsync
 from .writer_lock import WriterLock
 
 log = logging.getLogger("thinkserve.knowledge")
+_GRAPH_PARTS = ("graph", "evidence_rows", "node_evidence")  # made from the previous snapshot's (Snapshot._graph_bases)
 T = TypeVar("T")
 COLLECTION_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 MANIFEST = "manifest.json"
@@ -141,16 +142,18 @@ class Snapshot:
         # while this snapshot's graph is built in the background, queries may read the newest built graph of the
         # snapshots it extends by appending documents (their evidence rows are a prefix of these): graph_view()
         self._graph_fallback: Optional[GraphView] = None
-        # what this one's graph, evidence row table and node x evidence table extend when it only appends
-        # documents: the previous snapshot's, or those it was to extend when it was never built
-        self._graph_bases: dict[str, tuple] = {}
-        if previous is not None and _is_prefix(previous.segments, self.segments):
-            self._graph_fallback = previous._own_graph_view if previous.built("graph_built") else previous._graph_fallback
-            for part in ("graph", "evidence_rows", "node_evidence"):
-                if (built := previous.__dict__.get(part)) is not None:
-                    self._graph_bases[part] = (len(previous.segments), built)
-                elif part in previous._graph_bases:
-                    self._graph_bases[part] = previous._graph_bases[part]
+        # what this one's graph, evidence row table and node x evidence table are made from when it appends or
+        # removes documents: (the segments they were made for, the structure), the previous snapshot's, or those it
+        # was to be made from when it was never built
+        self._graph_bases: dict[str, tuple[tuple[Segment, ...], object]] = {}
+        if previous is not None:
+            for part in _GRAPH_PARTS:
+                built = previous.__dict__.get(part)
+                source = (previous.segments, built) if built is not None else previous._graph_bases.get(part)
+                if source is not None and _derivable(source[0], self.segments) and (part != "graph" or _removable(source, self.segments)):
+                    self._graph_bases[part] = source
+            if _is_prefix(previous.segments, self.segments):
+                self._graph_fallback = previous._own_graph_view if previous.built("graph_built") else previous._graph_fallback
         # the BM25 indexes this one's are built from: the previous snapshot's, or those it was to be built from
         # when it was never built (never the snapshot itself: a chain of snapshots would stay in memory)
         self._lexical_bases: dict[str, BM25Index] = {
@@ -243,12 +246,26 @@ class Snapshot:
 
     @_built_once
     def graph(self) -> KnowledgeGraph:
-        """The documents' graph: the previous snapshot's with the appended documents merged in (graph.py's
-        appended_graph, which equals a build from scratch), else built from every document."""
+        """The documents' graph: the previous snapshot's with the appended documents merged in, or the removed
+        documents' share taken out (graph.py's appended_graph and graph_without, which equal a build from
+        scratch), else built from every document."""
         base = self._graph_bases.pop("graph", None)
         if base is not None:
-            held, graph = base
-            return appended_graph(graph, (segment.graph_input() for segment in self.segments[held:]))
+            segments, graph = base
+            if _is_prefix(segments, self.segments):
+                return appended_graph(graph, (segment.graph_input() for segment in self.segments[len(segments) :]))
+            removed, after = _removal(segments, self.segments)
+            try:
+                made = graph_without(
+                    graph, [segments[number].graph_input() for number in removed],
+                    lambda document_id: self._segment_of_document[document_id].graph_input(),
+                    [segment.graph_input() for segment in after],
+                )
+            except (OSError, ValueError) as error:  # a removed document's records no longer readable
+                log.warning("snapshot %d: the graph is built from every document (%s)", self.generation, error)
+                made = None
+            if made is not None:
+                return made
         return build_graph(segment.graph_input() for segment in self.segments)
 
     @_built_once
@@ -285,15 +302,20 @@ class Snapshot:
 
     @_built_once
     def evidence_rows(self) -> dict[str, int]:
-        """Evidence id -> its row in `evidence` and in the evidence index (the previous snapshot's, copied, with
-        the appended documents' rows added)."""
+        """Evidence id -> its row in `evidence` and in the evidence index (the previous snapshot's, copied, less
+        the removed documents' ids, with the rows from the first removed or appended document on numbered again)."""
         base = self._graph_bases.pop("evidence_rows", None)
         if base is None:
             return {record.evidence_id: row for row, record in enumerate(self.evidence)}
-        held, rows = base
+        segments, rows = base
+        removed, _ = _removal(segments, self.segments) or ([], ())
         rows = dict(rows)
-        start = int(self._evidence_starts[held])
-        for offset, record in enumerate(itertools.chain.from_iterable(s.evidence for s in self.segments[held:])):
+        for number in removed:
+            for record in segments[number].evidence:
+                del rows[record.evidence_id]
+        first = min(removed, default=len(segments))  # the segments before it keep their rows
+        start = int(self._evidence_starts[first])
+        for offset, record in enumerate(itertools.chain.from_iterable(s.evidence for s in self.segments[first:])):
             rows[record.evidence_id] = start + offset
         return rows
 
@@ -304,13 +326,16 @@ class Snapshot:
     @_built_once
     def node_evidence(self) -> sparse.csr_matrix:
         """[graph nodes x evidence rows], 1 where the node (entity or unit) comes from that chunk or unit. When the
-        graph was appended to the one the previous snapshot's table was made for, that table is reused: only
-        the rows of the nodes the appended documents touched are made again."""
+        graph was made from the one the previous snapshot's table was made for (by appending or removing
+        documents), that table's rows are reused for the nodes whose rows the graph kept (their columns
+        renumbered); only the other nodes' rows are made again."""
         graph, rows = self.graph, self.evidence_rows
         base = self._graph_bases.pop("node_evidence", None)
-        appended = graph.appended_to
-        incremental = base is not None and appended is not None and appended[0] == base[0]
-        nodes = appended[1] if incremental else np.arange(graph.node_count)
+        carried = graph.carried_from
+        incremental = (base is not None and carried is not None
+                       and carried[0] == tuple(segment.document.document_id for segment in base[0]))
+        kept = carried[1] if incremental else np.full(graph.node_count, -1)
+        nodes = np.flatnonzero(kept < 0)
         pointers, columns = [0], []
         for node in nodes.tolist():
             columns.extend(rows[e] for e in graph.nodes.evidence[node] if e in rows)
@@ -319,16 +344,26 @@ class Snapshot:
         made = sparse.csr_matrix((data, columns, pointers), shape=(len(nodes), len(self.evidence)))
         if not incremental:
             return made
-        old = base[1]  # its rows: the nodes the base graph held; its columns: a prefix of this snapshot's rows
-        kept = np.ones(graph.node_count, dtype=bool)
-        kept[nodes] = False
-        kept_rows = np.flatnonzero(kept[: old.shape[0]])
-        unchanged = old[kept_rows]
-        unchanged.resize((len(kept_rows), len(self.evidence)))
-        order = np.argsort(np.concatenate([kept_rows, nodes]), kind="stable")
+        segments, old = base
+        carried_nodes = np.flatnonzero(kept >= 0)
+        unchanged = old[kept[carried_nodes]]
+        moved_to = self._evidence_row_map(segments)[unchanged.indices]
+        if len(moved_to) and moved_to.min() < 0:
+            raise RuntimeError(f"snapshot {self.generation}: a kept graph row names a removed document's evidence")
+        unchanged = sparse.csr_matrix((unchanged.data, moved_to, unchanged.indptr), shape=(len(carried_nodes), len(self.evidence)))
+        order = np.argsort(np.concatenate([carried_nodes, nodes]), kind="stable")
         table = sparse.vstack([unchanged, made], format="csr")[order]
         table.sort_indices()
         return table
+
+    def _evidence_row_map(self, segments: Sequence[Segment]) -> np.ndarray:
+        """For each evidence row of `segments` (an earlier snapshot's), its row here, or -1 (a removed document)."""
+        starts = {id(segment): int(start) for segment, start in zip(self.segments, self._evidence_starts)}
+        return np.concatenate([
+            np.arange(len(segment.evidence), dtype=np.int64) + starts[id(segment)] if id(segment) in starts
+            else np.full(len(segment.evidence), -1, dtype=np.int64)
+            for segment in segments
+        ] or [np.zeros(0, dtype=np.int64)])
 
     def built(self, part: str) -> bool:
         """Whether a lazily built structure ("graph", "node_evidence", "lexical", ...) exists yet."""
@@ -361,9 +396,9 @@ class Snapshot:
             self.warm_graph()
 
     def graph_extends_previous(self) -> bool:
-        """Whether its graph is (to be) the previous snapshot's extended by the appended documents, not built from
-        every document."""
-        return "graph" in self._graph_bases or (self.built("graph") and self.graph.appended_to is not None)
+        """Whether its graph is (to be) made from the previous snapshot's by appending or removing documents, not
+        built from every document."""
+        return "graph" in self._graph_bases or (self.built("graph") and self.graph.carried_from is not None)
 
     def warm_graph(self) -> None:
         """Build the graph and its evidence table; from then on queries read this snapshot's own graph."""
@@ -387,7 +422,7 @@ class Snapshot:
         if (older.built("graph_built") and not self.built("graph") and _is_prefix(older.segments, self.segments)
                 and (fallback is None or fallback.generation < older.generation)):
             self._graph_fallback = older._own_graph_view
-            self._graph_bases = {part: (len(older.segments), older.__dict__[part]) for part in ("graph", "evidence_rows", "node_evidence")}
+            self._graph_bases = {part: (older.segments, older.__dict__[part]) for part in _GRAPH_PARTS}
 
     def graph_view(self) -> Optional[GraphView]:
         """What graph expansion reads: this snapshot's graph (built now if need be), or, while it is being built
@@ -698,8 +733,9 @@ class Collection:
                 log.exception("collection %s: removing unreferenced folders failed", self.name)
             replaced, self._snapshot = self._snapshot, snapshot
         if replaced is not None and not snapshot.graph_extends_previous():
-            # its graph is not the new one's base (a delete or replacement): nothing shares it, and freeing it
-            # here, in one go, would hold the interpreter for long (reaper.py). After an append it goes here, quickly.
+            # the new graph is built from every document: nothing shares the old one, and freeing it here, in one
+            # go, would hold the interpreter for long (reaper.py). When the new graph was made from it by appending
+            # or removing documents, most of it is shared and what is not goes here, quickly.
             REAPER.release(replaced)
 
     def _publish_when_built(self) -> None:
@@ -931,6 +967,26 @@ def write_manifest(root: Path, generation: int, entries: list[ManifestEntry]) ->
 
 def _is_prefix(prefix: Sequence[Segment], whole: Sequence[Segment]) -> bool:
     return len(prefix) <= len(whole) and all(a is b for a, b in zip(prefix, whole))
+
+
+def _removable(source: tuple[Sequence[Segment], KnowledgeGraph], segments: Sequence[Segment]) -> bool:
+    """Whether the graph made for `source`'s segments can have the documents `segments` no longer hold taken out in
+    place (graph.removable); else `segments`' graph is built from every document (and, in a large collection,
+    after its snapshot is published)."""
+    earlier, graph = source
+    removal = _removal(earlier, segments)
+    if removal is None:
+        return True
+    try:
+        return removable(graph, [earlier[number].graph_input() for number in removal[0]])
+    except (OSError, ValueError) as error:  # a removed document's records no longer readable
+        log.warning("the graph is built from every document: %s", error)
+        return False
+
+
+def _derivable(earlier: Sequence[Segment], segments: Sequence[Segment]) -> bool:
+    """Whether `segments` are `earlier` with documents appended, or removed (then any appended)."""
+    return _is_prefix(earlier, segments) or _removal(earlier, segments) is not None
 
 
 def _removal(previous: Sequence[Segment], segments: Sequence[Segment]) -> Optional[tuple[list[int], Sequence[Segment]]]:

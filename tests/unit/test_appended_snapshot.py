@@ -59,7 +59,7 @@ def test_appended_graphs_and_node_tables_equal_those_made_from_scratch(steps, bu
             snapshot = Snapshot(count, segments[:count], IndexSpec(), base=snapshot)
         if built[count - 1] or count == len(segments):
             scratch = Snapshot(99, segments[:count], IndexSpec())
-            assert (snapshot.graph.appended_to is not None) == earlier  # extended, not rebuilt
+            assert (snapshot.graph.carried_from is not None) == earlier  # extended, not rebuilt
             earlier = True
             assert snapshot.graph.nodes == scratch.graph.nodes and snapshot.graph.entity_index == scratch.graph.entity_index
             assert snapshot.evidence_rows == scratch.evidence_rows
@@ -79,10 +79,12 @@ def with_pages(made, number: int):
 
 
 @settings(max_examples=60, deadline=None)
-@given(documents, operations)
-def test_snapshots_after_deletes_and_replacements_equal_snapshots_made_from_scratch(steps, ops):
+@given(documents, operations, st.lists(st.booleans(), min_size=8, max_size=8))
+def test_snapshots_after_deletes_and_replacements_equal_snapshots_made_from_scratch(steps, ops, built):
     """As a collection chains them (a delete: previous; a replacement: base), whatever the order of adds, deletes
-    and replacements: the vector indexes less the removed documents' rows equal indexes built from what is left."""
+    and replacements, and whichever snapshots built their graph: the vector indexes less the removed documents'
+    rows equal indexes built from what is left, and so do the graph, evidence rows and node x evidence table
+    made from the newest built ones."""
     made = iter(with_pages(segment(number, names, embedded), number) for number, (names, embedded) in enumerate(steps * 3))
     snapshot = Snapshot(1, [next(made)], IndexSpec())
     queries = np.random.default_rng(7).normal(size=(3, 4)).astype(np.float32)
@@ -101,6 +103,14 @@ def test_snapshots_after_deletes_and_replacements_equal_snapshots_made_from_scra
             continue
         scratch = Snapshot(99, snapshot.segments, IndexSpec())
         assert snapshot.entity_keys == scratch.entity_keys and snapshot.relation_keys == scratch.relation_keys
+        if built[generation - 2]:
+            graph, expected = snapshot.graph, scratch.graph
+            assert (graph.nodes, graph.entity_index, graph.unit_index) == (expected.nodes, expected.entity_index, expected.unit_index)
+            assert graph.edges.src.tolist() == expected.edges.src.tolist() and graph.edges.documents == expected.edges.documents
+            assert (graph.adjacency != expected.adjacency).nnz == 0
+            assert snapshot.evidence_rows == scratch.evidence_rows
+            assert snapshot.node_evidence.shape == scratch.node_evidence.shape
+            assert (snapshot.node_evidence != scratch.node_evidence).nnz == 0
         for table, index in scratch.vector_tables.items():
             mine = snapshot.vector_tables[table]
             assert np.array_equal(mine.vectors(), index.vectors()), table

@@ -9,8 +9,9 @@ import time
 import weakref
 
 import numpy as np
+import pytest
 
-from orchestrator.knowledge import reaper
+from orchestrator.knowledge import reaper, store
 from orchestrator.knowledge.indexes import IndexSpec
 from orchestrator.knowledge.store import KnowledgeBase, Snapshot
 from tests.segment_factory import commit, make_segment
@@ -60,7 +61,10 @@ def segment(number: int):
     return make_segment(f"d{number}.md", texts, {texts[0]: ["Alpha Corp", f"Beta {number}"]}, dim=8, seed=number)
 
 
-def test_a_replaced_snapshot_is_emptied_once_no_query_holds_it_and_the_new_one_is_intact(tmp_path):
+def test_a_replaced_snapshot_is_emptied_once_no_query_holds_it_and_the_new_one_is_intact(tmp_path, monkeypatch):
+    """When the new snapshot's graph is built from every document (here: the delete cannot be done in place), the
+    replaced one shares nothing with it and goes to the reaper."""
+    monkeypatch.setattr(store, "removable", lambda *args: False)
     collection = KnowledgeBase(tmp_path, IndexSpec(), warm=True).collection("docs", create=True)
     for number in range(4):
         commit(collection, segment(number))
@@ -84,18 +88,22 @@ def test_a_replaced_snapshot_is_emptied_once_no_query_holds_it_and_the_new_one_i
     assert np.array_equal(published.evidence_index.search(queries, 5)[1], scratch.evidence_index.search(queries, 5)[1])
 
 
-def test_taking_apart_a_snapshot_whose_graph_a_newer_one_extends_leaves_what_they_share(tmp_path):
-    """After an append the collection frees the replaced snapshot itself (it shares most of its graph with the new
-    one, so that is quick); taken apart all the same, the newer graph is untouched."""
+@pytest.mark.parametrize("change", ["append", "delete"])
+def test_taking_apart_a_snapshot_whose_graph_a_newer_one_is_made_from_leaves_what_they_share(tmp_path, change):
+    """After an append or a delete the collection frees the replaced snapshot itself (it shares most of its graph
+    with the new one, so that is quick); taken apart all the same, the newer graph is untouched."""
     collection = KnowledgeBase(tmp_path, IndexSpec(), warm=True).collection("docs", create=True)
     for number in range(3):
         commit(collection, segment(number))
         wait_until(lambda: collection.snapshot is collection.head() and collection.snapshot.built("graph_built"))
     older = collection.snapshot
-    commit(collection, segment(3))  # appended: its graph extends the published one's, sharing its records
+    if change == "append":  # its graph extends the published one's, sharing its records
+        commit(collection, segment(3))
+    else:  # its graph is the published one's less the document's share, sharing the rest
+        collection.delete("d1.md")
     wait_until(lambda: collection.snapshot is collection.head() and collection.snapshot.built("graph_built"))
     published = collection.snapshot
-    assert published.graph.appended_to is not None and published is not older
+    assert published.graph.carried_from is not None and published is not older
     assert sys.getrefcount(older) == 2  # nothing but this test holds it now
     reaper.dismantle(older, reaper.DEPTH)
     assert vars(older) == {}

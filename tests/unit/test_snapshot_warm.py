@@ -193,9 +193,10 @@ def test_queries_after_an_opening_go_without_the_graph_until_the_background_buil
     assert retrieve(fresh, ["alpha revenue"], vectors, plan, Settings().retrieval).skipped == [] and builds == [1, 1]
 
 
-def test_a_large_collections_graph_is_extended_before_an_append_is_published_and_rebuilt_after_a_delete(tmp_path, monkeypatch):
-    """publish_before_graph_rows: an appended document's graph costs about the document and is there when it is
-    published; a delete's graph is built from every document after publication, its queries going without it."""
+def test_a_large_collections_graph_is_made_from_the_previous_before_publication_and_built_after_it_otherwise(tmp_path, monkeypatch):
+    """publish_before_graph_rows: an appended or deleted document's graph costs about the document (made from the
+    previous graph) and is there when the snapshot is published; a graph built from every document (here: the
+    removal cannot be done in place) is built after publication, its queries going without it meanwhile."""
     collection = KnowledgeBase(tmp_path, warm=True, publish_before_graph_rows=0).collection("docs", create=True)
     commit(collection, segment("a.md"))
     asyncio.run(asyncio.wait_for(collection.visible(1), 20))
@@ -211,21 +212,30 @@ def test_a_large_collections_graph_is_extended_before_an_append_is_published_and
     commit(collection, make_segment("b.md", ["delta report", "alpha revenue"], ENTITIES, dim=4, seed=1))
     asyncio.run(asyncio.wait_for(collection.visible(2), 20))  # build_graph waits: the graph was extended
     appended = collection.snapshot
-    assert appended.built("graph_built") and appended.graph.appended_to is not None
+    assert appended.built("graph_built") and appended.graph.carried_from is not None
     assert not appended.building_in_background and query(appended).skipped == []
+    commit(collection, make_segment("c.md", ["gamma notes", "alpha revenue"], ENTITIES, dim=4, seed=2))
+    asyncio.run(asyncio.wait_for(collection.visible(3), 20))
 
-    removed = appended.documents["a.md"].document_id
-    collection.delete("a.md")
-    asyncio.run(asyncio.wait_for(collection.visible(3), 20))  # published while its graph waits
+    collection.delete("b.md")
+    asyncio.run(asyncio.wait_for(collection.visible(4), 20))  # build_graph waits: the document was taken out
     deleted = collection.snapshot
-    assert deleted.building_in_background and not deleted.built("graph")
-    assert deleted.graph_view() is None  # the previous graph holds the deleted document: not read
-    during = query(deleted)
+    assert deleted.built("graph_built") and deleted.graph.carried_from is not None
+    assert not deleted.building_in_background and query(deleted).skipped == []
+
+    monkeypatch.setattr(store, "removable", lambda *args: False)  # as where a removal cannot be done in place
+    removed = deleted.documents["a.md"].document_id
+    collection.delete("a.md")
+    asyncio.run(asyncio.wait_for(collection.visible(5), 20))  # published while its graph waits
+    rebuilt = collection.snapshot
+    assert rebuilt.building_in_background and not rebuilt.built("graph")
+    assert rebuilt.graph_view() is None  # the previous graph holds the deleted document: not read
+    during = query(rebuilt)
     assert during.skipped == ["graph skipped: the collection's graph is still being built"] and during.candidates
     release.set()
-    assert wait_until(lambda: not deleted.building_in_background) and deleted.graph_view().generation == 3
-    assert deleted.graph.node_count and all(removed not in documents for documents in deleted.graph.nodes.documents)
-    assert query(deleted).skipped == []
+    assert wait_until(lambda: not rebuilt.building_in_background) and rebuilt.graph_view().generation == 5
+    assert rebuilt.graph.node_count and all(removed not in documents for documents in rebuilt.graph.nodes.documents)
+    assert query(rebuilt).skipped == []
 
 
 def test_a_small_collections_commit_is_published_with_its_graph(tmp_path):
@@ -250,7 +260,7 @@ def test_publications_do_not_queue_behind_graph_builds_and_a_finished_graph_is_l
     release.set()
     assert wait_until(lambda: second.built("graph_built") and not second.building_in_background)
     assert first.built("graph_built") and second.graph_view().generation == 2
-    assert second.graph.appended_to is not None  # lent the first graph, it extended it
+    assert second.graph.carried_from is not None  # lent the first graph, it extended it
 
 
 def test_a_graph_is_lent_only_to_snapshots_that_extend_its_own_by_appending():
