@@ -174,8 +174,8 @@ class StorageSettings(_Section):
     # build rate of benchmarks/results/collection_restart.md). 0: at every commit.
     index_write_vectors: int = Field(20_000, ge=0)
     # With warm_snapshots, a snapshot holding at least this many passages and units whose graph is built from
-    # every document (after a delete or replacement: an append extends the previous graph, which costs about
-    # the document) is published before its graph is built (3.9 s at 100,000 chunks,
+    # every document (where it cannot be made from the previous graph: an append extends it and a delete cuts it
+    # down, at about the cost of the document) is published before its graph is built (3.9 s at 100,000 chunks,
     # benchmarks/results/incremental_commit.md); until it is there its queries go without the graph, saying so
     # in degraded_reason. Smaller collections build it first: it takes well under a second there. 0: always
     # publish first.

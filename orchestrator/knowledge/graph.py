@@ -6,8 +6,9 @@ their descriptions by "belongs_to" edges. Entities merge on the hard-match key (
 
 The graph is derived data, made in memory from the per-document records: built when a collection is opened,
 extended when a commit appends a document (appended_graph merges only its records into a copy-on-write
-copy of what the previous graph merged; the result equals a build from scratch, a property test checks it),
-and built again without a document that is deleted or replaced (nothing can be left orphaned). It is kept as node and
+copy of what the previous graph merged), and cut down when one is deleted or replaced (graph_without takes
+its share out of such a copy: what no other document names goes, nothing is left orphaned); either result equals
+a build from scratch over the same documents, property tests check it. It is kept as node and
 edge tables plus a symmetric weighted scipy.sparse CSR adjacency, the source of truth for traversal and
 PageRank; cuGraph (or CuPy, running the same iteration) is only an optional accelerator behind
 `gpu_available()`, never required.
@@ -524,6 +525,10 @@ def _copy_relation(acc: list) -> list:
             None if starts is None else starts[:], None if weights is None else weights[:]]
 
 
+def _copy_unit(record: list) -> list:
+    return [record[0], record[1], record[2][:]]
+
+
 def _enter(acc: list, doc: str) -> None:
     """Count `doc` among the accumulator's documents (if it is not the last one already), its run starting at the
     end of the per-mention lists."""
@@ -641,7 +646,7 @@ class _Merged:
             self.unit_index[unit_id] = len(self.node_keys)
             self.node_keys.append((UNIT, unit_id))
         self._touch_node(self.unit_index[unit_id])
-        return self._own(self.units, "unit", unit_id, lambda r: [r[0], r[1], r[2][:]], lambda: [unit_type, description, []])
+        return self._own(self.units, "unit", unit_id, _copy_unit, lambda: [unit_type, description, []])
 
     def _edge(self, kind: str, key: tuple) -> None:
         edge = (kind, key)
@@ -769,7 +774,7 @@ class _Merged:
                 del self.incident[key]
         units = {unit.unit_id for unit in document.units} | {unit for _, unit in links}
         for unit in units:
-            record = self._own(self.units, "unit", unit, lambda r: [r[0], r[1], r[2][:]])
+            record = self._own(self.units, "unit", unit, _copy_unit)
             if record[2][0] == doc and len(record[2]) > 1:
                 return False  # see removable
             record[2].remove(doc)

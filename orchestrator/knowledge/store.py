@@ -427,8 +427,8 @@ class Snapshot:
     def graph_view(self) -> Optional[GraphView]:
         """What graph expansion reads: this snapshot's graph (built now if need be), or, while it is being built
         in the background, the newest built graph of the snapshots this one extends by appending documents
-        (the documents appended since are not in it), or None when there is none (after an opening, a delete or
-        a replacement): the query goes without the graph rather than wait for it."""
+        (the documents appended since are not in it), or None when there is none (after an opening, or a delete
+        the previous graph could not be cut down for): the query goes without the graph rather than wait for it."""
         if not self.building_in_background or self.built("graph_built"):
             return self._own_graph_view
         fallback = self._graph_fallback
@@ -501,8 +501,8 @@ class Collection:
     A commit is durable when it returns (its manifest is on disk) and makes the collection's new `head`. In a
     serving process (`warm`), queries see a head once it is published: after its BM25 indexes and graph are
     built or extended in the background (Snapshot.warm), so no query waits for them; meanwhile they read the
-    previous snapshot. A large collection's graph built from every document (after a delete) is built after
-    publication (_publish_heads). Commits arriving during a build are published together by the next one, so a
+    previous snapshot. A large collection's graph built from every document (a delete or replacement whose graph
+    cannot be made from the previous one) is built after publication (_publish_heads). Commits arriving during a build are published together by the next one, so a
     bulk ingest does not pay a build per document. Writers that promise read-your-writes wait for `visible(generation)`."""
 
     def __init__(
@@ -748,11 +748,12 @@ class Collection:
         """Build the newest head and publish it, until the published snapshot is the head. A build is never cut
         short by a newer commit: under a steady stream of commits each build still publishes something.
 
-        A head whose graph is built from every document (after an opening, a delete or a replacement) and that
-        holds publish_before_graph_rows evidence rows or more is published once its BM25 indexes are built; its
-        graph is built after, by another thread (_build_graphs), so that publications do not queue behind graph
-        builds. Meanwhile its queries expand over the newest built graph of a snapshot it extends by appending,
-        or go without the graph, saying so. A head that appends documents extends the previous graph first."""
+        A head whose graph is built from every document (the previous graph was never built, or cannot be cut
+        down: graph.removable) and that holds publish_before_graph_rows evidence rows or more is published once its
+        BM25 indexes are built; its graph is built after, by another thread (_build_graphs), so that publications
+        do not queue behind graph builds. Meanwhile its queries expand over the newest built graph of a snapshot
+        it extends by appending, or go without the graph, saying so. A head that appends or removes documents makes
+        its graph from the previous one first (about the cost of those documents)."""
         while True:
             with self._publishing:
                 head = self._head

@@ -74,8 +74,8 @@ def retrieve(
     skipped = []
     view = snapshot.graph_view() if graph_wanted else None
     if graph_wanted and view is None:
-        # after a restart the graph of a large collection takes a while to build (a minute at a million chunks),
-        # after a delete or replacement seconds: queries go without its candidates rather than wait for it
+        # after a restart the graph of a large collection takes a while to build (a minute at a million chunks):
+        # queries go without its candidates rather than wait for it
         graph_wanted, skipped = False, ["graph skipped: the collection's graph is still being built"]
     elif view is not None and view.generation != snapshot.generation:
         skipped = [f"graph partial: the documents committed after generation {view.generation} are not in it yet "
