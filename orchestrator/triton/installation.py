@@ -2,7 +2,13 @@
 
 Each check ends in a one-line TritonSetupError naming the cause: no binary, no python-backend stub for the
 model environment's Python, numpy 2 in the model environment (silently corrupts tensors), missing packages,
-a model folder or file the repository lacks.
+a model folder or file the repository lacks, a model whose backend the installation does not have (a repository
+built for another target: TensorRT plans or TensorRT-LLM engines served by a Triton without those backends).
+
+Two layouts are known. The PyPI wheel (nvidia-pytriton) holds the python backend without its stub and the stubs
+for every Python apart: the launcher assembles a backend directory holding python/ alone. NVIDIA's containers
+(/opt/tritonserver) hold every backend they ship under backends/, the stub beside the python backend: that folder
+itself is the backend directory, so the container's onnxruntime, TensorRT or TensorRT-LLM backends stay visible.
 """
 
 from __future__ import annotations
@@ -22,12 +28,33 @@ from .contracts import ModelContract
 
 CONTAINER_ROOT = Path("/opt/tritonserver")  # NVIDIA's Triton containers
 
+# The backend each of Triton's `platform` names runs on (a config names a backend or a platform).
+PLATFORM_BACKENDS = {
+    "tensorrt_plan": "tensorrt",
+    "onnxruntime_onnx": "onnxruntime",
+    "pytorch_libtorch": "pytorch",
+    "tensorflow_graphdef": "tensorflow",
+    "tensorflow_savedmodel": "tensorflow",
+}
+
 
 @dataclass(frozen=True)
 class TritonInstallation:
     server_binary: Path
     python_backend: Path  # folder with libtriton_python.so and triton_python_backend_utils.py
     stubs: Optional[Path]  # python_backend_stubs/<major.minor>/ (the PyPI wheel); None when the stub sits in python_backend
+
+    @property
+    def backends_root(self) -> Path:
+        """The installation's own backends/ folder (python/, and in a container onnxruntime/, tensorrt/, ...)."""
+        return self.python_backend.parent
+
+    def available_backends(self) -> frozenset[str]:
+        """The backends a server started by the launcher can load: the wheel's assembled directory holds python/
+        alone; a container's backends/ holds a folder per backend it ships."""
+        if self.stubs is not None:
+            return frozenset({"python"})
+        return frozenset(p.name for p in self.backends_root.iterdir() if p.is_dir())
 
     @classmethod
     def locate(cls, install_root: Optional[Path] = None) -> "TritonInstallation":
@@ -55,7 +82,15 @@ class TritonInstallation:
         return stub
 
     def backend_directory(self, folder: Path, python_version: str) -> Path:
-        """Assemble --backend-directory: python/ needs the backend library, its utils AND the stub side by side."""
+        """--backend-directory. A container's: its own backends/, checked to hold the python backend whole. The
+        wheel's: assembled in `folder`, since python/ needs the backend library, its utils AND the stub side by
+        side and the wheel keeps the stub apart."""
+        if self.stubs is None:
+            for source in (self.python_backend / "libtriton_python.so", self.python_backend / "triton_python_backend_utils.py"):
+                if not source.is_file():
+                    raise TritonSetupError(f"Triton's python backend is incomplete: {source} is missing")
+            self.stub_for(python_version)
+            return self.backends_root
         target = folder / "python"
         target.mkdir(parents=True, exist_ok=True)
         for source in (
@@ -122,26 +157,46 @@ class ModelEnvironment:
         return cls(prefix.absolute(), facts["python"], facts["libdir"])
 
 
-def check_repository(repository: Path, required: tuple[ModelContract, ...]) -> list[str]:
-    """Fail early on a repository that cannot serve `required`; returns every model folder's name."""
+def check_repository(
+    repository: Path, required: tuple[ModelContract, ...], installation: Optional[TritonInstallation] = None,
+) -> list[str]:
+    """Fail early on a repository that cannot serve `required` (or, given the installation, whose models need a
+    backend it lacks); returns every model folder's name."""
     if not repository.is_dir():
         raise TritonSetupError(f"model repository {repository} does not exist: run `make models`")
     names = sorted(p.name for p in repository.iterdir() if (p / "config.pbtxt").is_file())
     missing = [c.name for c in required if c.name not in names]
     if missing:
         raise TritonSetupError(f"model repository {repository} lacks models {', '.join(missing)}: run `make models`")
+    backends = None if installation is None else (installation.backends_root, installation.available_backends())
     for name in names:
-        _check_model_folder(repository / name)
+        _check_model_folder(repository / name, backends)
     return names
 
 
-def _check_model_folder(folder: Path) -> None:
+def model_backend(config: model_config_pb2.ModelConfig) -> Optional[str]:
+    """The backend a model config runs on: its `backend`, else the one its `platform` maps to; None for an
+    ensemble (Triton's core runs it) or a platform this module does not know (Triton decides)."""
+    return config.backend or PLATFORM_BACKENDS.get(config.platform)
+
+
+def _check_model_folder(folder: Path, backends: Optional[tuple[Path, frozenset[str]]]) -> None:
+    """backends: the installation's backends folder and the backends it has (None: not checked)."""
     try:
         config = text_format.Parse((folder / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
     except text_format.ParseError as error:
         raise TritonSetupError(f"model {folder.name}: config.pbtxt does not parse: {error}") from None
     if config.platform == "ensemble":
         return
+    backend = model_backend(config)
+    if backends is not None and backend is not None:
+        root, available = backends
+        if backend not in available:
+            raise TritonSetupError(
+                f"model {folder.name} needs Triton's {backend} backend, which {root} lacks "
+                f"(it has {', '.join(sorted(available)) or 'none'}): serve this repository with a Triton that has it, "
+                "or build the repository for this installation's target"
+            )
     versions = [p for p in folder.iterdir() if p.is_dir() and p.name.isdigit()]
     if not versions:
         raise TritonSetupError(f"model {folder.name} has no version folder (e.g. {folder.name}/1)")

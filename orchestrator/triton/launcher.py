@@ -81,6 +81,7 @@ class TritonServer:
         self._process: Optional[subprocess.Popen] = None
         self._watchdog: Optional[tuple[subprocess.Popen, int]] = None  # watchdog.py and our end of its pipe
         self._runtime_dir: Optional[Path] = None
+        self._backends: Optional[Path] = None  # --backend-directory, chosen at start() and kept by restart()
         self._env_dirs_before: set[str] = set()
         self._env_dirs_ours: set[str] = set()
         self._abort = threading.Event()
@@ -145,15 +146,16 @@ class TritonServer:
         settings = self.settings
         installation = TritonInstallation.locate(settings.install_root)
         environment = ModelEnvironment.inspect(settings.model_environment)
-        check_repository(settings.model_repository, self.required)
+        check_repository(settings.model_repository, self.required, installation)
         self._runtime_dir = Path(tempfile.mkdtemp(prefix="thinkserve-triton-"))
         try:
-            backends = installation.backend_directory(self._runtime_dir / "backends", environment.python_version)
+            # the wheel's python backend assembled in the runtime folder, or a container's own backends/
+            self._backends = installation.backend_directory(self._runtime_dir / "backends", environment.python_version)
             automatic = not (settings.grpc_port or settings.http_port or settings.metrics_port)
             for attempt in range(3):
                 ports = self._ports()
                 try:
-                    self._launch(installation, environment, backends, ports)
+                    self._launch(installation, environment, self._backends, ports)
                     return self.endpoints
                 except _PortRace:
                     self.stop(_keep_runtime_dir=True)
@@ -171,7 +173,7 @@ class TritonServer:
         reconnect to the address they already have. The old process group is killed (SIGKILL: a server being
         replaced is dead or stuck) and reaped, and its /dev/shm regions and /tmp/python_env_* folders are
         removed before the new server starts."""
-        if self.endpoints is None or self._runtime_dir is None:
+        if self.endpoints is None or self._runtime_dir is None or self._backends is None:
             raise TritonSetupError("Triton cannot be restarted: it was never started")
         ports = {
             "grpc_port": int(self.endpoints.grpc.rsplit(":", 1)[1]),
@@ -187,7 +189,7 @@ class TritonServer:
         try:
             # No free-port check: the dead server's connections in TIME_WAIT make a plain bind() fail, while
             # Triton binds with SO_REUSEADDR; a port really taken shows as _PortRace or as a start-up error.
-            self._launch(installation, environment, self._runtime_dir / "backends", ports)
+            self._launch(installation, environment, self._backends, ports)
         except _PortRace:
             self.stop(_keep_runtime_dir=True, _graceful=False)
             raise TritonSetupError(f"another server answers on Triton's ports {ports}: cannot restart on them") from None
@@ -306,7 +308,7 @@ class TritonServer:
         self._stop_watchdog()
         if self._runtime_dir and not _keep_runtime_dir:
             shutil.rmtree(self._runtime_dir, ignore_errors=True)
-            self._runtime_dir = None
+            self._runtime_dir = self._backends = None
 
     def _stop_watchdog(self) -> None:
         """Close our end of the watchdog's pipe once the server is gone: it finds nothing left and exits."""

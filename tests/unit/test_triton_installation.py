@@ -1,0 +1,88 @@
+"""The Triton installation's two layouts (the PyPI wheel's, a container's /opt/tritonserver) and the check that a
+repository's models have their backends there, before any server starts."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from orchestrator.errors import TritonSetupError
+from orchestrator.triton.installation import TritonInstallation, check_repository
+
+WHEEL_STUB_PYTHON = "%d.%d" % sys.version_info[:2]  # the wheel has a stub for every Python the project runs on
+
+
+def write_model(repository, name, config, files=("model.py",)):
+    folder = repository / name
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(f'name: "{name}"\n{config}\n')
+    for file in files:
+        (folder / "1" / file).write_bytes(b"")
+    return folder
+
+
+def container_layout(root, backends=("python", "onnxruntime")):
+    """An /opt/tritonserver as NVIDIA's images lay it out: every backend under backends/, the stub beside the
+    python backend, no python_backend_stubs/ (files from the wheel, linked)."""
+    wheel = TritonInstallation.locate()
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "tritonserver").symlink_to(wheel.server_binary)
+    for backend in backends:
+        (root / "backends" / backend).mkdir(parents=True)
+    python = root / "backends" / "python"
+    for source in (wheel.python_backend / "libtriton_python.so", wheel.python_backend / "triton_python_backend_utils.py",
+                   wheel.stub_for(WHEEL_STUB_PYTHON)):
+        (python / source.name).symlink_to(source)
+    return root
+
+
+@pytest.mark.parametrize("config, backend", [
+    ('backend: "onnxruntime"', "onnxruntime"),
+    ('platform: "onnxruntime_onnx"', "onnxruntime"),
+    ('platform: "tensorrt_plan"', "tensorrt"),
+    ('backend: "tensorrtllm"', "tensorrtllm"),
+])
+def test_a_model_whose_backend_the_wheel_lacks_is_named_in_one_line(tmp_path, config, backend):
+    repository = tmp_path / "repository"
+    write_model(repository, "tokenize", 'backend: "python"')
+    write_model(repository, "encoder", config, files=("model.onnx",))
+    wheel = TritonInstallation.locate()
+    with pytest.raises(TritonSetupError) as refused:
+        check_repository(repository, (), wheel)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(f"model encoder needs Triton's {backend} backend, which {wheel.backends_root} lacks (it has python)")
+    assert check_repository(repository, ()) == ["encoder", "tokenize"]  # not checked without an installation
+
+
+def test_a_container_installation_is_its_own_backend_directory(tmp_path):
+    root = container_layout(tmp_path / "tritonserver")
+    installation = TritonInstallation.locate(root)
+    assert installation.stubs is None and installation.available_backends() == {"python", "onnxruntime"}
+    assert installation.backend_directory(tmp_path / "unused", WHEEL_STUB_PYTHON) == root / "backends"
+    assert not (tmp_path / "unused").exists()  # nothing assembled: the container's backends stay visible to Triton
+    repository = tmp_path / "repository"
+    write_model(repository, "encoder", 'platform: "onnxruntime_onnx"', files=("model.onnx",))
+    write_model(repository, "ensemble", 'platform: "ensemble"', files=())
+    assert check_repository(repository, (), installation) == ["encoder", "ensemble"]
+    write_model(repository, "llm", 'backend: "tensorrtllm"', files=())
+    with pytest.raises(TritonSetupError, match=r"^model llm needs Triton's tensorrtllm backend, which .*/backends lacks "
+                                               r"\(it has onnxruntime, python\)"):
+        check_repository(repository, (), installation)
+
+
+def test_a_container_python_backend_without_its_stub_is_named(tmp_path):
+    root = container_layout(tmp_path / "tritonserver")
+    (root / "backends" / "python" / "triton_python_backend_stub").unlink()
+    with pytest.raises(TritonSetupError, match=f"no python-backend stub for Python {WHEEL_STUB_PYTHON} at .*/backends/python/triton_python_backend_stub"):
+        TritonInstallation.locate(root).backend_directory(tmp_path / "unused", WHEEL_STUB_PYTHON)
+
+
+def test_the_wheel_assembles_python_alone(tmp_path):
+    wheel = TritonInstallation.locate()
+    assert wheel.stubs is not None and wheel.available_backends() == {"python"}
+    folder = wheel.backend_directory(tmp_path / "backends", WHEEL_STUB_PYTHON)
+    assert folder == tmp_path / "backends"
+    assert sorted(p.name for p in (folder / "python").iterdir()) == [
+        "libtriton_python.so", "triton_python_backend_stub", "triton_python_backend_utils.py"]
