@@ -26,7 +26,8 @@ setup: $(VENV)/.installed $(MODEL_VENV)/.installed
 $(VENV)/.installed: pyproject.toml setup.py setup.cfg proto/thinkserve/v1/orchestrator.proto requirements/project.txt build/backend/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/$(PIP) -c requirements/project.txt torch $(PIP_TORCH_ARGS)
-	$(BIN)/$(PIP) -c requirements/project.txt -e ".[build,dev,ray]"
+	# faiss-cpu (the `cpu` extra); a GPU machine's environment takes `gpu` instead, never both (see pyproject.toml)
+	$(BIN)/$(PIP) -c requirements/project.txt -e ".[cpu,build,dev,ray]"
 	# The tritonserver binary ships inside this wheel; its Python dependencies are not needed.
 	$(BIN)/$(PIP) --no-deps -c requirements/project.txt nvidia-pytriton
 	# The backend code, importable here for the model compiler and the unit tests (its numpy<2 pin is for Triton only).

@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigurationError
 
@@ -130,6 +130,12 @@ class AuthSettings(_Section):
     # A TOML file of more grants ([[tokens]] tables, as above), read at start: a secret a container mounts
     # (THINKSERVE_AUTH__TOKENS_FILE=/run/secrets/thinkserve-tokens.toml) instead of a config file to edit.
     tokens_file: Optional[Path] = None
+
+    @field_validator("tokens_file", mode="before")
+    @classmethod
+    def _no_file(cls, value: Any) -> Any:
+        """An empty value (THINKSERVE_AUTH__TOKENS_FILE=) names no file: how the environment drops a configured one."""
+        return None if value == "" else value
 
     @model_validator(mode="after")
     def _unique(self) -> "AuthSettings":
@@ -352,7 +358,18 @@ class IndexSettings(_Section):
     ivf_min_vectors: int = Field(10_000, ge=1)  # fewer vectors: exact Flat instead (IVF cannot train on them)
     hnsw_neighbors: int = Field(32, ge=4)
     hnsw_ef_search: int = Field(128, ge=1)
-    use_gpu: bool = True  # when faiss sees a GPU
+    # Flat and IVF indexes on a GPU when faiss-gpu sees one (the `gpu` extra; HNSW has no GPU index in faiss);
+    # the same results as on the CPU. Off, or with faiss-cpu, every index stays on the CPU.
+    use_gpu: bool = True
+    # The one GPU the indexes go on (faiss's numbering: of the devices CUDA_VISIBLE_DEVICES leaves visible),
+    # never every device: Triton's models share the machine. A device faiss does not see: the CPU, logged.
+    gpu_device: int = Field(0, ge=0)
+    # Scratch memory faiss reserves on that device for searches (StandardGpuResources.setTempMemory), once per
+    # process; faiss's own default would take a share of the whole device.
+    gpu_temp_memory_mb: int = Field(256, ge=0)
+    # Device memory all the GPU indexes of this process may hold together (their vectors and IVF centroids); an
+    # index that would pass it is built on the CPU instead (logged), never failing a commit. 0: no limit.
+    gpu_memory_mb: int = Field(4096, ge=0)
 
 
 class IngestSettings(_Section):

@@ -1,19 +1,53 @@
-"""Vector indexes (FAISS: Flat / IVF / HNSW, on a GPU when faiss sees one); the BM25 index is lexical.py.
+"""Vector indexes (FAISS: Flat / IVF / HNSW, on one configured GPU when faiss sees it); the BM25 index is lexical.py.
 
 They are derived data: built from the per-document segments (or read back from files verified against the
 manifest, stored_indexes.py), so a crash can never leave an index out of step with the records it points at.
 Row i of an index is row i of the table it was built for.
+
+FAISS comes from one of two extras, which install the same `faiss` module over each other: `cpu` (faiss-cpu) or
+`gpu` (faiss-gpu, CUDA 12). Where an index goes is `placement()`'s decision, with its reason; on a GPU it is one
+device (`gpu_device`), its scratch memory and the indexes' total held to the configured budget, since Triton's
+models share the machine.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.metadata
+import logging
 import math
+import threading
+import weakref
 from dataclasses import dataclass
 from typing import Optional
 
-import faiss
 import numpy as np
+
+_GPU_DISTRIBUTIONS = ("faiss-gpu", "faiss-gpu-cu12", "faiss-gpu-cu11")
+
+
+def _installed(distribution: str) -> bool:
+    try:
+        importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+try:
+    import faiss
+except ImportError as error:  # not installed, or a faiss-gpu whose CUDA libraries are missing: the cause is kept
+    raise ImportError(
+        f"FAISS cannot be imported ({error}): install the project with one of its extras, "
+        "`pip install 'thinkserve[cpu]'` (faiss-cpu) or `pip install 'thinkserve[gpu]'` (faiss-gpu, CUDA 12)"
+    ) from None
+if _installed("faiss-cpu") and any(map(_installed, _GPU_DISTRIBUTIONS)):
+    raise ImportError(
+        "both faiss-cpu and faiss-gpu are installed: they write the same `faiss` module over each other; "
+        "uninstall both, then install one extra: `thinkserve[cpu]` or `thinkserve[gpu]`"
+    )
+
+log = logging.getLogger("thinkserve.index")
 
 
 @dataclass(frozen=True)
@@ -26,7 +60,14 @@ class IndexSpec:
     ivf_min_vectors: int = 10_000  # below this IVF cannot train well: an exact Flat index is built instead
     hnsw_neighbors: int = 32
     hnsw_ef_search: int = 128
-    use_gpu: bool = True  # when faiss reports a GPU (Flat and IVF only; HNSW stays on the CPU)
+    use_gpu: bool = True  # when faiss-gpu sees a GPU (Flat and IVF only; HNSW stays on the CPU)
+    gpu_device: int = 0  # the one GPU the indexes go on
+    gpu_temp_memory_mb: int = 256  # faiss's scratch memory on it (once per process)
+    gpu_memory_mb: int = 4096  # all GPU indexes of the process together; past it an index stays on the CPU. 0: no limit
+
+
+# The fields of IndexSpec that decide where an index runs, not what it holds.
+PLACEMENT_FIELDS = frozenset({"use_gpu", "gpu_device", "gpu_temp_memory_mb", "gpu_memory_mb"})
 
 
 @functools.cache
@@ -36,6 +77,106 @@ def gpu_count() -> int:
         return int(faiss.get_num_gpus())
     except AttributeError:
         return 0
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where an index runs, and why."""
+
+    device: Optional[int]  # the GPU (faiss's number); None: the CPU
+    reason: str
+
+
+def placement(spec: IndexSpec, kind: str) -> Placement:
+    """Where an index of `kind` goes under `spec`. A GPU only when asked for, when faiss-gpu sees one (without
+    one, faiss-gpu's copy functions fail or return an EMPTY index) and when the configured device is among them."""
+    if kind == "hnsw":
+        return Placement(None, "HNSW has no GPU index in faiss")
+    if not spec.use_gpu:
+        return Placement(None, "index.use_gpu is off")
+    if not hasattr(faiss, "StandardGpuResources"):
+        return Placement(None, "this faiss has no GPU support (faiss-cpu; the `gpu` extra installs faiss-gpu)")
+    count = gpu_count()
+    if count == 0:
+        return Placement(None, "faiss-gpu sees no GPU")
+    if spec.gpu_device >= count:
+        return Placement(None, f"index.gpu_device is {spec.gpu_device} but faiss sees {count} GPU(s)")
+    return Placement(spec.gpu_device, f"GPU {spec.gpu_device} of the {count} faiss sees")
+
+
+@functools.cache
+def _announce(reason: str, warning: bool) -> None:
+    """Say once per process where indexes go and why (a CPU choice on a GPU machine is a warning)."""
+    log.log(logging.WARNING if warning else logging.INFO, "FAISS indexes: %s", reason)
+
+
+class _DeviceBudget:
+    """Device memory the GPU indexes of this process hold together: reserved before an index is copied there,
+    given back when faiss's GPU index object is freed."""
+
+    def __init__(self, limit_bytes: int):
+        self.limit = limit_bytes  # 0: no limit
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def reserve(self, nbytes: int) -> bool:
+        with self._lock:
+            if self.limit and self.used + nbytes > self.limit:
+                return False
+            self.used += nbytes
+            return True
+
+    def release(self, nbytes: int) -> None:
+        with self._lock:
+            self.used -= nbytes
+
+    def hold(self, owner: object, nbytes: int) -> None:
+        """Give `nbytes` back once `owner` (the GPU index) is garbage."""
+        weakref.finalize(owner, self.release, nbytes)
+
+
+@functools.cache
+def _budget(device: int, limit_mb: int) -> _DeviceBudget:
+    return _DeviceBudget(limit_mb * 2**20)
+
+
+@functools.cache
+def _gpu_resources(device: int, temp_memory_mb: int):
+    """One StandardGpuResources per device and process (each holds its own scratch memory and CUDA streams)."""
+    resources = faiss.StandardGpuResources()
+    resources.setTempMemory(temp_memory_mb * 2**20)
+    return resources
+
+
+def device_bytes(index: faiss.Index) -> int:
+    """What an index's copy on a GPU holds, about: its vectors (float32) and, for IVF, its centroids."""
+    nbytes = int(index.ntotal) * int(index.d) * 4
+    if isinstance(index, faiss.IndexIVF):
+        nbytes += int(index.nlist) * int(index.d) * 4
+    return nbytes
+
+
+def place(index: faiss.Index, spec: IndexSpec, kind: str) -> tuple[faiss.Index, Optional[int]]:
+    """`index` (a CPU index) where `placement` puts it: the same index, or its copy on the configured GPU when the
+    device budget has room for it (otherwise it stays on the CPU, with a warning once). Returns (index, device)."""
+    where = placement(spec, kind)
+    if where.device is None:
+        _announce(where.reason, warning=kind != "hnsw" and spec.use_gpu and gpu_count() > 0)
+        return index, None
+    nbytes = device_bytes(index)
+    budget = _budget(where.device, spec.gpu_memory_mb)
+    if not budget.reserve(nbytes):
+        _announce(f"index.gpu_memory_mb ({spec.gpu_memory_mb}) is held by other indexes: indexes past it stay on the CPU",
+                  warning=True)
+        return index, None
+    try:
+        on_gpu = faiss.index_cpu_to_gpu(_gpu_resources(where.device, spec.gpu_temp_memory_mb), where.device, index)
+    except BaseException:
+        budget.release(nbytes)
+        raise
+    budget.hold(on_gpu, nbytes)
+    _announce(where.reason, warning=False)
+    return on_gpu, where.device
 
 
 def tail_limit(base_size: int) -> int:
@@ -63,12 +204,13 @@ class VectorIndex:
 
     def __init__(
         self, spec: IndexSpec, dimension: int, index: Optional[faiss.Index] = None, kind: str = "flat",
-        tail: Optional[np.ndarray] = None, removed: Optional[np.ndarray] = None,
+        tail: Optional[np.ndarray] = None, removed: Optional[np.ndarray] = None, device: Optional[int] = None,
     ):
         self.spec = spec
         self.dimension = dimension
         self._index = index
         self.kind = kind  # what was actually built (IVF below its minimum size is Flat)
+        self.device = device  # the GPU the main index is on (place()); None: the CPU. The tail is always on the CPU.
         self._tail_vectors = tail if tail is not None and len(tail) else None  # appended since, not in _index
         self._tail: Optional[faiss.Index] = None
         if self._tail_vectors is not None:
@@ -104,9 +246,8 @@ class VectorIndex:
         else:
             raise ValueError(f"unknown index kind {spec.kind!r} (flat, ivf, hnsw)")
         index.add(vectors)
-        if spec.use_gpu and kind != "hnsw" and gpu_count() > 0:
-            index = faiss.index_cpu_to_all_gpus(index)
-        return cls(spec, dimension, index, kind)
+        index, device = place(index, spec, kind)
+        return cls(spec, dimension, index, kind, device=device)
 
     def extended(self, vectors: np.ndarray) -> "VectorIndex":
         """A new index with `vectors` appended as the next rows (the old one stays usable by running queries)."""
@@ -119,8 +260,9 @@ class VectorIndex:
             return VectorIndex.build(self.spec, np.concatenate([self.vectors(), vectors]), self.dimension)
         tail = vectors if self._tail_vectors is None else np.concatenate([self._tail_vectors, vectors])
         if len(tail) <= tail_limit(int(self._index.ntotal)):
-            return VectorIndex(self.spec, self.dimension, self._index, self.kind, tail, self._removed)
-        return VectorIndex(self.spec, self.dimension, self._merged(tail), self.kind, removed=self._removed)
+            return VectorIndex(self.spec, self.dimension, self._index, self.kind, tail, self._removed, self.device)
+        merged, device = self._merged(tail)
+        return VectorIndex(self.spec, self.dimension, merged, self.kind, removed=self._removed, device=device)
 
     def without(self, start: int, stop: int) -> "VectorIndex":
         """A new index without rows [start, stop) (a deleted document's): the rows after them move up. The old
@@ -137,12 +279,13 @@ class VectorIndex:
             gone = self._live_ids()[start : min(stop, held)]
             removed = gone if removed is None else np.union1d(removed, gone)
         total = int(self._index.ntotal)
-        if removed is not None and (len(removed) > MAX_REMOVED_FRACTION * total or gpu_count() > 0 and self.kind != "hnsw"):
+        # no ID selectors on a GPU: an index there is rebuilt from its live vectors at once
+        if removed is not None and (len(removed) > MAX_REMOVED_FRACTION * total or self.device is not None):
             live = np.ones(total, dtype=bool)
             live[removed] = False
             kept = self._main_vectors()[live]
             return VectorIndex.build(self.spec, kept if tail is None else np.concatenate([kept, tail]), self.dimension)
-        return VectorIndex(self.spec, self.dimension, self._index, self.kind, tail, removed)
+        return VectorIndex(self.spec, self.dimension, self._index, self.kind, tail, removed, self.device)
 
     @property
     def removed_ids(self) -> np.ndarray:
@@ -157,25 +300,31 @@ class VectorIndex:
         ids = np.arange(int(self._index.ntotal), dtype=np.int64)
         return ids if self._removed is None else np.delete(ids, self._removed)
 
+    def _cpu_index(self) -> faiss.Index:
+        """The main index on the CPU: itself, or a copy of it from its GPU."""
+        return self._index if self.device is None else faiss.index_gpu_to_cpu(self._index)
+
     def _main_vectors(self) -> np.ndarray:
-        cpu = faiss.index_gpu_to_cpu(self._index) if gpu_count() > 0 and self.kind != "hnsw" else self._index
+        cpu = self._cpu_index()
         return cpu.reconstruct_n(0, cpu.ntotal)
 
-    def _merged(self, tail: Optional[np.ndarray]) -> faiss.Index:
-        """A copy of the main index with `tail` added to it."""
+    def _merged(self, tail: Optional[np.ndarray]) -> tuple[faiss.Index, Optional[int]]:
+        """A copy of the main index with `tail` added to it, placed as `build` places an index; (index, device)."""
         if tail is None:
-            return self._index
-        index = _clone(self._index)
+            return self._index, self.device
+        index = faiss.clone_index(self._index) if self.device is None else self._cpu_index()
         index.add(tail)
-        return index
+        return place(index, self.spec, self.kind)
 
     def write(self, path) -> None:
         """The index as faiss writes it (from the CPU copy of a GPU index), its tail merged in, its removed ids
         still in it (`removed_ids`, which read() takes back); an empty index writes nothing."""
         if self._index is None:
             return
-        index = self._merged(self._tail_vectors)
-        cpu = faiss.index_gpu_to_cpu(index) if gpu_count() > 0 and self.kind != "hnsw" else index
+        cpu = self._cpu_index()
+        if self._tail_vectors is not None:
+            cpu = faiss.clone_index(cpu) if cpu is self._index else cpu
+            cpu.add(self._tail_vectors)
         faiss.write_index(cpu, str(path))
 
     @classmethod
@@ -193,11 +342,11 @@ class VectorIndex:
             index.nprobe = spec.ivf_probe
         if removed is not None and len(removed) and not (np.all(np.diff(removed) > 0) and 0 <= removed[0] and removed[-1] < index.ntotal):
             raise ValueError(f"{path}: its removed ids are not sorted ids of its {index.ntotal} vectors")
-        if spec.use_gpu and kind != "hnsw" and gpu_count() > 0:
-            if removed is not None and len(removed):  # no ID selectors on a GPU: the live vectors, rebuilt there
-                return cls.build(spec, np.delete(index.reconstruct_n(0, index.ntotal), removed, axis=0), int(index.d))
-            index = faiss.index_cpu_to_all_gpus(index)
-        return cls(spec, int(index.d), index, kind, removed=removed)
+        if placement(spec, kind).device is not None and removed is not None and len(removed):
+            # no ID selectors on a GPU: the live vectors, rebuilt there
+            return cls.build(spec, np.delete(index.reconstruct_n(0, index.ntotal), removed, axis=0), int(index.d))
+        index, device = place(index, spec, kind)
+        return cls(spec, int(index.d), index, kind, removed=removed, device=device)
 
     def set_ef_search(self, ef_search: int) -> None:
         """HNSW's search breadth (recall against time), for indexes already built; other kinds ignore it."""
@@ -252,12 +401,6 @@ class VectorIndex:
         scores, rows = np.take_along_axis(scores, best, axis=1), np.take_along_axis(rows, best, axis=1)
         missing = ~np.isfinite(scores)
         return np.where(missing, 0, scores).astype(np.float32), np.where(missing, -1, rows)
-
-
-def _clone(index: faiss.Index) -> faiss.Index:
-    if gpu_count() > 0 and not isinstance(index, faiss.IndexHNSW):
-        return faiss.index_cpu_to_all_gpus(faiss.clone_index(faiss.index_gpu_to_cpu(index)))
-    return faiss.clone_index(index)
 
 
 def index_spec(settings) -> IndexSpec:

@@ -31,7 +31,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from .indexes import IndexSpec, VectorIndex
+from .indexes import PLACEMENT_FIELDS, IndexSpec, VectorIndex
 from .segments import fsync_path, write_durably
 
 PREFIX = "indexes-"
@@ -56,7 +56,7 @@ def persisted(index: VectorIndex) -> bool:
 
 def _settings(spec: IndexSpec) -> dict:
     """The settings that decide an index's contents (where it runs does not)."""
-    return {name: value for name, value in asdict(spec).items() if name != "use_gpu"}
+    return {name: value for name, value in asdict(spec).items() if name not in PLACEMENT_FIELDS}
 
 
 def write(root: Path, generation: int, segments: Sequence[str], spec: IndexSpec, tables: Mapping[str, VectorIndex]) -> Optional[str]:

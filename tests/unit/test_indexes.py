@@ -138,3 +138,131 @@ def test_removing_rows_shares_the_index_skips_them_and_equals_an_index_of_the_re
     assert compacted._index is not grown._index and len(compacted.removed_ids) == 0 and compacted.size == 180
     assert np.array_equal(compacted.vectors(), grown.vectors()[40:])
     assert index.size == 230 and smaller.size == 190  # the older ones are unchanged
+
+
+def test_with_faiss_cpu_every_index_stays_on_the_cpu_and_says_why(caplog):
+    from orchestrator.knowledge import indexes
+
+    if indexes.gpu_count() > 0:
+        pytest.skip("faiss sees a GPU here: test_on_a_gpu_the_results_are_the_cpu_results covers it")
+    cpu_build = not hasattr(indexes.faiss, "StandardGpuResources")
+    where = indexes.placement(IndexSpec(), "flat")
+    assert where.device is None
+    assert ("faiss-cpu" if cpu_build else "faiss-gpu sees no GPU") in where.reason
+    assert indexes.placement(IndexSpec(kind="hnsw"), "hnsw").reason == "HNSW has no GPU index in faiss"
+    assert indexes.placement(IndexSpec(use_gpu=False), "flat").reason == "index.use_gpu is off"
+    indexes._announce.cache_clear()
+    with caplog.at_level("INFO", logger="thinkserve.index"):
+        built = VectorIndex.build(IndexSpec(kind="ivf", ivf_min_vectors=100, ivf_lists=4), unit_vectors(300), 16)
+    assert built.device is None and built.kind == "ivf"
+    assert [record.getMessage() for record in caplog.records] == [f"FAISS indexes: {where.reason}"]
+
+
+def test_the_placement_decision_takes_the_configured_device_only(monkeypatch):
+    """The decision alone, with faiss made to report two GPUs (no index is copied anywhere)."""
+    from orchestrator.knowledge import indexes
+
+    monkeypatch.setattr(indexes.faiss, "StandardGpuResources", object, raising=False)
+    monkeypatch.setattr(indexes, "gpu_count", lambda: 2)
+    assert indexes.placement(IndexSpec(), "flat") == indexes.Placement(0, "GPU 0 of the 2 faiss sees")
+    assert indexes.placement(IndexSpec(gpu_device=1), "ivf").device == 1
+    beyond = indexes.placement(IndexSpec(gpu_device=2), "flat")
+    assert beyond.device is None and beyond.reason == "index.gpu_device is 2 but faiss sees 2 GPU(s)"
+    assert indexes.placement(IndexSpec(gpu_device=1), "hnsw").device is None
+
+
+def test_the_device_budget_holds_the_indexes_together_and_frees_what_is_garbage():
+    import gc
+
+    from orchestrator.knowledge.indexes import _DeviceBudget
+
+    class Owner:  # stands for faiss's GPU index object
+        pass
+
+    budget = _DeviceBudget(100)
+    first, second = Owner(), Owner()
+    assert budget.reserve(60)
+    budget.hold(first, 60)
+    assert not budget.reserve(50)  # 110 > 100: that index stays on the CPU
+    assert budget.reserve(40)
+    budget.hold(second, 40)
+    assert budget.used == 100
+    del first
+    gc.collect()
+    assert budget.used == 40 and budget.reserve(60)
+    assert _DeviceBudget(0).reserve(10**15)  # 0: no limit
+
+
+def test_the_device_bytes_of_an_index_are_its_vectors_and_centroids():
+    from orchestrator.knowledge.indexes import device_bytes
+
+    flat = VectorIndex.build(IndexSpec(), unit_vectors(50), 16)
+    assert device_bytes(flat._index) == 50 * 16 * 4
+    ivf = VectorIndex.build(IndexSpec(kind="ivf", ivf_min_vectors=100, ivf_lists=4), unit_vectors(300), 16)
+    assert device_bytes(ivf._index) == (300 + 4) * 16 * 4
+
+
+def test_stored_indexes_do_not_depend_on_where_an_index_runs():
+    from orchestrator.knowledge.stored_indexes import _settings
+
+    assert _settings(IndexSpec()) == _settings(IndexSpec(use_gpu=False, gpu_device=3, gpu_temp_memory_mb=1, gpu_memory_mb=1))
+    assert _settings(IndexSpec()) != _settings(IndexSpec(hnsw_ef_search=64))
+
+
+def test_the_settings_section_is_the_spec():
+    from orchestrator.config import IndexSettings
+    from orchestrator.knowledge.indexes import index_spec
+
+    settings = IndexSettings(kind="ivf", gpu_device=1, gpu_temp_memory_mb=64, gpu_memory_mb=512)
+    assert index_spec(settings) == IndexSpec(kind="ivf", gpu_device=1, gpu_temp_memory_mb=64, gpu_memory_mb=512)
+
+
+@pytest.mark.parametrize("hide", ["faiss", "both"])
+def test_the_faiss_extras_are_named_when_faiss_is_missing_or_doubled(hide):
+    """Neither extra installed, or both (faiss-cpu and faiss-gpu write the same module): an ImportError that says
+    which extras to install, when the index module is imported."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    setup = (
+        "import sys; sys.modules['faiss'] = None\n" if hide == "faiss" else
+        "import importlib.metadata as m\n"
+        "real = m.distribution\n"
+        "m.distribution = lambda name: real('faiss-cpu') if name.startswith('faiss-gpu') else real(name)\n"
+    )
+    probe = setup + "import orchestrator.knowledge.indexes\n"
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: ") and "thinkserve[cpu]" in last and "thinkserve[gpu]" in last
+    assert ("both faiss-cpu and faiss-gpu are installed" in last) == (hide == "both")
+
+
+@pytest.mark.skipif(
+    __import__("orchestrator.knowledge.indexes", fromlist=["gpu_count"]).gpu_count() == 0,
+    reason="needs faiss-gpu and a GPU it sees (the `gpu` extra on a GPU machine); the CPU choice is tested above",
+)
+@pytest.mark.parametrize("kind", ["flat", "ivf"])
+def test_on_a_gpu_the_results_are_the_cpu_results(kind, tmp_path):
+    import dataclasses
+    import gc
+
+    gc.collect()  # the other kind's indexes give their device memory back
+    vectors = unit_vectors(3000, seed=7)
+    queries = unit_vectors(20, seed=8)
+    spec = IndexSpec(kind=kind, ivf_min_vectors=1000, ivf_lists=16, ivf_probe=16)
+    on_gpu, on_cpu = VectorIndex.build(spec, vectors, 16), VectorIndex.build(dataclasses.replace(spec, use_gpu=False), vectors, 16)
+    assert on_gpu.device == 0 and on_cpu.device is None
+    (scores, rows), (cpu_scores, cpu_rows) = on_gpu.search(queries, 10), on_cpu.search(queries, 10)
+    assert np.array_equal(rows, cpu_rows) and np.allclose(scores, cpu_scores, atol=1e-4)
+    smaller = on_gpu.without(100, 200).extended(vectors[:50])  # no ID selectors on a GPU: rebuilt there
+    assert smaller.device == 0 and np.array_equal(smaller.vectors(), np.concatenate([vectors[:100], vectors[200:], vectors[:50]]))
+    on_gpu.write(tmp_path / "index.faiss")
+    read = VectorIndex.read(spec, tmp_path / "index.faiss", kind)
+    assert read.device == 0 and np.array_equal(read.search(queries, 10)[1], cpu_rows)
+    # about 190 KB each: five fit in a budget of 1 MB, the sixth stays on the CPU with the same results
+    held = [VectorIndex.build(dataclasses.replace(spec, gpu_memory_mb=1), vectors, 16) for _ in range(6)]
+    assert [index.device for index in held] == [0] * 5 + [None]
+    assert np.array_equal(held[-1].search(queries, 10)[1], cpu_rows)
