@@ -29,10 +29,13 @@ def _token(args) -> str:
 
 
 def _address(args) -> str:
+    """--address, else the configured server's; one listening on every interface (a container's) is asked on
+    loopback, which is how its HEALTHCHECK reaches it."""
     if args.address:
         return args.address
     server = settings_from_args(args).server
-    return f"{server.host}:{server.port}"
+    host = "127.0.0.1" if server.host in ("0.0.0.0", "::", "[::]") else server.host
+    return f"{host}:{server.port}"
 
 
 def cmd_serve(args) -> int:
