@@ -1,22 +1,31 @@
-"""Tokens/s of the CPU decode loop (thinkserve_backend.decoding.generate), in process, at 64 / 256 / 1024 tokens.
+"""Tokens/s of the CPU decode loop (thinkserve_backend.decoding.generate), in process, at 64 / 256 / 1024 tokens,
+before and after issue 16 (the KV cache kept in one buffer that onnxruntime writes in place).
 
     python -m benchmarks.decode_loop [--tokens 64 256 1024] [--repeat 2] [--models tiny large] [--name decode_loop]
 
-Two decoders, both exported by thinkserve_build.export's decoder path (KVCacheDecoderExport + _export_decoder):
-  tiny   the tiny profile's LLM (the `tiny-qwen2` recipe) as served: model_repository/tiny/llm/1/
-  large  a random-weight Qwen2 (hidden 768, 12 layers, 12 heads / 4 KV heads), built from a Qwen2Config and
-         exported here once (cached under .thinkserve/bench/decode_loop/), so that the KV cache is large
-         (24 KiB a token) and copying it each step shows
-Greedy, eos ignored (no eos ids), a fixed 16-token prompt, max_context = prompt + the longest run; the
-session is made as Triton's model makes it (sessions.cpu_session, 2 intra-op threads, no spinning).
-Each (model, tokens) is run `--repeat` times per loop, the loops interleaved, after one discarded warm-up.
-Reported: tokens/s of the whole generate() (prefill included), and the mean time per token over the first and
-the last 64 decode steps of the longest run (a per-step cost that grows with the cache shows there).
+Two loops, both driven by the same generate() (sampling, text stream), on graphs exported from the same weights:
+  before  the graph that grows the cache by concatenation (exported here as thinkserve_build exported it before
+          issue 16), each step a session.run with the whole cache as numpy inputs and `present.*` back as new
+          numpy arrays
+  after   the graph thinkserve_build exports now (thinkserve_build.decoder_graph) with decoding.KVCacheDecoder:
+          one buffer per layer bound as both past and present, written in place
+Two decoders:
+  tiny   the tiny profile's LLM (the `tiny-qwen2` recipe): `after` is model_repository/tiny/llm/1/decoder.onnx as
+         served, `before` is exported from the recipe's checkpoint in the build cache
+  large  a random-weight Qwen2 (hidden 768, 12 layers, 12 heads / 4 KV heads) built from a Qwen2Config, so that
+         the KV cache is large (24 KiB a token) and copying it shows
+Exports are cached under .thinkserve/bench/decode_loop/. Greedy, eos ignored (no eos ids), a fixed 16-token
+prompt, max_context = prompt + the longest run; sessions made as Triton's model makes them (sessions.cpu_session,
+2 intra-op threads, no spinning). Each (model, tokens) is run `--repeat` times per loop, the loops interleaved,
+after one discarded warm-up. Reported: tokens/s of the whole generate() (prefill included), the mean time per
+token over the first and the last 64 decode steps of the longest run (a per-step cost that grows with the cache
+shows there), and whether both loops generated the same tokens.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import time
 from pathlib import Path
 
@@ -27,6 +36,7 @@ from thinkserve_backend.decoding import GenerationParams, KVCacheDecoder, genera
 from thinkserve_backend.sessions import cpu_session
 
 TINY = Path("model_repository/tiny/llm/1")
+CHECKPOINTS = Path(".thinkserve/cache/checkpoints")
 CACHE = Path(".thinkserve/bench/decode_loop")
 PROMPT_TOKENS = 16
 WINDOW = 64  # decode steps averaged at the start and at the end of the longest run
@@ -39,66 +49,162 @@ LARGE = {
 }
 
 
-def tiny_decoder() -> Path:
-    found = sorted(TINY.glob("decoder*.onnx"))
-    if not found:
-        raise SystemExit(f"no decoder in {TINY}: build the tiny profile first (make models)")
-    return found[0]
+def _decoder_wrapper(model):
+    from thinkserve_build.export import KVCacheDecoderExport
+
+    return KVCacheDecoderExport(model.model, model.lm_head, model.config, takes_embeddings=False).eval()
 
 
-def large_decoder(vocab_size: int) -> Path:
-    """The large random Qwen2, exported through the same code as the profiles' LLMs (once; then reused)."""
-    name = "qwen2-" + "-".join(str(v) for v in (*LARGE.values(), vocab_size))
-    out = CACHE / name
-    path = out / "decoder.onnx"
-    if path.exists():
-        return path
+def export_concat_decoder(wrapper, path: Path) -> Path:
+    """The decoder graph as thinkserve_build exported it before issue 16: `attention_mask`, `position_ids` and
+    past [b, kv_heads, past, head_dim] in, present [b, kv_heads, past + n, head_dim] (a grown copy) out."""
     import torch
-    from thinkserve_build.export import KVCacheDecoderExport, _export_decoder
+    from thinkserve_build import onnx_tools
+
+    config = wrapper.text_config
+    layers, kv_heads = config.num_hidden_layers, config.num_key_value_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    primary_name = "inputs_embeds" if wrapper.takes_embeddings else "input_ids"
+    if wrapper.takes_embeddings:
+        primary = torch.randn(1, 5, config.hidden_size)
+    else:
+        primary = torch.randint(0, config.vocab_size, (1, 5))
+    past_names = [f"past_key_values.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
+    present_names = [f"present.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
+    axes = {
+        primary_name: {0: "batch", 1: "sequence"},
+        "attention_mask": {0: "batch", 1: "total"},
+        "position_ids": {0: "batch", 1: "sequence"},
+        "logits": {0: "batch", 1: "sequence"},
+        **{name: {0: "batch", 2: "past"} for name in past_names},
+        **{name: {0: "batch", 2: "total"} for name in present_names},
+    }
+    args = (
+        primary,
+        torch.ones(1, 8, dtype=torch.long),
+        torch.arange(3, 8).unsqueeze(0),
+        *[torch.randn(1, kv_heads, 3, head_dim) for _ in past_names],
+    )
+    names = [primary_name, "attention_mask", "position_ids", *past_names]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return onnx_tools.export(wrapper, args, path, names, ["logits", *present_names], axes)
+
+
+def _export_code() -> str:
+    from thinkserve_build import decoder_graph
+
+    return hashlib.sha256(Path(decoder_graph.__file__).read_bytes()).hexdigest()[:8]
+
+
+def tiny_decoders() -> dict[str, Path]:
+    served = TINY / "decoder.onnx"
+    checkpoints = sorted(CHECKPOINTS.glob("tiny-qwen2-*"))
+    if not served.exists() or not checkpoints:
+        raise SystemExit(f"no {served} or tiny-qwen2 checkpoint in {CHECKPOINTS}: build the tiny profile first (make models)")
+    before = CACHE / checkpoints[-1].name / "concat" / "decoder.onnx"
+    if not before.exists():
+        from transformers import Qwen2ForCausalLM
+
+        export_concat_decoder(_decoder_wrapper(Qwen2ForCausalLM.from_pretrained(str(checkpoints[-1])).eval()), before)
+    return {"before": before, "after": served}
+
+
+def large_decoders(vocab_size: int) -> dict[str, Path]:
+    """The large random Qwen2 (seed 0) exported both ways, once each (the `after` export again when
+    thinkserve_build.decoder_graph changes)."""
+    folder = CACHE / ("qwen2-" + "-".join(str(v) for v in (*LARGE.values(), vocab_size)))
+    paths = {"before": folder / "concat" / "decoder.onnx", "after": folder / f"shared-{_export_code()}" / "decoder.onnx"}
+    if all(path.exists() for path in paths.values()):
+        return paths
+    import torch
+    from thinkserve_build.export import _export_decoder
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     config = Qwen2Config(
         vocab_size=vocab_size, max_position_embeddings=4096, initializer_range=0.2, tie_word_embeddings=False, **LARGE
     )
-    model = Qwen2ForCausalLM(config).eval()
-    return _export_decoder(KVCacheDecoderExport(model.model, model.lm_head, config, takes_embeddings=False).eval(), out)
+    wrapper = _decoder_wrapper(Qwen2ForCausalLM(config).eval())
+    if not paths["before"].exists():
+        export_concat_decoder(wrapper, paths["before"])
+    if not paths["after"].exists():
+        paths["after"].parent.mkdir(parents=True, exist_ok=True)
+        _export_decoder(wrapper, paths["after"].parent)
+    return paths
 
 
-def run_once(decoder: KVCacheDecoder, prompt: np.ndarray, tokens: int, decode) -> list[float]:
-    """Seconds from the call to each generated token (the first includes the prefill)."""
+class SessionRunDecoder:
+    """The loop before issue 16 on the concatenating graph, behind the interface generate() drives."""
+
+    def __init__(self, session):
+        self.session = session
+        self.past = [i for i in session.get_inputs() if i.name.startswith("past_key_values.")]
+        self.outputs = ["logits", *("present." + i.name[len("past_key_values.") :] for i in self.past)]
+
+    def sequence(self) -> "SessionRunSequence":
+        return SessionRunSequence(self)
+
+
+class SessionRunSequence:
+    def __init__(self, decoder: SessionRunDecoder):
+        self.decoder, self.position = decoder, 0
+        self.cache = {i.name: np.zeros((1, i.shape[1], 0, i.shape[3]), dtype=np.float32) for i in decoder.past}
+
+    def step(self, inputs: np.ndarray) -> np.ndarray:
+        total = self.position + inputs.shape[1]
+        feeds = {
+            "input_ids": inputs,
+            "attention_mask": np.ones((1, total), dtype=np.int64),
+            "position_ids": np.arange(self.position, total, dtype=np.int64)[None, :],
+            **self.cache,
+        }
+        outputs = self.decoder.session.run(self.decoder.outputs, feeds)
+        self.cache = {spec.name: value for spec, value in zip(self.decoder.past, outputs[1:])}
+        self.position = total
+        return outputs[0][0, -1]
+
+
+LOOPS = {"before": SessionRunDecoder, "after": KVCacheDecoder}
+
+
+def run_once(decoder, prompt: np.ndarray, tokens: int, decode) -> tuple[list[float], list[int]]:
+    """Seconds from the call to each generated token (the first includes the prefill), and the tokens."""
     params = GenerationParams(max_tokens=tokens)
     started = time.perf_counter()
-    stamps = []
+    stamps, ids = [], []
     for step in generate(decoder, prompt, params, decode, eos_token_ids=[], max_context=PROMPT_TOKENS + tokens + 1):
         stamps.append(time.perf_counter() - started)
+        ids.extend(step.token_ids)
         if step.finish_reason:
             break
     if len(stamps) != tokens:
         raise RuntimeError(f"expected {tokens} tokens, got {len(stamps)}")
-    return stamps
+    return stamps, ids
 
 
-def measure(label: str, path: Path, loops: dict, token_counts: list[int], repeat: int, decode, vocab: int) -> dict:
-    session = cpu_session(path, 2)
+def measure(label: str, paths: dict[str, Path], token_counts: list[int], repeat: int, decode, vocab: int) -> dict:
     prompt = np.random.default_rng(7).integers(0, vocab, (1, PROMPT_TOKENS)).astype(np.int64)
-    decoders = {name: make(session) for name, make in loops.items()}
+    decoders = {name: LOOPS[name](cpu_session(paths[name], 2)) for name in paths}
     for decoder in decoders.values():  # warm-up: first-run allocations and graph caches
         run_once(decoder, prompt, 16, decode)
     longest = max(token_counts)
-    out = {"decoder": str(path), "file_mib": round(path.stat().st_size / 2**20, 1), "runs": {}}
+    out = {
+        "decoders": {name: {"path": str(path), "mib": round(path.stat().st_size / 2**20, 1)} for name, path in paths.items()},
+        "runs": {},
+        "same_tokens": {},
+    }
     for tokens in token_counts:
         rows = {name: [] for name in decoders}
+        generated = {}
         for _ in range(repeat):
             for name, decoder in decoders.items():
-                rows[name].append(run_once(decoder, prompt, tokens, decode))
+                stamps, ids = run_once(decoder, prompt, tokens, decode)
+                rows[name].append(stamps)
+                generated[name] = ids
+        out["same_tokens"][str(tokens)] = len({tuple(ids) for ids in generated.values()}) == 1
         for name, runs in rows.items():
             totals = [run[-1] for run in runs]
-            entry = {
-                "tokens_per_s": [tokens / total for total in totals],
-                "total_s": totals,
-            }
+            entry = {"tokens_per_s": [tokens / total for total in totals], "total_s": totals}
             if tokens == longest:
                 steps = [np.diff(run) for run in runs]
                 entry["first_window_ms"] = [float(np.mean(s[:WINDOW]) * 1000) for s in steps]
@@ -106,10 +212,6 @@ def measure(label: str, path: Path, loops: dict, token_counts: list[int], repeat
             out["runs"].setdefault(name, {})[str(tokens)] = entry
             print(f"{label} {name} {tokens}: " + ", ".join(f"{t:.1f}" for t in entry["tokens_per_s"]) + " tok/s", flush=True)
     return out
-
-
-def loops() -> dict:
-    return {"generate": KVCacheDecoder}
 
 
 def markdown(command: str, machine: dict, results: dict, token_counts: list[int], dirty: list[str]) -> str:
@@ -122,11 +224,13 @@ def markdown(command: str, machine: dict, results: dict, token_counts: list[int]
         f"commit {machine['git_commit']}" + (f" (uncommitted changes in {len(dirty)} tracked files)" if dirty else "") + "  ",
         f"onnxruntime {machine['packages'].get('onnxruntime', '?')}, load average at the end {machine['load_average'][0]:.2f}",
         "",
-        "Greedy, eos ignored, 16-token prompt, prefill included; each figure is one run (runs of the loops",
-        "interleaved in one process). Timings on this shared 2-core machine vary by about a third between runs.",
+        "Greedy, eos ignored, 16-token prompt, prefill included; each figure is one run, the runs of the two loops",
+        "interleaved in one process. `before`: the concatenating graph, session.run with the cache as numpy each step;",
+        "`after`: the graph exported now, one KV buffer per layer written in place by onnxruntime (issue 16).",
+        "Timings on this shared 2-core machine vary by about a third between runs (other sessions use its cores).",
         "",
-        f"| decoder | loop | tokens | tokens/s (each run) | ms/token, first {WINDOW} steps | ms/token, last {WINDOW} steps |",
-        "|---|---|---:|---|---:|---:|",
+        f"| decoder | loop | tokens | tokens/s (each run) | ms/token, first {WINDOW} steps | ms/token, last {WINDOW} steps | same tokens |",
+        "|---|---|---:|---|---:|---:|---|",
     ]
     for label, result in results.items():
         for name, runs in result["runs"].items():
@@ -137,10 +241,12 @@ def markdown(command: str, machine: dict, results: dict, token_counts: list[int]
                 if tokens == longest:
                     first = " / ".join(f"{v:.2f}" for v in entry["first_window_ms"])
                     last = " / ".join(f"{v:.2f}" for v in entry["last_window_ms"])
-                lines.append(f"| {label} | {name} | {tokens} | {rates} | {first} | {last} |")
+                same = "yes" if result["same_tokens"][str(tokens)] else "no"
+                lines.append(f"| {label} | {name} | {tokens} | {rates} | {first} | {last} | {same} |")
     lines += ["", "Decoders:", ""]
     for label, result in results.items():
-        lines.append(f"- {label}: `{result['decoder']}` ({result['file_mib']} MiB)")
+        for name, decoder in result["decoders"].items():
+            lines.append(f"- {label} {name}: `{decoder['path']}` ({decoder['mib']} MiB)")
     return "\n".join(lines) + "\n"
 
 
@@ -163,10 +269,9 @@ def main(argv: list[str] | None = None) -> None:
     def decode(ids):
         return tokenizer.decode(list(ids))
 
-    paths = {"tiny": tiny_decoder, "large": lambda: large_decoder(vocab)}
-    results = {}
-    for label in args.models:
-        results[label] = measure(label, paths[label](), loops(), args.tokens, args.repeat, decode, vocab)
+    exports = {"tiny": tiny_decoders, "large": lambda: large_decoders(vocab)}
+    paths = {label: exports[label]() for label in args.models}  # all exports first: they would disturb the timings
+    results = {label: measure(label, paths[label], args.tokens, args.repeat, decode, vocab) for label in args.models}
     machine = machine_info()
     dirty = uncommitted_changes()
     command = invocation("decode_loop", argv)

@@ -37,13 +37,15 @@ def fingerprint(role: str, spec, checkpoint: ResolvedCheckpoint) -> str:
     from orchestrator import prompts
     from orchestrator.triton import chat_template
 
-    from . import calibration, export, onnx_tools
+    from . import calibration, decoder_graph, export, onnx_tools
 
     material = {
         "role": role,
         "spec": dataclasses.asdict(spec),
         "checkpoint": checkpoint.identity,
-        "code": source_hash(export, onnx_tools, calibration, decoding, images, relevance, prompts, chat_template),
+        "code": source_hash(
+            export, decoder_graph, onnx_tools, calibration, decoding, images, relevance, prompts, chat_template
+        ),
         "versions": {name: importlib.metadata.version(name) for name in TOOL_PACKAGES},
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -17,7 +17,7 @@ from torch import nn
 
 from orchestrator.triton.chat_template import ChatTemplate
 
-from . import calibration, onnx_tools
+from . import calibration, decoder_graph, onnx_tools
 from .profiles import ClassifierSpec, EmbedderSpec, GeneratorSpec, PageEncoderSpec
 
 Log = Callable[[str], None]
@@ -269,39 +269,10 @@ class KVCacheDecoderExport(nn.Module):
 
 
 def _export_decoder(decoder: KVCacheDecoderExport, out: Path) -> Path:
-    config = decoder.text_config
-    layers = config.num_hidden_layers
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    kv_heads = config.num_key_value_heads
-    length, past_length = 5, 3
-    if decoder.takes_embeddings:
-        primary, primary_name, primary_axes = torch.randn(1, length, config.hidden_size), "inputs_embeds", {0: "batch", 1: "sequence"}
-    else:
-        primary, primary_name, primary_axes = torch.randint(0, config.vocab_size, (1, length)), "input_ids", {0: "batch", 1: "sequence"}
-    past_names = [f"past_key_values.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
-    present_names = [f"present.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
-    past = [torch.randn(1, kv_heads, past_length, head_dim) for _ in past_names]
-    axes = {
-        primary_name: primary_axes,
-        "attention_mask": {0: "batch", 1: "total"},
-        "position_ids": {0: "batch", 1: "sequence"},
-        "logits": {0: "batch", 1: "sequence"},
-        **{name: {0: "batch", 2: "past"} for name in past_names},
-        **{name: {0: "batch", 2: "total"} for name in present_names},
-    }
-    args = (
-        primary,
-        torch.ones(1, past_length + length, dtype=torch.long),
-        torch.arange(past_length, past_length + length).unsqueeze(0),
-        *past,
-    )
-    return onnx_tools.export(
-        decoder,
-        args,
-        out / "decoder.onnx",
-        [primary_name, "attention_mask", "position_ids", *past_names],
-        ["logits", *present_names],
-        axes,
+    """The decoder's graph with a caller-allocated KV buffer written in place (decoder_graph), from the same
+    backbone and head as the wrapper."""
+    return decoder_graph.export(
+        decoder.backbone, decoder.lm_head, decoder.text_config, decoder.takes_embeddings, out / "decoder.onnx"
     )
 
 
@@ -458,7 +429,7 @@ def export_vlm(location: str, spec: GeneratorSpec, out: Path) -> dict:
     embeddings = onnx_tools.run(embed_path, {"input_ids": prompt}, ["inputs_embeds"])[0]
     spliced = splice_image_features(prompt.numpy()[0], embeddings[0], onnx_features, image_token_id)[None]
     decoder_session = KVCacheDecoder(onnx_tools.session(decoder_path))
-    logits, _ = decoder_session.forward(spliced, decoder_session.empty_cache(), 0)
+    logits = decoder_session.sequence().step(spliced)
     onnx_tools.check_close("VLM first-token logits", expected, logits, atol=1e-3)
     # The relevance filter prefills many prompts of one length in one run: the batch axis must be exact too.
     batched = decoder_session.prefill_logits(np.repeat(spliced, 3, axis=0))

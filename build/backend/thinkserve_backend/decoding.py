@@ -1,8 +1,11 @@
 """Autoregressive generation over an ONNX decoder with an explicit KV cache (LLM and VLM alike).
 
-The decoder graph (exported by thinkserve_build) takes `input_ids` or `inputs_embeds`, `attention_mask`,
-`position_ids` and flat `past_key_values.{i}.{key,value}`, and returns `logits` and `present.{i}.{key,value}`.
-A zero-length past makes the same graph do the prefill.
+The decoder graph (thinkserve_build.decoder_graph) takes `input_ids` or `inputs_embeds`, `position_ids`,
+`seqlens_k`, `total_sequence_length` and per layer a KV buffer `past_key_values.{i}.{key,value}`
+[b, kv_heads, capacity, head_dim]; it returns `logits` and the buffers with the step's keys and values written
+in (`present.*`). A generation binds one set of buffers as both past and present, so onnxruntime writes each
+step's keys and values in place and the cache never leaves it: a step costs no copy of the cache, only
+attention's reads of it (before, each step fed the whole cache in as numpy and got a grown copy back).
 """
 
 from __future__ import annotations
@@ -11,18 +14,33 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
+import onnxruntime as ort
 
 from .sampling import choose_token
 from .text_stream import TextStream
 
 PAST_PREFIX = "past_key_values."
 PRESENT_PREFIX = "present."
+SHARED_BUFFER_INPUTS = ("position_ids", "seqlens_k", "total_sequence_length")
 
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+# A sequence's buffers start this many positions past its prompt and double when full (amortised O(1) a token;
+# the attention scratch of a step is proportional to the buffer, so it does not start at the model's context).
+_INITIAL_ROOM = 256
+
+
+@dataclass(frozen=True)
+class _Layer:
+    past: str
+    present: str
+    heads: int
+    head_dim: int
+    dtype: type
 
 
 class KVCacheDecoder:
-    """One decoder graph; holds no per-request state, so concurrent generations can share it."""
+    """One decoder graph; holds no per-request state (that is each DecodeSequence's), so concurrent generations
+    can share it."""
 
     def __init__(self, session):
         self.session = session
@@ -31,18 +49,25 @@ class KVCacheDecoder:
         self.primary_input = "inputs_embeds" if self.takes_embeddings else "input_ids"
         if self.primary_input not in names:
             raise ValueError(f"decoder graph has neither input_ids nor inputs_embeds (inputs: {names})")
-        self._past = [i for i in session.get_inputs() if i.name.startswith(PAST_PREFIX)]
-        if not self._past:
+        past = [i for i in session.get_inputs() if i.name.startswith(PAST_PREFIX)]
+        if not past:
             raise ValueError("decoder graph has no past_key_values.* inputs: it was exported without a KV cache")
-        self._present = [PRESENT_PREFIX + i.name[len(PAST_PREFIX) :] for i in self._past]
+        missing = [name for name in SHARED_BUFFER_INPUTS if name not in names]
+        if missing:
+            raise ValueError(f"decoder graph lacks {missing}: it predates the in-place KV buffer; rebuild the model")
+        self._layers = [
+            _Layer(
+                spec.name,
+                PRESENT_PREFIX + spec.name[len(PAST_PREFIX) :],
+                spec.shape[1],
+                spec.shape[3],
+                _ORT_TYPES.get(spec.type, np.float32),
+            )
+            for spec in past
+        ]
         self.vocab_size = session.get_outputs()[0].shape[-1]
-
-    def empty_cache(self, batch: int = 1) -> dict[str, np.ndarray]:
-        cache = {}
-        for spec in self._past:
-            _, heads, _, head_dim = spec.shape
-            cache[spec.name] = np.zeros((batch, heads, 0, head_dim), dtype=_ORT_TYPES.get(spec.type, np.float32))
-        return cache
+        if not isinstance(self.vocab_size, int):
+            raise ValueError(f"decoder graph's logits have no fixed vocabulary size (shape {session.get_outputs()[0].shape})")
 
     def prefill_logits(self, inputs: np.ndarray) -> np.ndarray:
         """Next-token logits [b, vocab] after each of `b` prompts of one length (ids [b, n] or embeddings
@@ -50,28 +75,75 @@ class KVCacheDecoder:
         batch, length = inputs.shape[:2]
         feeds = {
             self.primary_input: inputs,
-            "attention_mask": np.ones((batch, length), dtype=np.int64),
             "position_ids": np.tile(np.arange(length, dtype=np.int64), (batch, 1)),
-            **self.empty_cache(batch),
+            "seqlens_k": np.full(batch, length - 1, dtype=np.int32),
+            "total_sequence_length": np.array(length, dtype=np.int32),
+            **{
+                layer.past: np.zeros((batch, layer.heads, 0, layer.head_dim), dtype=layer.dtype)
+                for layer in self._layers
+            },
         }
         return self.session.run(["logits"], feeds)[0][:, -1]
 
-    def forward(self, inputs: np.ndarray, cache: dict[str, np.ndarray], position: int):
-        """Run `inputs` (ids [1, n] or embeddings [1, n, d]) after `position` cached tokens.
+    def sequence(self) -> "DecodeSequence":
+        """A new request's KV cache, empty."""
+        return DecodeSequence(self)
 
-        Returns the logits of the last position and the grown cache.
-        """
+
+class DecodeSequence:
+    """One request's KV buffers and position over a shared KVCacheDecoder. Not thread-safe: one sequence
+    belongs to one generation."""
+
+    def __init__(self, decoder: KVCacheDecoder):
+        self._decoder = decoder
+        self._buffers: list[np.ndarray] = []  # the memory the OrtValues below point into
+        self._binding = None
+        self._logits = np.empty((1, 0, decoder.vocab_size), dtype=np.float32)
+        self.capacity = 0
+        self.position = 0
+
+    def step(self, inputs: np.ndarray) -> np.ndarray:
+        """Run `inputs` (ids [1, n] or embeddings [1, n, d]) after the cached tokens; the last position's logits."""
+        decoder = self._decoder
         length = inputs.shape[1]
-        total = position + length
+        total = self.position + length
+        if total > self.capacity:
+            self._grow(max(2 * self.capacity, total + _INITIAL_ROOM))
+        binding = self._binding
+        # onnxruntime reads bound numpy inputs where they lie without holding them: keep them alive until the run.
         feeds = {
-            self.primary_input: inputs,
-            "attention_mask": np.ones((1, total), dtype=np.int64),
-            "position_ids": np.arange(position, total, dtype=np.int64)[None, :],
-            **cache,
+            decoder.primary_input: np.ascontiguousarray(inputs),
+            "position_ids": np.arange(self.position, total, dtype=np.int64)[None, :],
+            "seqlens_k": np.array([total - 1], dtype=np.int32),
+            "total_sequence_length": np.array(total, dtype=np.int32),
         }
-        outputs = self.session.run(["logits", *self._present], feeds)
-        new_cache = {spec.name: value for spec, value in zip(self._past, outputs[1:])}
-        return outputs[0][0, -1], new_cache
+        for name, value in feeds.items():
+            binding.bind_cpu_input(name, value)
+        if self._logits.shape[1] != length:
+            self._logits = np.empty((1, length, decoder.vocab_size), dtype=np.float32)
+            binding.bind_output(
+                "logits", "cpu", 0, np.float32, list(self._logits.shape), self._logits.ctypes.data
+            )
+        decoder.session.run_with_iobinding(binding)
+        self.position = total
+        return self._logits[0, -1].copy()  # the buffer is the next step's output
+
+    def _grow(self, capacity: int) -> None:
+        """New buffers of `capacity` positions holding the cached ones, bound as both past and present."""
+        decoder = self._decoder
+        buffers = []
+        for index, layer in enumerate(decoder._layers):
+            buffer = np.zeros((1, layer.heads, capacity, layer.head_dim), dtype=layer.dtype)
+            if self._buffers:
+                buffer[:, :, : self.position] = self._buffers[index][:, :, : self.position]
+            buffers.append(buffer)
+        binding = decoder.session.io_binding()
+        for layer, buffer in zip(decoder._layers, buffers):
+            value = ort.OrtValue.ortvalue_from_numpy(buffer)
+            binding.bind_ortvalue_input(layer.past, value)
+            binding.bind_ortvalue_output(layer.present, value)
+        self._buffers, self._binding, self.capacity = buffers, binding, capacity
+        self._logits = np.empty((1, 0, decoder.vocab_size), dtype=np.float32)  # bound afresh on the new binding
 
 
 @dataclass(frozen=True)
@@ -136,9 +208,8 @@ def generate(
     rng = np.random.default_rng(params.seed)
     stream = TextStream(decode, params.stop)
     eos = set(eos_token_ids)
-    cache = decoder.empty_cache()
-    logits, cache = decoder.forward(prompt, cache, 0)
-    position = prompt_length
+    sequence = decoder.sequence()
+    logits = sequence.step(prompt)
     for produced in range(1, budget + 1):
         if is_cancelled():
             yield GenerationStep(stream.finish(), completion_tokens=produced - 1, finish_reason="cancelled")
@@ -166,7 +237,6 @@ def generate(
         next_input = np.array([[choice.token_id]], dtype=np.int64)
         if embed is not None:
             next_input = embed(next_input)
-        logits, cache = decoder.forward(next_input, cache, position)
-        position += 1
+        logits = sequence.step(next_input)
     # budget == 0: nothing may be generated
     yield GenerationStep(stream.finish(), finish_reason="length")
