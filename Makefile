@@ -11,7 +11,7 @@ PIP_TORCH_ARGS ?=
 PIP := pip install --disable-pip-version-check --quiet
 BIN := $(VENV)/bin
 
-.PHONY: help setup models browser demo lint test test-unit test-integration bench clean
+.PHONY: help setup models models-torch browser demo lint test test-unit test-integration bench clean
 
 help:
 	@echo "make demo   - set everything up, build the tiny models, run the demo (Triton + orchestrator)"
@@ -34,14 +34,20 @@ $(VENV)/.installed: pyproject.toml setup.py setup.cfg proto/thinkserve/v1/orches
 	$(BIN)/$(PIP) --no-deps -e build/backend
 	touch $@
 
-# The environment Triton's python-backend stubs run in: numpy<2, onnxruntime, tokenizers, thinkserve-backend.
+# The environment Triton's python-backend stubs run in: numpy<2, onnxruntime, tokenizers, thinkserve-backend, and
+# for the torch target's models PyTorch (its CPU build, first, as above) and transformers.
 $(MODEL_VENV)/.installed: build/backend/pyproject.toml requirements/triton-models.txt
 	$(PYTHON) -m venv $(MODEL_VENV)
-	$(MODEL_VENV)/bin/$(PIP) -c requirements/triton-models.txt -e build/backend
+	$(MODEL_VENV)/bin/$(PIP) -c requirements/triton-models.txt torch $(PIP_TORCH_ARGS)
+	$(MODEL_VENV)/bin/$(PIP) -c requirements/triton-models.txt -e "build/backend[torch]"
 	touch $@
 
 models: setup
 	$(BIN)/python -m thinkserve_build --profile $(PROFILE)
+
+# The same profile for the torch target on the CPU (model_repository/<profile>-torch), which the tests serve too.
+models-torch: setup
+	$(BIN)/python -m thinkserve_build --profile $(PROFILE) --target torch --device cpu
 
 demo: models
 	$(BIN)/thinkserve demo
@@ -60,13 +66,13 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	else echo "the console's browser tests need Chromium: apt-get install chromium (as root), or set THINKSERVE_CHROMIUM"; exit 1; fi
 
-test: lint models browser
+test: lint models models-torch browser
 	$(BIN)/python -m pytest tests
 
 test-unit: setup
 	$(BIN)/python -m pytest tests/unit
 
-test-integration: models browser
+test-integration: models models-torch browser
 	$(BIN)/python -m pytest tests/integration
 
 bench: models

@@ -31,8 +31,8 @@ class Artifact:
         return self.directory / self.facts[key]
 
 
-def fingerprint(role: str, spec, checkpoint: ResolvedCheckpoint) -> str:
-    from thinkserve_backend import decoding, images, relevance
+def fingerprint(role: str, spec, checkpoint: ResolvedCheckpoint, formats: frozenset[str] = frozenset({"onnx"})) -> str:
+    from thinkserve_backend import decoding, generator_runtime, images, relevance, torch_decoding, torch_modules
 
     from orchestrator import prompts
     from orchestrator.triton import chat_template
@@ -43,8 +43,10 @@ def fingerprint(role: str, spec, checkpoint: ResolvedCheckpoint) -> str:
         "role": role,
         "spec": dataclasses.asdict(spec),
         "checkpoint": checkpoint.identity,
+        "formats": sorted(formats),
         "code": source_hash(
-            export, decoder_graph, onnx_tools, calibration, decoding, images, relevance, prompts, chat_template
+            export, decoder_graph, onnx_tools, calibration, decoding, generator_runtime, images, relevance, torch_modules, torch_decoding,
+            prompts, chat_template,
         ),
         "versions": {name: importlib.metadata.version(name) for name in TOOL_PACKAGES},
     }
@@ -58,9 +60,10 @@ def build(
     cache_dir: Path,
     exporter: Callable[[str, Path], dict],
     force: bool = False,
+    formats: frozenset[str] = frozenset({"onnx"}),
 ) -> tuple[Artifact, bool]:
-    """The role's artifact, exported now unless an identical one is cached. Returns (artifact, was_built)."""
-    directory = cache_dir / "artifacts" / f"{role}-{fingerprint(role, spec, checkpoint)}"
+    """The role's artifact in `formats`, exported now unless an identical one is cached. Returns (artifact, was_built)."""
+    directory = cache_dir / "artifacts" / f"{role}-{fingerprint(role, spec, checkpoint, formats)}"
     manifest = directory / "manifest.json"
     if manifest.exists() and not force:
         return Artifact(role, directory, json.loads(manifest.read_text())["facts"]), False

@@ -14,6 +14,7 @@ from typing import Callable
 
 from . import train_router
 from .profiles import PROFILES, load_profile
+from .targets import DEVICES, TARGET_NAMES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,7 +25,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="tiny", choices=sorted(PROFILES))
     parser.add_argument("--output", type=Path, help="repository folder (default: model_repository/<profile>)")
     parser.add_argument("--cache", type=Path, default=Path(".thinkserve/cache"), help="checkpoints and exported artifacts")
-    parser.add_argument("--target", default="cpu", help="serving target deciding each network's backend (cpu)")
+    parser.add_argument("--target", default="cpu",
+                        help=f"one of {', '.join(TARGET_NAMES)}. cpu: onnxruntime in python models; torch: PyTorch in python models (a GPU or the CPU); "
+                             "gpu: Triton's onnxruntime/TensorRT and TensorRT-LLM backends in NVIDIA's container")
+    parser.add_argument("--device", default="auto", choices=DEVICES,
+                        help="torch target: cuda or cpu (auto: a CUDA GPU when torch sees one)")
     parser.add_argument("--embedder-precision", choices=("fp32", "int8"), default="fp32")
     parser.add_argument("--router-checkpoint", help="serve this fine-tuned 3-way classifier (folder or hub id) as the router")
     parser.add_argument("--force", action="store_true", help="re-export even when nothing changed")
@@ -42,9 +47,15 @@ def main(argv: list[str] | None = None) -> int:
     transformers_logging.disable_progress_bar()  # our own progress lines say what is happening
     from .compiler import compile_repository  # heavy imports (torch) only once arguments are valid
 
-    output = args.output or Path("model_repository") / profile.name
-    return _reported("thinkserve-build", args.verbose,
-                     lambda: compile_repository(profile, output, args.cache, target=args.target, force=args.force))
+    output = args.output or default_output(profile.name, args.target)
+    return _reported("thinkserve-build", args.verbose, lambda: compile_repository(
+        profile, output, args.cache, target=args.target, force=args.force, device=args.device,
+    ))
+
+
+def default_output(profile: str, target: str) -> Path:
+    """model_repository/<profile> for the cpu target, model_repository/<profile>-<target> for the others."""
+    return Path("model_repository") / (profile if target == "cpu" else f"{profile}-{target}")
 
 
 def _reported(program: str, verbose: bool, work: Callable[[], object]) -> int:

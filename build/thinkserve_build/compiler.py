@@ -10,12 +10,13 @@ from typing import Callable
 from . import artifacts, checkpoints, export, repository
 from .model_config import PlannedModel
 from .profiles import ClassifierSpec, Profile
+from .targets import select_target
 
 Log = Callable[[str], None]
 
 
 def _jobs(profile: Profile, log: Log):
-    """(role, spec, exporter(location, out) -> facts) for every model role of the profile."""
+    """(role, spec, exporter(location, out, formats) -> facts) for every model role of the profile."""
     from orchestrator.triton.contracts import ROUTE_LABELS
 
     yield "embedder", profile.embedder, partial(export.export_embedder, spec=profile.embedder, log=log)
@@ -33,24 +34,29 @@ def _jobs(profile: Profile, log: Log):
 
 
 def compile_repository(
-    profile: Profile, output: Path, cache_dir: Path, target: str = "cpu", force: bool = False, log: Log = print
+    profile: Profile, output: Path, cache_dir: Path, target: str = "cpu", force: bool = False, log: Log = print,
+    device: str = "auto",
 ) -> list[PlannedModel]:
+    """Export what `target` serves (on `device`) for every role of the profile, and write the repository."""
     started = time.perf_counter()
+    chosen = select_target(target, device)  # fails here, before any export, on a machine that cannot serve it
     built: dict[str, artifacts.Artifact] = {}
     jobs = list(_jobs(profile, log))
     for index, (role, spec, exporter) in enumerate(jobs, 1):
         step_started = time.perf_counter()
         checkpoint = checkpoints.resolve(spec.checkpoint, cache_dir, log)
+        formats = chosen.formats_for(role)
         artifact, fresh = artifacts.build(
-            role, spec, checkpoint, cache_dir, lambda location, out: exporter(location, out=out), force
+            role, spec, checkpoint, cache_dir, lambda location, out: exporter(location, out=out, formats=formats), force,
+            formats=formats,
         )
         built[role] = artifact
         state = f"exported in {time.perf_counter() - step_started:.1f}s" if fresh else "unchanged (cached)"
         log(f"[{index}/{len(jobs)}] {role:<12} {spec.checkpoint.describe():<40} {state}")
-    models = repository.plan(profile, built, target)
+    models = repository.plan(profile, built, chosen)
     report = repository.write(models, output)
     log(
-        f"model repository {output}: {len(models)} models, {len(report.written)} written, "
+        f"model repository {output} (target {chosen.describe()}): {len(models)} models, {len(report.written)} written, "
         f"{len(report.removed)} removed, {time.perf_counter() - started:.1f}s"
     )
     return models

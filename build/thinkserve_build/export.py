@@ -1,18 +1,24 @@
-"""Exporters: a checkpoint (local folder or hub id) -> ONNX graphs + tokenizer/preprocessing files + facts.
+"""Exporters: a checkpoint (local folder or hub id) -> the files a target serves + facts.
 
-One function per model kind. Each wraps the Hugging Face model in a small module with flat, named inputs and
-outputs, exports it, and checks the ONNX graph against PyTorch before the build accepts it. The returned facts
-(dimensions, special token ids, file names) are what the repository writer needs to write config.pbtxt.
+One function per model kind. Each wraps the Hugging Face model in the module of thinkserve_backend.torch_modules
+(flat, named inputs and outputs) and writes the formats the build's target serves: ONNX graphs (`onnx`: the cpu
+and gpu targets) and the checkpoint the `torch` target loads back (`torch`). Each format is checked against
+PyTorch before the build accepts it: ONNX through onnxruntime, the checkpoint loaded back exactly as the served
+model loads it. The returned facts (dimensions, special token ids, file names) are what the repository writer
+needs to write config.pbtxt.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import torch
+from thinkserve_backend import torch_modules
+from thinkserve_backend.generator_runtime import GeneratorRuntime, onnx_generator, torch_generator
+from thinkserve_backend.torch_modules import LlavaImageFeatures, NetworkKind, TokenEmbeddings
 from torch import nn
 
 from orchestrator.triton.chat_template import ChatTemplate
@@ -23,15 +29,22 @@ from .profiles import ClassifierSpec, EmbedderSpec, GeneratorSpec, PageEncoderSp
 Log = Callable[[str], None]
 SAMPLE_TEXTS = ["What was the revenue in 2023?", "The table on page 4 lists revenue by region and by quarter."]
 
+ONNX, ONNX16, TORCH = "onnx", "onnx16", "torch"  # fp32 graphs; fp16 graphs made from them; the checkpoint
+ALL_FORMATS = frozenset({ONNX, ONNX16, TORCH})
+TORCH_DIR = "torch"  # the artifact's sub-folder holding the torch target's checkpoint
+CPU, FP32 = torch.device("cpu"), torch.float32  # what the build checks the torch checkpoint with
+
+
+def _check_formats(formats: frozenset[str]) -> None:
+    if not formats or not formats <= ALL_FORMATS:
+        raise ValueError(f"export formats must be a non-empty subset of {sorted(ALL_FORMATS)}, got {sorted(formats)}")
+    if ONNX16 in formats and ONNX not in formats:
+        raise ValueError("fp16 graphs (onnx16) are made from the fp32 ones: ask for onnx too")
+
 
 def _save_tokenizer(tokenizer, out: Path) -> str:
     tokenizer.backend_tokenizer.save(str(out / "tokenizer.json"))
     return "tokenizer.json"
-
-
-def _pooled(output) -> torch.Tensor:
-    """transformers 5 returns model outputs from get_*_features; older versions return the tensor itself."""
-    return output if isinstance(output, torch.Tensor) else output.pooler_output
 
 
 def _text_inputs(tokenizer) -> list[str]:
@@ -49,50 +62,78 @@ def _text_axes(names: list[str], outputs: list[str]) -> dict:
     return {**{n: {0: "batch", 1: "sequence"} for n in names}, **{o: {0: "batch"} for o in outputs}}
 
 
+def _torch_checkpoint(model: nn.Module, out: Path) -> dict:
+    """Save the checkpoint the torch target serves; its facts name the folder and files."""
+    return {"torch_dir": TORCH_DIR, "torch_files": torch_modules.save_checkpoint(model, out / TORCH_DIR)}
+
+
+def _check_torch(what: str, kind: NetworkKind, out: Path, reference: torch.Tensor, batch: dict) -> dict:
+    """Load the saved checkpoint back as the served model loads it and check it computes the reference."""
+    served = torch_modules.load_network(kind, out / TORCH_DIR, CPU, FP32)
+    with torch.no_grad():
+        actual = served(**batch)
+    onnx_tools.check_close(what, reference, actual.numpy(), runtime="the torch target")
+    return kind.to_facts()
+
+
+def _torch_network(what: str, kind: NetworkKind, model: nn.Module, out: Path, reference: torch.Tensor, batch: dict) -> dict:
+    """The torch target's checkpoint of a network, saved and checked."""
+    facts = _torch_checkpoint(model, out)
+    return {**facts, "torch_network": _check_torch(what, kind, out, reference, batch)}
+
+
+def _onnx_network(
+    what: str, wrapper: nn.Module, out: Path, file: str, batch: dict, output: str, reference: torch.Tensor,
+    formats: frozenset[str] = frozenset({ONNX}),
+) -> tuple[Path, Optional[Path]]:
+    """The fp32 graph, and with onnx16 its fp16 twin (`<name>.fp16.onnx`), each checked against PyTorch."""
+    path = onnx_tools.export(wrapper, tuple(batch.values()), out / file, list(batch), [output], _text_axes(list(batch), [output]))
+    onnx_tools.check_close(what, reference, onnx_tools.run(path, batch, [output])[0])
+    if ONNX16 not in formats:
+        return path, None
+    half = onnx_tools.to_fp16(path, path.with_suffix(".fp16.onnx"))
+    actual = onnx_tools.run(half, batch, [output])[0]
+    onnx_tools.check_close(what, reference, actual, atol=onnx_tools.fp16_tolerance(reference), runtime="fp16 ONNX")
+    return path, half
+
+
+def _onnx_facts(prefix: str, paths: tuple[Path, Optional[Path]]) -> dict:
+    fp32, fp16 = paths
+    return {f"{prefix}onnx_file": fp32.name, **({f"{prefix}onnx_fp16_file": fp16.name} if fp16 else {})}
+
+
 # ---------------------------------------------------------------- text embedder
 
 
-class MeanPooledEncoder(nn.Module):
-    """Sentence embedding: mean of the token states under the attention mask, L2-normalised, in the graph."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids, attention_mask, token_type_ids=None):
-        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
-        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
-        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
-        return nn.functional.normalize(pooled, p=2, dim=-1)
-
-
-def export_embedder(location: str, spec: EmbedderSpec, out: Path, log: Log) -> dict:
+def export_embedder(location: str, spec: EmbedderSpec, out: Path, log: Log, formats: frozenset[str] = frozenset({ONNX})) -> dict:
     from transformers import AutoModel, AutoTokenizer
 
+    _check_formats(formats)
     tokenizer = AutoTokenizer.from_pretrained(location)
     # eager attention: onnxruntime's optimizer only fuses attention exported this way (needed for int8).
     model = AutoModel.from_pretrained(location, attn_implementation="eager")
-    wrapper = MeanPooledEncoder(model).eval()
+    kind = NetworkKind("mean_pooled")
+    wrapper = kind.wrap(model).eval()
     names = _text_inputs(tokenizer)
     batch = _sample_batch(tokenizer, names)
-    fp32 = onnx_tools.export(
-        wrapper, tuple(batch.values()), out / "encoder.onnx", names, ["embedding"], _text_axes(names, ["embedding"])
-    )
     with torch.no_grad():
         reference = wrapper(**batch)
-    onnx_tools.check_close("embedder", reference, onnx_tools.run(fp32, batch, ["embedding"])[0])
-    onnx_file = fp32.name
-    if spec.precision == "int8":
-        int8 = onnx_tools.quantize_int8(
-            fp32, out / "encoder.int8.onnx", model.config.num_attention_heads, model.config.hidden_size
-        )
-        cosine = onnx_tools.min_cosine(reference.numpy(), onnx_tools.run(int8, batch, ["embedding"])[0])
-        log(f"  int8 embedder: min cosine vs fp32 {cosine:.4f}")
-        fp32.unlink()
-        onnx_file = int8.name
+    facts = {}
+    if ONNX in formats:
+        fp32, fp16 = _onnx_network("embedder", wrapper, out, "encoder.onnx", batch, "embedding", reference, formats)
+        facts.update(_onnx_facts("", (fp32, fp16)))
+        if spec.precision == "int8":
+            int8 = onnx_tools.quantize_int8(
+                fp32, out / "encoder.int8.onnx", model.config.num_attention_heads, model.config.hidden_size
+            )
+            cosine = onnx_tools.min_cosine(reference.numpy(), onnx_tools.run(int8, batch, ["embedding"])[0])
+            log(f"  int8 embedder: min cosine vs fp32 {cosine:.4f}")
+            fp32.unlink()
+            facts["onnx_file"] = int8.name
+    if TORCH in formats:
+        facts.update(_torch_network("embedder", kind, model, out, reference, batch))
     return {
-        "onnx_file": onnx_file,
+        **facts,
         "tokenizer_file": _save_tokenizer(tokenizer, out),
         "inputs": names,
         "embedding_dim": int(reference.shape[-1]),
@@ -105,40 +146,31 @@ def export_embedder(location: str, spec: EmbedderSpec, out: Path, log: Log) -> d
 # ---------------------------------------------------------------- reranker and router
 
 
-class ClassifierExport(nn.Module):
-    """Sequence classifier whose output is a relevance score [1] (reranker) or label probabilities (router)."""
-
-    def __init__(self, model: nn.Module, output: str):
-        super().__init__()
-        self.model, self.output = model, output
-
-    def forward(self, input_ids, attention_mask, token_type_ids=None):
-        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
-        logits = self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).logits
-        return logits[:, :1] if self.output == "score" else torch.softmax(logits, dim=-1)
-
-
 def export_classifier(
-    location: str, spec: ClassifierSpec, out: Path, labels: tuple[str, ...], output: str, pairs: bool
+    location: str, spec: ClassifierSpec, out: Path, labels: tuple[str, ...], output: str, pairs: bool,
+    formats: frozenset[str] = frozenset({ONNX}),
 ) -> dict:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+    _check_formats(formats)
     tokenizer = AutoTokenizer.from_pretrained(location)
     label_args = {"num_labels": len(labels)}
     if len(labels) > 1:
         label_args.update(id2label=dict(enumerate(labels)), label2id={label: i for i, label in enumerate(labels)})
     model = AutoModelForSequenceClassification.from_pretrained(location, **label_args)
-    wrapper = ClassifierExport(model, output).eval()
+    kind = NetworkKind(output)
+    wrapper = kind.wrap(model).eval()
     names = _text_inputs(tokenizer)
     batch = _sample_batch(tokenizer, names, pairs=pairs)
-    path = onnx_tools.export(
-        wrapper, tuple(batch.values()), out / "classifier.onnx", names, [output], _text_axes(names, [output])
-    )
     with torch.no_grad():
         reference = wrapper(**batch)
-    onnx_tools.check_close(output, reference, onnx_tools.run(path, batch, [output])[0])
+    facts = {}
+    if ONNX in formats:
+        facts.update(_onnx_facts("", _onnx_network(output, wrapper, out, "classifier.onnx", batch, output, reference, formats)))
+    if TORCH in formats:
+        facts.update(_torch_network(output, kind, model, out, reference, batch))
     return {
-        "onnx_file": path.name,
+        **facts,
         "tokenizer_file": _save_tokenizer(tokenizer, out),
         "inputs": names,
         "output": output,
@@ -149,25 +181,6 @@ def export_classifier(
 
 
 # ---------------------------------------------------------------- page-image encoders (CLIP-like, SigLIP-like)
-
-
-class TextTower(nn.Module):
-    def __init__(self, model: nn.Module, use_mask: bool):
-        super().__init__()
-        self.model, self.use_mask = model, use_mask
-
-    def forward(self, input_ids, attention_mask=None):
-        extra = {"attention_mask": attention_mask} if self.use_mask else {}
-        return nn.functional.normalize(_pooled(self.model.get_text_features(input_ids=input_ids, **extra)), dim=-1)
-
-
-class VisionTower(nn.Module):
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, pixel_values):
-        return nn.functional.normalize(_pooled(self.model.get_image_features(pixel_values=pixel_values)), dim=-1)
 
 
 def image_preprocessing(location: str):
@@ -193,9 +206,10 @@ def image_preprocessing(location: str):
     )
 
 
-def export_page_encoder(location: str, spec: PageEncoderSpec, out: Path) -> dict:
+def export_page_encoder(location: str, spec: PageEncoderSpec, out: Path, formats: frozenset[str] = frozenset({ONNX})) -> dict:
     from transformers import AutoModel, AutoTokenizer
 
+    _check_formats(formats)
     tokenizer = AutoTokenizer.from_pretrained(location)
     model = AutoModel.from_pretrained(location).eval()
     # SigLIP is trained on unmasked text padded to full length; CLIP masks its padding.
@@ -204,28 +218,26 @@ def export_page_encoder(location: str, spec: PageEncoderSpec, out: Path) -> dict
     padding = "max_length" if spec.pad_to_max_length else True
     encoded = tokenizer(SAMPLE_TEXTS, padding=padding, max_length=max_length, truncation=True, return_tensors="pt")
     text_batch = {name: encoded[name] for name in names}
-    text = TextTower(model, use_mask=not spec.pad_to_max_length).eval()
-    text_path = onnx_tools.export(
-        text, tuple(text_batch.values()), out / "text.onnx", names, ["embedding"], _text_axes(names, ["embedding"])
-    )
-    with torch.no_grad():
-        text_reference = text(**text_batch)
-    onnx_tools.check_close(f"{spec.family} text tower", text_reference, onnx_tools.run(text_path, text_batch, ["embedding"])[0])
-
+    text_kind, vision_kind = NetworkKind("text_tower", use_mask=not spec.pad_to_max_length), NetworkKind("vision_tower")
+    text, vision = text_kind.wrap(model).eval(), vision_kind.wrap(model).eval()
     preprocessing = image_preprocessing(location)
-    pixels = torch.randn(2, 3, preprocessing.height, preprocessing.width)
-    vision = VisionTower(model).eval()
-    vision_path = onnx_tools.export(
-        vision, (pixels,), out / "vision.onnx", ["pixel_values"], ["embedding"], {"pixel_values": {0: "batch"}, "embedding": {0: "batch"}}
-    )
+    pixels = {"pixel_values": torch.randn(2, 3, preprocessing.height, preprocessing.width)}
     with torch.no_grad():
-        vision_reference = vision(pixels)
-    onnx_tools.check_close(
-        f"{spec.family} vision tower", vision_reference, onnx_tools.run(vision_path, {"pixel_values": pixels}, ["embedding"])[0]
-    )
+        text_reference, vision_reference = text(**text_batch), vision(**pixels)
+    facts = {}
+    if ONNX in formats:
+        facts.update(_onnx_facts("text_", _onnx_network(
+            f"{spec.family} text tower", text, out, "text.onnx", text_batch, "embedding", text_reference, formats
+        )))
+        facts.update(_onnx_facts("vision_", _onnx_network(
+            f"{spec.family} vision tower", vision, out, "vision.onnx", pixels, "embedding", vision_reference, formats
+        )))
+    if TORCH in formats:
+        facts.update(_torch_checkpoint(model, out))
+        facts["torch_text_network"] = _check_torch(f"{spec.family} text tower", text_kind, out, text_reference, text_batch)
+        facts["torch_vision_network"] = _check_torch(f"{spec.family} vision tower", vision_kind, out, vision_reference, pixels)
     return {
-        "text_onnx_file": text_path.name,
-        "vision_onnx_file": vision_path.name,
+        **facts,
         "tokenizer_file": _save_tokenizer(tokenizer, out),
         "text_inputs": names,
         "embedding_dim": int(text_reference.shape[-1]),
@@ -298,37 +310,77 @@ def _chat_format(tokenizer, spec: GeneratorSpec, location: str) -> dict:
     return {"chat_template": template, "chat_template_variables": variables}
 
 
-def export_llm(location: str, spec: GeneratorSpec, out: Path) -> dict:
-    from thinkserve_backend.decoding import GenerationParams, KVCacheDecoder, generate
+def _served_generators(
+    model: nn.Module, formats: frozenset[str], out: Path, max_context: int, image_size: Optional[tuple[int, int]] = None
+) -> tuple[list[GeneratorRuntime], dict]:
+    """Write each format of a generator and load it back the way the served model does (generator_runtime):
+    ONNX, the decoder graph and for a VLM the vision tower and token embeddings; torch, the saved checkpoint."""
+    served, facts = [], {}
+    vision = image_size is not None
+    if ONNX in formats:
+        backbone = model.model.language_model if vision else model.model
+        text_config = model.config.text_config if vision else model.config
+        facts["decoder_file"] = _export_decoder(
+            KVCacheDecoderExport(backbone, model.lm_head, text_config, takes_embeddings=vision).eval(), out
+        ).name
+        sessions = [onnx_tools.session(out / facts["decoder_file"])]
+        if vision:
+            facts.update(_export_vision_parts(model, out, image_size))
+            sessions += [onnx_tools.session(out / facts["vision_file"]), onnx_tools.session(out / facts["embed_file"])]
+        served.append(onnx_generator(*sessions))
+    if TORCH in formats:
+        facts.update(_torch_checkpoint(model, out))
+        served.append(torch_generator(out / TORCH_DIR, vision, max_context, CPU, FP32))
+    return served, facts
+
+
+def _export_vision_parts(model: nn.Module, out: Path, image_size: tuple[int, int]) -> dict:
+    """A VLM's vision tower (with its projector) and token embeddings as ONNX graphs."""
+    vision = LlavaImageFeatures(model).eval()
+    vision_path = onnx_tools.export(
+        vision, (torch.randn(1, 3, *image_size),), out / "vision.onnx", ["pixel_values"], ["image_features"],
+        {"pixel_values": {0: "images"}, "image_features": {0: "images"}},
+    )
+    embed = TokenEmbeddings(model.get_input_embeddings()).eval()
+    ids = torch.randint(0, model.config.text_config.vocab_size - 1, (1, 6))
+    embed_path = onnx_tools.export(
+        embed, (ids,), out / "embed.onnx", ["input_ids"], ["inputs_embeds"],
+        {"input_ids": {0: "batch", 1: "sequence"}, "inputs_embeds": {0: "batch", 1: "sequence"}},
+    )
+    return {"vision_file": vision_path.name, "embed_file": embed_path.name}
+
+
+def export_llm(location: str, spec: GeneratorSpec, out: Path, formats: frozenset[str] = frozenset({ONNX})) -> dict:
+    from thinkserve_backend.decoding import GenerationParams, generate
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    _check_formats(formats)
     tokenizer = AutoTokenizer.from_pretrained(location)
     model = AutoModelForCausalLM.from_pretrained(location).eval()
-    decoder = KVCacheDecoderExport(model.model, model.lm_head, model.config, takes_embeddings=False).eval()
-    path = _export_decoder(decoder, out)
+    max_context = min(spec.max_context, model.config.max_position_embeddings)
+    served, facts = _served_generators(model, formats, out, max_context)
 
-    # The graph must generate what PyTorch generates, through the very loop Triton will run.
+    # Each served form must generate what PyTorch generates, through the very loop Triton will run.
     prompt = tokenizer(SAMPLE_TEXTS[0], return_tensors="pt").input_ids
     expected = prompt
     with torch.no_grad():  # plain greedy loop: generate() would stop or mask at eos
         for _ in range(8):
             next_token = model(input_ids=expected).logits[0, -1].argmax().reshape(1, 1)
             expected = torch.cat([expected, next_token], dim=1)
-    steps = generate(
-        KVCacheDecoder(onnx_tools.session(path)),
-        prompt.numpy(),
-        GenerationParams(max_tokens=8),
-        decode=lambda ids: tokenizer.decode(list(ids)),
-        eos_token_ids=[],
-        max_context=model.config.max_position_embeddings,
-    )
-    produced = [step.token_ids[0] for step in steps if step.token_ids]
-    if produced != expected[0, prompt.shape[1] :].tolist():
-        raise onnx_tools.ExportMismatchError(
-            f"LLM: ONNX greedy tokens {produced} != PyTorch {expected[0, prompt.shape[1]:].tolist()}"
+    for form in served:
+        steps = generate(
+            form.decoder,
+            prompt.numpy(),
+            GenerationParams(max_tokens=8),
+            decode=lambda ids: tokenizer.decode(list(ids)),
+            eos_token_ids=[],
+            max_context=max_context,
         )
-    max_context = min(spec.max_context, model.config.max_position_embeddings)
-    served = KVCacheDecoder(onnx_tools.session(path))
+        produced = [step.token_ids[0] for step in steps if step.token_ids]
+        if produced != expected[0, prompt.shape[1] :].tolist():
+            raise onnx_tools.ExportMismatchError(
+                f"LLM: {form.runtime} greedy tokens {produced} != PyTorch {expected[0, prompt.shape[1]:].tolist()}"
+            )
     eos_token_ids = _eos_token_ids(tokenizer, model)
     chat_format = _chat_format(tokenizer, spec, location)
     chat = ChatTemplate(chat_format["chat_template"], chat_format["chat_template_variables"])
@@ -336,7 +388,7 @@ def export_llm(location: str, spec: GeneratorSpec, out: Path) -> dict:
     def probe(text: str) -> list[float]:
         """Each token's normalised entropy in a greedy probe answer, through the loop Triton runs."""
         steps = generate(
-            served,
+            served[0].decoder,
             np.array([tokenizer(text, add_special_tokens=False).input_ids], dtype=np.int64),
             GenerationParams(max_tokens=calibration.PROBE_TOKENS),
             decode=lambda ids: tokenizer.decode(list(ids)),
@@ -346,7 +398,7 @@ def export_llm(location: str, spec: GeneratorSpec, out: Path) -> dict:
         return [entropy for step in steps for entropy in step.normalized_entropy]
 
     return {
-        "decoder_file": path.name,
+        **facts,
         "tokenizer_file": _save_tokenizer(tokenizer, out),
         "eos_token_ids": eos_token_ids,
         "max_context": max_context,
@@ -357,99 +409,53 @@ def export_llm(location: str, spec: GeneratorSpec, out: Path) -> dict:
     }
 
 
-class LlavaVisionExport(nn.Module):
-    """pixel_values [n, 3, h, w] -> projected image features [n, tokens per image, decoder width].
-
-    LlavaModel.get_image_features computed as one tensor: the library splits its result into a list per
-    image, which traces into a graph fixed to the sample's image count."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, pixel_values):
-        llava, config = self.model.model, self.model.config
-        hidden = llava.vision_tower(pixel_values, output_hidden_states=True, return_dict=True).hidden_states
-        layers = config.vision_feature_layer
-        pool = [hidden[layers]] if isinstance(layers, int) else [hidden[layer] for layer in layers]
-        if config.vision_feature_select_strategy == "default":
-            pool = [states[:, 1:] for states in pool]
-        return llava.multi_modal_projector(torch.cat(pool, dim=-1))
-
-
-class TokenEmbeddingExport(nn.Module):
-    def __init__(self, embeddings: nn.Module):
-        super().__init__()
-        self.embeddings = embeddings
-
-    def forward(self, input_ids):
-        return self.embeddings(input_ids)
-
-
-def export_vlm(location: str, spec: GeneratorSpec, out: Path) -> dict:
-    from thinkserve_backend.decoding import KVCacheDecoder, splice_image_features
+def export_vlm(location: str, spec: GeneratorSpec, out: Path, formats: frozenset[str] = frozenset({ONNX})) -> dict:
+    from thinkserve_backend.decoding import splice_image_features
     from thinkserve_backend.relevance import RELEVANCE_QUESTION
     from transformers import AutoModelForImageTextToText, AutoTokenizer
 
+    _check_formats(formats)
     tokenizer = AutoTokenizer.from_pretrained(location)
     model = AutoModelForImageTextToText.from_pretrained(location).eval()
     config = model.config
     text_config = config.text_config
     image_token_id = getattr(config, "image_token_id", None) or config.image_token_index
     preprocessing = image_preprocessing(location)
+    max_context = min(spec.max_context, text_config.max_position_embeddings)
+    served, facts = _served_generators(model, formats, out, max_context, (preprocessing.height, preprocessing.width))
 
-    vision = LlavaVisionExport(model).eval()
     pixels = torch.randn(1, 3, preprocessing.height, preprocessing.width)
-    vision_path = onnx_tools.export(
-        vision, (pixels,), out / "vision.onnx", ["pixel_values"], ["image_features"],
-        {"pixel_values": {0: "images"}, "image_features": {0: "images"}},
-    )
-    embed = TokenEmbeddingExport(model.get_input_embeddings()).eval()
-    ids = torch.randint(0, text_config.vocab_size - 1, (1, 6))
-    embed_path = onnx_tools.export(
-        embed, (ids,), out / "embed.onnx", ["input_ids"], ["inputs_embeds"],
-        {"input_ids": {0: "batch", 1: "sequence"}, "inputs_embeds": {0: "batch", 1: "sequence"}},
-    )
-    decoder = KVCacheDecoderExport(model.model.language_model, model.lm_head, text_config, takes_embeddings=True)
-    decoder_path = _export_decoder(decoder.eval(), out)
-
-    # Several images in one vision call give each image's own features (the graph's batch axis is free).
     two = torch.randn(2, 3, preprocessing.height, preprocessing.width)
+    vision = LlavaImageFeatures(model).eval()
     with torch.no_grad():
-        reference = torch.stack(list(_pooled(model.model.get_image_features(pixel_values=two))))
-    onnx_tools.check_close("VLM image features", reference, onnx_tools.run(vision_path, {"pixel_values": two}, ["image_features"])[0])
-
-    # First-token logits of a prompt with one image: ONNX (embed, splice features, decode) vs PyTorch.
-    with torch.no_grad():
+        # Several images in one vision call give each image's own features (the batch axis is free).
+        reference = torch.stack(list(torch_modules.pooled(model.model.get_image_features(pixel_values=two))))
         features = vision(pixels)
         prompt = torch.tensor([[5, 6, image_token_id, 7, 8]])
         expanded = torch.tensor([[5, 6] + [image_token_id] * features.shape[1] + [7, 8]])
         expected = model(input_ids=expanded, pixel_values=pixels).logits[0, -1]
-    onnx_features = onnx_tools.run(vision_path, {"pixel_values": pixels}, ["image_features"])[0]
-    embeddings = onnx_tools.run(embed_path, {"input_ids": prompt}, ["inputs_embeds"])[0]
-    spliced = splice_image_features(prompt.numpy()[0], embeddings[0], onnx_features, image_token_id)[None]
-    decoder_session = KVCacheDecoder(onnx_tools.session(decoder_path))
-    logits = decoder_session.sequence().step(spliced)
-    onnx_tools.check_close("VLM first-token logits", expected, logits, atol=1e-3)
-    # The relevance filter prefills many prompts of one length in one run: the batch axis must be exact too.
-    batched = decoder_session.prefill_logits(np.repeat(spliced, 3, axis=0))
-    for row in batched:
-        onnx_tools.check_close("VLM batched prefill logits", expected, row, atol=1e-3)
+    for form in served:
+        onnx_tools.check_close("VLM image features", reference, form.image_features(two.numpy()), runtime=form.runtime)
+        # First-token logits of a prompt with one image: embed, splice the features, decode.
+        embeddings = form.embed(prompt.numpy())
+        spliced = splice_image_features(prompt.numpy()[0], embeddings[0], form.image_features(pixels.numpy()), image_token_id)[None]
+        logits = form.decoder.sequence().step(spliced)
+        onnx_tools.check_close("VLM first-token logits", expected, logits, atol=1e-3, runtime=form.runtime)
+        # The relevance filter prefills many prompts of one length in one run: the batch axis must be exact too.
+        for row in form.decoder.prefill_logits(np.repeat(spliced, 3, axis=0)):
+            onnx_tools.check_close("VLM batched prefill logits", expected, row, atol=1e-3, runtime=form.runtime)
     chat_format = _chat_format(tokenizer, spec, location)
     chat = ChatTemplate(chat_format["chat_template"], chat_format["chat_template_variables"])
     return {
-        "decoder_file": decoder_path.name,
-        "vision_file": vision_path.name,
-        "embed_file": embed_path.name,
+        **facts,
         "tokenizer_file": _save_tokenizer(tokenizer, out),
         "image_token": tokenizer.convert_ids_to_tokens(image_token_id),
         "image_tokens_per_image": int(features.shape[1]),
         "eos_token_ids": _eos_token_ids(tokenizer, model),
-        "max_context": min(spec.max_context, text_config.max_position_embeddings),
+        "max_context": max_context,
         "default_max_tokens": spec.default_max_tokens,
         "preprocessing": json.loads(preprocessing.to_json()),
         **chat_format,
         # the page filter's prompt in the VLM's format; {image} and {question} are filled in per page
         "relevance_prompt": chat("", "{image}\n" + RELEVANCE_QUESTION + "\nQuestion: {question}"),
     }
-

@@ -47,6 +47,27 @@ def add_tensor(target, tensor: Tensor, ragged: bool = False) -> None:
         entry.allow_ragged_batch = True
 
 
+INSTANCE_KINDS = {"cpu": mc.ModelInstanceGroup.KIND_CPU, "gpu": mc.ModelInstanceGroup.KIND_GPU}
+
+
+@dataclass(frozen=True)
+class QueueLimits:
+    """Bounds on a model's request queue, so an overload is refused at once instead of piling up in Triton."""
+
+    max_size: int  # requests waiting; beyond it a new request is refused (UNAVAILABLE)
+    timeout_us: int  # a request waiting longer is refused; a client's own timeout overrides it
+
+
+@dataclass(frozen=True)
+class WarmupInput:
+    """One input of a warm-up request that Triton runs before the model is READY (first-call costs: CUDA
+    context, kernels chosen, TensorRT engines built, not paid by the first user)."""
+
+    name: str
+    datatype: str
+    dims: tuple[int, ...]
+
+
 def python_model(
     name: str,
     inputs: list[Tensor],
@@ -56,6 +77,9 @@ def python_model(
     instances: int,
     queue_delay_us: int,
     decoupled: bool = False,
+    kind: str = "cpu",
+    queue: Optional[QueueLimits] = None,
+    warmup: tuple[WarmupInput, ...] = (),
 ) -> mc.ModelConfig:
     """A python-backend model with dynamic batching. Variable-length inputs are ragged: requests of
     different lengths still share a batch (the model pads them itself)."""
@@ -64,15 +88,43 @@ def python_model(
         add_tensor(config.input, tensor, ragged=-1 in tensor.dims)
     for tensor in outputs:
         add_tensor(config.output, tensor)
-    config.dynamic_batching.max_queue_delay_microseconds = queue_delay_us
-    group = config.instance_group.add()
-    group.kind = mc.ModelInstanceGroup.KIND_CPU
-    group.count = instances
+    schedule(config, queue_delay_us, instances, kind, queue, warmup)
     if decoupled:
         config.model_transaction_policy.decoupled = True
+    set_parameters(config, parameters)
+    return config
+
+
+def schedule(
+    config: mc.ModelConfig, queue_delay_us: int, instances: int, kind: str, queue: Optional[QueueLimits],
+    warmup: tuple[WarmupInput, ...] = (),
+) -> None:
+    """Dynamic batching (with a bounded queue), the instance group and the warm-up request of a model."""
+    config.dynamic_batching.max_queue_delay_microseconds = queue_delay_us
+    if queue is not None:
+        policy = config.dynamic_batching.default_queue_policy
+        policy.max_queue_size = queue.max_size
+        policy.default_timeout_microseconds = queue.timeout_us
+        policy.timeout_action = mc.ModelQueuePolicy.REJECT
+        policy.allow_timeout_override = True
+    group = config.instance_group.add()
+    try:
+        group.kind = INSTANCE_KINDS[kind]
+    except KeyError:
+        raise ValueError(f"instance kind must be one of {', '.join(INSTANCE_KINDS)}, got {kind!r}") from None
+    group.count = instances
+    if warmup:
+        sample = config.model_warmup.add(name="warmup", batch_size=1)
+        for tensor in warmup:
+            entry = sample.inputs[tensor.name]
+            entry.data_type = DATATYPES[tensor.datatype]
+            entry.dims.extend(tensor.dims)
+            entry.zero_data = True
+
+
+def set_parameters(config: mc.ModelConfig, parameters: dict[str, object]) -> None:
     for key, value in parameters.items():
         config.parameters[key].string_value = _parameter_text(value)
-    return config
 
 
 def ensemble(contract: ModelContract, max_batch_size: int, steps: list[tuple[str, dict, dict]], dims: dict) -> mc.ModelConfig:

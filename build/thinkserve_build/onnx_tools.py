@@ -55,14 +55,17 @@ def run(path: Path, feeds: dict[str, torch.Tensor | np.ndarray], outputs: Sequen
     return session(path).run(list(outputs), arrays)
 
 
-def check_close(what: str, expected: torch.Tensor | np.ndarray, actual: np.ndarray, atol: float = 1e-4) -> float:
-    """Fail the build when the exported graph does not compute what PyTorch computes."""
+def check_close(
+    what: str, expected: torch.Tensor | np.ndarray, actual: np.ndarray, atol: float = 1e-4, runtime: str = "ONNX"
+) -> float:
+    """Fail the build when a served form (`runtime`: the ONNX graph, the torch target's checkpoint) does not
+    compute what PyTorch computes."""
     expected = expected.detach().numpy() if isinstance(expected, torch.Tensor) else expected
     if expected.shape != actual.shape:
-        raise ExportMismatchError(f"{what}: ONNX output shape {actual.shape} != PyTorch {expected.shape}")
+        raise ExportMismatchError(f"{what}: {runtime} output shape {actual.shape} != PyTorch {expected.shape}")
     diff = float(np.max(np.abs(expected - actual))) if expected.size else 0.0
     if diff > atol:
-        raise ExportMismatchError(f"{what}: ONNX output differs from PyTorch by {diff:.2e} (tolerance {atol:.0e})")
+        raise ExportMismatchError(f"{what}: {runtime} output differs from PyTorch by {diff:.2e} (tolerance {atol:.0e})")
     return diff
 
 
@@ -93,3 +96,24 @@ def quantize_int8(fp32: Path, out: Path, num_heads: int, hidden_size: int) -> Pa
         )
     fused.unlink()
     return out
+
+
+def to_fp16(fp32: Path, out: Path) -> Path:
+    """The graph with float weights and activations in fp16 (inputs and outputs keep their types), as the gpu
+    target's encoders are served: half the memory and bandwidth, tensor cores, TensorRT's FP16 engines built from
+    it without another cast. onnxruntime's own converter; LayerNorm and Softmax-heavy graphs stay within fp16's
+    range at these sizes (the build checks the outputs)."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = convert_float_to_float16(onnx.load(str(fp32)), keep_io_types=True)
+    onnx.save(model, str(out))
+    onnx.checker.check_model(str(out))
+    return out
+
+
+def fp16_tolerance(reference: torch.Tensor | np.ndarray) -> float:
+    """How far an fp16 graph may stray from fp32: 2% of the output's scale (fp16 keeps 10 mantissa bits)."""
+    values = reference.detach().numpy() if isinstance(reference, torch.Tensor) else reference
+    return 0.02 * max(1.0, float(np.max(np.abs(values))) if values.size else 1.0)

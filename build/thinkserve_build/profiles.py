@@ -81,6 +81,11 @@ class ServingOptions:
     generator_instances: int = 1
     concurrent_generations: int = 2  # generation threads per LLM/VLM instance
     intra_op_threads: int = 2  # onnxruntime threads per session
+    # Each model's queue is bounded: past max_queue_size waiting requests Triton refuses new ones at once, and a
+    # request that waited queue_timeout_ms is refused (a client's own timeout overrides it). A bulk ingest sends
+    # a document's texts as requests of max_batch_size rows, a few dozen per document.
+    max_queue_size: int = 1024
+    queue_timeout_ms: int = 120_000
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,12 @@ from the kept evidence and the mined details.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Sequence
 
 from ..config import UncertaintySettings
-from ..errors import TritonUnavailableError
+from ..errors import ModelExecutionError, TritonUnavailableError
 from ..prompts import Count, answer_prompt, decoupler_prompt
 from ..triton import contracts
 from ..triton.chat_template import chat_template_of
@@ -85,7 +86,13 @@ async def deliberate(
     async def probe(notes: str) -> float:
         prompt, _ = answer_prompt(chat, question, salient, budget_tokens - settings.probe_tokens, count, instruction, notes=notes)
         completion = await models.complete(prompt, probe_options, timeout_s=timeout_s, request_id=request_id)
-        return mean_entropy_nats(completion.normalized_entropy, facts.vocabulary)
+        entropy = mean_entropy_nats(completion.normalized_entropy, facts.vocabulary)
+        if math.isnan(entropy):  # NaN > threshold is False: it would pass every answer as certain, silently
+            raise ModelExecutionError(
+                "the LLM streamed tokens without entropies (a TensorRT-LLM engine built without generation logits?): "
+                "the judger cannot weigh the probe"
+            )
+        return entropy
 
     entropies = [await probe("")]
     notes, iterations = "", 0

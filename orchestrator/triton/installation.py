@@ -27,6 +27,9 @@ from ..errors import TritonSetupError
 from .contracts import ModelContract
 
 CONTAINER_ROOT = Path("/opt/tritonserver")  # NVIDIA's Triton containers
+# Packages only the torch target's python models import (thinkserve-backend's `torch` extra).
+OPTIONAL_PACKAGES = ("torch", "transformers")
+TORCH_RUNTIME_NEEDS = frozenset(OPTIONAL_PACKAGES)
 
 # The backend each of Triton's `platform` names runs on (a config names a backend or a platform).
 PLATFORM_BACKENDS = {
@@ -120,6 +123,7 @@ class ModelEnvironment:
     prefix: Path
     python_version: str
     libdir: str
+    optional: frozenset[str] = frozenset()  # of OPTIONAL_PACKAGES, those it has (the torch target's models need them)
 
     @property
     def bin_dir(self) -> Path:
@@ -139,6 +143,8 @@ class ModelEnvironment:
             "        facts[name] = getattr(module, '__version__', '')\n"
             "    except Exception as error:\n"
             "        facts['missing'].append(f'{name} ({error})')\n"
+            "import importlib.util\n"
+            f"facts['optional'] = [n for n in {OPTIONAL_PACKAGES!r} if importlib.util.find_spec(n)]\n"
             "print(json.dumps(facts))\n"
         )
         try:
@@ -154,14 +160,16 @@ class ModelEnvironment:
                 f"model environment {prefix} has numpy {facts['numpy']}; Triton's python-backend stub needs numpy<2 "
                 "(with numpy 2 it silently corrupts tensors)"
             )
-        return cls(prefix.absolute(), facts["python"], facts["libdir"])
+        return cls(prefix.absolute(), facts["python"], facts["libdir"], frozenset(facts["optional"]))
 
 
 def check_repository(
     repository: Path, required: tuple[ModelContract, ...], installation: Optional[TritonInstallation] = None,
+    environment: Optional[ModelEnvironment] = None,
 ) -> list[str]:
     """Fail early on a repository that cannot serve `required` (or, given the installation, whose models need a
-    backend it lacks); returns every model folder's name."""
+    backend it lacks; given the model environment, whose torch-target models need packages it lacks; or whose
+    models want a GPU on a machine without one); returns every model folder's name."""
     if not repository.is_dir():
         raise TritonSetupError(f"model repository {repository} does not exist: run `make models`")
     names = sorted(p.name for p in repository.iterdir() if (p / "config.pbtxt").is_file())
@@ -170,8 +178,13 @@ def check_repository(
         raise TritonSetupError(f"model repository {repository} lacks models {', '.join(missing)}: run `make models`")
     backends = None if installation is None else (installation.backends_root, installation.available_backends())
     for name in names:
-        _check_model_folder(repository / name, backends)
+        _check_model_folder(repository / name, backends, environment)
     return names
+
+
+def gpu_visible() -> bool:
+    """Whether this machine has an NVIDIA GPU for Triton's KIND_GPU instances (the driver's device nodes)."""
+    return Path("/dev/nvidiactl").exists() or Path("/proc/driver/nvidia/gpus").is_dir()
 
 
 def model_backend(config: model_config_pb2.ModelConfig) -> Optional[str]:
@@ -180,7 +193,9 @@ def model_backend(config: model_config_pb2.ModelConfig) -> Optional[str]:
     return config.backend or PLATFORM_BACKENDS.get(config.platform)
 
 
-def _check_model_folder(folder: Path, backends: Optional[tuple[Path, frozenset[str]]]) -> None:
+def _check_model_folder(
+    folder: Path, backends: Optional[tuple[Path, frozenset[str]]], environment: Optional[ModelEnvironment] = None
+) -> None:
     """backends: the installation's backends folder and the backends it has (None: not checked)."""
     try:
         config = text_format.Parse((folder / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
@@ -196,6 +211,19 @@ def _check_model_folder(folder: Path, backends: Optional[tuple[Path, frozenset[s
                 f"model {folder.name} needs Triton's {backend} backend, which {root} lacks "
                 f"(it has {', '.join(sorted(available)) or 'none'}): serve this repository with a Triton that has it, "
                 "or build the repository for this installation's target"
+            )
+    if any(group.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU for group in config.instance_group) and not gpu_visible():
+        raise TritonSetupError(
+            f"model {folder.name} runs on a GPU (KIND_GPU instances) and this machine has none: serve this repository on a "
+            "GPU machine, or build it for the CPU (thinkserve-build --target cpu, or --target torch --device cpu)"
+        )
+    runtime = config.parameters["runtime"].string_value if "runtime" in config.parameters else ""
+    if environment is not None and runtime == "torch":
+        lacking = TORCH_RUNTIME_NEEDS - environment.optional
+        if lacking:
+            raise TritonSetupError(
+                f"model {folder.name} runs on PyTorch (the torch target) and the model environment {environment.prefix} "
+                f"lacks {', '.join(sorted(lacking))}: install thinkserve-backend[torch] there (make setup does)"
             )
     versions = [p for p in folder.iterdir() if p.is_dir() and p.name.isdigit()]
     if not versions:

@@ -146,7 +146,7 @@ class TritonServer:
         settings = self.settings
         installation = TritonInstallation.locate(settings.install_root)
         environment = ModelEnvironment.inspect(settings.model_environment)
-        check_repository(settings.model_repository, self.required, installation)
+        check_repository(settings.model_repository, self.required, installation, environment)
         self._runtime_dir = Path(tempfile.mkdtemp(prefix="thinkserve-triton-"))
         try:
             # the wheel's python backend assembled in the runtime folder, or a container's own backends/

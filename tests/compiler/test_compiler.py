@@ -72,10 +72,10 @@ def test_hf_profile_runs_the_same_exporters_with_hub_checkpoints():
 def test_unknown_profile_and_target_are_named():
     with pytest.raises(ValueError, match="unknown profile 'huge'"):
         profiles.load_profile("huge")
-    from thinkserve_build.repository import plan
+    from thinkserve_build.targets import select_target
 
     with pytest.raises(ValueError, match="unknown target 'tpu'"):
-        plan(profiles.tiny(), {}, "tpu")
+        select_target("tpu")
 
 
 def test_cli_reports_errors_in_one_line(capsys):
@@ -129,3 +129,28 @@ def test_the_judger_threshold_is_the_chosen_percentile_of_the_probes_mean_entrop
     values = [(i + 1) / 100 * math.log(vocabulary) for i in range(len(prompts))]
     assert calibration.judger_threshold(probe, CHATML, vocabulary, 50) == pytest.approx(sorted(values)[len(values) // 2 - 1] / 2 + sorted(values)[len(values) // 2] / 2)
     assert calibration.judger_threshold(probe, CHATML, vocabulary, 100) == pytest.approx(max(values))
+
+
+def test_a_target_this_machine_cannot_serve_fails_in_one_line_before_any_export(capsys, monkeypatch):
+    import torch
+
+    from thinkserve_build.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["--profile", "tiny", "--target", "torch", "--device", "cuda", "--cache", str(CACHE), "--output", "/nonexistent/x"]) == 1
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "target torch on cuda needs a CUDA GPU" in error
+    assert main(["--profile", "tiny", "--target", "gpu", "--device", "cpu", "--cache", str(CACHE), "--output", "/nonexistent/x"]) == 1
+    assert "the gpu target serves on NVIDIA GPUs" in capsys.readouterr().err
+
+
+def test_the_torch_target_takes_the_gpu_only_when_torch_sees_one(monkeypatch):
+    import torch
+
+    from thinkserve_build.targets import select_target
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert select_target("torch").device == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    chosen = select_target("torch")
+    assert chosen.device == "cuda" and chosen.instance_kind == "gpu"

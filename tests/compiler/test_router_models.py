@@ -13,9 +13,10 @@ from orchestrator import prompts
 from orchestrator.triton import contracts
 from tests.compiler.test_compiler import CACHE
 from tests.router_questions import labelled_questions
-from thinkserve_build import cli, export, onnx_tools, profiles, repository, train_router
+from thinkserve_build import cli, export, onnx_tools, profiles, train_router
 from thinkserve_build.artifacts import build
 from thinkserve_build.checkpoints import resolve
+from thinkserve_build.targets import CpuTarget
 
 
 def write_questions(path: Path, rows: list[dict]) -> Path:
@@ -27,7 +28,7 @@ def test_the_prompt_router_serves_the_llms_files_with_the_question_in_its_chat_f
     profile = profiles.tiny()
     llm_spec = profile.llm
     llm, _ = build("llm", llm_spec, resolve(llm_spec.checkpoint, CACHE), CACHE, lambda location, out: export.export_llm(location, llm_spec, out))
-    planned = repository.CpuTarget().prompt_router(contracts.ROUTER, llm, profiles.PromptRouterSpec(), profile.serving)
+    planned = CpuTarget().prompt_router(contracts.ROUTER, llm, profiles.PromptRouterSpec(), profile.serving)
     config = planned.config
     assert config.name == "router" and config.backend == "python" and planned.python_class.endswith("prompt_classifier:PromptClassifierModel")
     parameters = {key: value.string_value for key, value in config.parameters.items()}

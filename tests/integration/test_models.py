@@ -109,7 +109,12 @@ def test_the_vlm_relevance_filter_batches_pages_and_matches_single_calls(triton)
     async def work(models):
         before = (await models.client.model_statistics("vlm_relevance"))["model_stats"][0]
         together = await models.page_relevance(question, images)
-        after = (await models.client.model_statistics("vlm_relevance"))["model_stats"][0]
+        # Triton records an execution's statistics just after it sends the responses: wait for them
+        for _ in range(50):
+            after = (await models.client.model_statistics("vlm_relevance"))["model_stats"][0]
+            if int(after.get("inference_count", 0)) - int(before.get("inference_count", 0)) >= len(images):
+                break
+            await asyncio.sleep(0.1)
         alone = [float((await models.page_relevance(question, [image]))[0]) for image in images[:2]]
         return together, alone, before, after
 

@@ -17,6 +17,7 @@ from tests.compiler.test_compiler import CACHE
 from thinkserve_backend.decoding import KVCacheDecoder
 from thinkserve_backend.relevance import first_token_ids, label_probabilities, spellings
 from thinkserve_build import export, onnx_tools, profiles, repository
+from thinkserve_build.targets import CpuTarget
 from thinkserve_build.artifacts import build
 from thinkserve_build.checkpoints import resolve
 
@@ -29,7 +30,7 @@ QUESTIONS = ["What was revenue in 2023?", "Compare the margins of both segments 
 def prompt_router(triton_settings, tmp_path_factory):
     spec = profiles.tiny().llm
     llm, _ = build("llm", spec, resolve(spec.checkpoint, CACHE), CACHE, lambda location, out: export.export_llm(location, spec, out))
-    planned = repository.CpuTarget().prompt_router(contracts.ROUTER, llm, profiles.PromptRouterSpec(), profiles.tiny().serving)
+    planned = CpuTarget().prompt_router(contracts.ROUTER, llm, profiles.PromptRouterSpec(), profiles.tiny().serving)
     folder = tmp_path_factory.mktemp("prompt-router-repo")
     repository.write([planned], folder)
     server = TritonServer(triton_settings.model_copy(update={"model_repository": folder}), (contracts.ROUTER,))

@@ -156,3 +156,17 @@ def test_with_eight_text_candidates_the_pages_still_reach_the_probe_and_the_answ
 
 def four_chars(text: str) -> int:
     return -(-len(text) // 4)
+
+
+def test_a_generator_without_entropies_is_an_error_not_a_certain_answer():
+    """An engine that measures no entropy streams NaN (thinkserve_backend.trtllm): the judger must not read that as
+    confident (NaN > threshold is False); the query then answers extractively, saying why."""
+    from orchestrator.errors import ModelExecutionError
+
+    models = InProcessModels(entropy=lambda prompt: float("nan"))
+    stage = StageModels(models, QueryLedger(), "uncertainty", lambda texts: 0)
+    with pytest.raises(ModelExecutionError, match="without entropies"):
+        asyncio.run(deliberate(
+            stage, "What was revenue?", [item(1, "Revenue was 4 million.")], UncertaintySettings(), 8,
+            GenerationOptions(max_tokens=8), 1500, four_chars, "", 10.0,
+        ))

@@ -23,3 +23,18 @@ def test_mismatched_ranks_and_row_counts_are_errors():
         pad_and_concatenate([np.zeros((1, 2)), np.zeros((1, 2, 3))])
     with pytest.raises(ValueError, match="cannot be split"):
         split_rows(np.zeros((3, 2)), [1, 1])
+
+
+def test_the_torch_batch_pads_like_the_numpy_one():
+    import torch
+
+    from thinkserve_backend import torch_batching
+
+    arrays = [np.array([[1, 2, 3]]), np.array([[4], [5]]), np.array([[6, 7, 8, 9]])]
+    expected = pad_and_concatenate(arrays, pad_value=-1)
+    batch = torch_batching.pad_and_concatenate([torch.from_numpy(a) for a in arrays], pad_value=-1)
+    assert batch.dtype == torch.int64 and batch.numpy().tolist() == expected.tolist()
+    pixels = [torch.rand(2, 3, 4, 4), torch.rand(1, 3, 4, 4)]
+    assert torch.equal(torch_batching.pad_and_concatenate(pixels), torch.cat(pixels))
+    with pytest.raises(ValueError, match="ranks"):
+        torch_batching.pad_and_concatenate([torch.zeros(1, 2), torch.zeros(1, 2, 3)])

@@ -86,3 +86,35 @@ def test_the_wheel_assembles_python_alone(tmp_path):
     assert folder == tmp_path / "backends"
     assert sorted(p.name for p in (folder / "python").iterdir()) == [
         "libtriton_python.so", "triton_python_backend_stub", "triton_python_backend_utils.py"]
+
+
+def test_a_gpu_model_on_a_machine_without_a_gpu_is_named_in_one_line(tmp_path, monkeypatch):
+    from orchestrator.triton import installation
+
+    repository = tmp_path / "repository"
+    write_model(repository, "encoder", 'backend: "python"\ninstance_group { kind: KIND_GPU count: 1 }')
+    monkeypatch.setattr(installation, "gpu_visible", lambda: False)
+    with pytest.raises(TritonSetupError) as refused:
+        check_repository(repository, ())
+    assert "model encoder runs on a GPU" in str(refused.value) and "\n" not in str(refused.value)
+    monkeypatch.setattr(installation, "gpu_visible", lambda: True)
+    assert check_repository(repository, ()) == ["encoder"]
+
+
+def test_a_torch_target_model_needs_torch_in_the_model_environment(tmp_path):
+    from orchestrator.triton.installation import ModelEnvironment
+
+    repository = tmp_path / "repository"
+    write_model(repository, "encoder", 'backend: "python"\nparameters { key: "runtime" value { string_value: "torch" } }')
+    without = ModelEnvironment(tmp_path, "3.11", "", optional=frozenset({"transformers"}))
+    with pytest.raises(TritonSetupError, match=r"model encoder runs on PyTorch .* lacks torch: install thinkserve-backend\[torch\]"):
+        check_repository(repository, (), environment=without)
+    with_torch = ModelEnvironment(tmp_path, "3.11", "", optional=frozenset({"torch", "transformers"}))
+    assert check_repository(repository, (), environment=with_torch) == ["encoder"]
+
+
+def test_the_project_model_environment_reports_torch_for_the_torch_target():
+    from orchestrator.triton.installation import ModelEnvironment
+    from tests.conftest import MODEL_ENVIRONMENT
+
+    assert {"torch", "transformers"} <= ModelEnvironment.inspect(MODEL_ENVIRONMENT).optional

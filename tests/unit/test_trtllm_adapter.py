@@ -15,7 +15,8 @@ import pytest
 from thinkserve_backend import trtllm
 from thinkserve_backend.decoding import ContextOverflowError, GenerationParams
 from thinkserve_backend.relevance import label_probabilities, yes_probability
-from thinkserve_backend.sampling import choose_token
+from thinkserve_backend.images import place_images
+from thinkserve_backend.sampling import choose_token, token_measures
 
 RECORDED = Path(__file__).parent / "trtllm_recorded"
 CONFIG = json.loads((RECORDED / "tensorrt_llm_config.json").read_text())
@@ -130,7 +131,7 @@ def test_entropies_are_those_of_the_unpadded_vocabulary():
 def test_entropy_and_log_prob_match_the_cpu_generators_measure():
     logits = np.array([0.3, -1.2, 2.5, 0.0, 1.1], dtype=np.float32)
     choice = choose_token(logits, 0.0, 1.0, np.random.default_rng(0))
-    log_prob, entropy = trtllm.token_measures(logits, choice.token_id)
+    log_prob, entropy = token_measures(logits, choice.token_id)
     assert log_prob == pytest.approx(choice.log_prob)
     assert entropy == pytest.approx(choice.normalized_entropy)
 
@@ -278,10 +279,10 @@ def test_vision_features_of_another_length_are_refused():
 
 
 def test_images_are_placed_as_the_cpu_vlm_places_them():
-    assert trtllm.place_images("Describe.", 2, "<image>") == "<image><image>\nDescribe."
-    assert trtllm.place_images("<image> and <image>", 2, "<image>") == "<image> and <image>"
+    assert place_images("Describe.", 2, "<image>") == "<image><image>\nDescribe."
+    assert place_images("<image> and <image>", 2, "<image>") == "<image> and <image>"
     with pytest.raises(ValueError, match="1 <image> placeholders but 2 images"):
-        trtllm.place_images("<image> only", 2, "<image>")
+        place_images("<image> only", 2, "<image>")
 
 
 # One-step scoring: the relevance filter and the LLM router.

@@ -90,3 +90,13 @@ def preprocess(image: Image.Image, spec: ImagePreprocessing) -> np.ndarray:
 def pixels_of(data: bytes, spec: ImagePreprocessing) -> np.ndarray:
     """Encoded image bytes -> the encoder's normalised pixels [3, height, width]."""
     return preprocess(decode_image(data, (spec.width, spec.height)), spec)
+
+
+def place_images(text: str, images: int, image_token: str) -> str:
+    """A VLM prompt with one placeholder per image: prepended when the text has none."""
+    placeholders = text.count(image_token)
+    if images and placeholders == 0:
+        return image_token * images + "\n" + text
+    if placeholders != images:
+        raise ValueError(f"prompt has {placeholders} {image_token} placeholders but {images} images")
+    return text

@@ -27,16 +27,20 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return shifted - np.log(np.exp(shifted).sum())
 
 
+def token_measures(logits: np.ndarray, token: int) -> tuple[float, float]:
+    """A token's log-probability and its step's entropy / ln(vocab), from that step's logits (temperature 1)."""
+    log_probs = log_softmax(logits)
+    entropy = float(-(np.exp(log_probs) * log_probs).sum() / np.log(len(logits)))
+    return float(log_probs[token]), min(max(entropy, 0.0), 1.0)
+
+
 def choose_token(logits: np.ndarray, temperature: float, top_p: float, rng: np.random.Generator) -> TokenChoice:
     """Greedy when temperature <= 0, else nucleus sampling; returns the token with its log-prob and entropy."""
-    log_probs = log_softmax(logits)
-    probs = np.exp(log_probs)
-    entropy = float(-(probs * log_probs).sum() / np.log(len(logits)))
     if temperature <= 0:
         token = int(np.argmax(logits))
     else:
         token = _sample(log_softmax(logits / temperature), top_p, rng)
-    return TokenChoice(token, float(log_probs[token]), min(max(entropy, 0.0), 1.0))
+    return TokenChoice(token, *token_measures(logits, token))
 
 
 def _sample(scaled_log_probs: np.ndarray, top_p: float, rng: np.random.Generator) -> int:

@@ -22,10 +22,14 @@ def encode(
     pairs: Optional[Sequence[str]] = None,
     pad_id: int = 0,
     width: Optional[int] = None,
+    buckets: Sequence[int] = (),
 ) -> dict[str, np.ndarray]:
-    """Pad to the longest text (or to `width`): input_ids, attention_mask, token_type_ids, each [n, width]."""
+    """Pad to the longest text, rounded up to the next of `buckets` if given (or to `width`): input_ids,
+    attention_mask, token_type_ids, each [n, width]."""
     encodings = tokenizer.encode_batch(list(zip(texts, pairs)) if pairs is not None else list(texts))
-    width = width or max(len(e.ids) for e in encodings)
+    longest = max(len(e.ids) for e in encodings)
+    if not width:
+        width = bucket_width(longest, buckets, _truncation(tokenizer, longest)) if buckets else longest
     arrays = {
         "input_ids": np.full((len(encodings), width), pad_id, dtype=np.int64),
         "attention_mask": np.zeros((len(encodings), width), dtype=np.int64),
@@ -37,3 +41,18 @@ def encode(
         arrays["attention_mask"][row, :n] = 1
         arrays["token_type_ids"][row, :n] = encoding.type_ids
     return arrays
+
+
+def _truncation(tokenizer: Tokenizer, default: int) -> int:
+    truncation = tokenizer.truncation
+    return truncation["max_length"] if truncation else default
+
+
+def bucket_width(longest: int, buckets: Sequence[int], max_length: int) -> int:
+    """The smallest bucket holding `longest` tokens (capped at max_length): a native backend (onnxruntime, TensorRT)
+    batches only requests of one shape and builds an engine profile per shape range, so lengths are rounded up to
+    a few fixed widths instead of varying token by token."""
+    for bucket in sorted(buckets):
+        if bucket >= longest:
+            return min(bucket, max_length)
+    return max_length

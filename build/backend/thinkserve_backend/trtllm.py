@@ -45,7 +45,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
 import numpy as np
 
 from .decoding import ContextOverflowError, GenerationParams, GenerationStep
-from .sampling import log_softmax
+from .sampling import token_measures
 from .text_stream import Decode, TextStream
 
 Outputs = Mapping[str, np.ndarray]  # one response of the tensorrt_llm model: tensor name -> array
@@ -151,16 +151,6 @@ def stop_inputs() -> dict[str, np.ndarray]:
     }
 
 
-def place_images(text: str, images: int, image_token: str) -> str:
-    """The prompt with one placeholder per image: prepended when the text has none (as the CPU VLM does)."""
-    placeholders = text.count(image_token)
-    if images and placeholders == 0:
-        return image_token * images + "\n" + text
-    if placeholders != images:
-        raise ValueError(f"prompt has {placeholders} {image_token} placeholders but {images} images")
-    return text
-
-
 def vision_prompt(ids: Sequence[int], image_token_id: int, tokens_per_image: int, vocab_size: int) -> list[int]:
     """Each image placeholder replaced by its own prompt-table rows' fake ids: the k-th image's
     vocab_size + k * tokens_per_image, ... (the engine looks ids >= vocab_size up in the request's table)."""
@@ -211,14 +201,6 @@ def _aligned(rows: int, tokens: int) -> list[Optional[int]]:
     if rows >= tokens:
         return list(range(tokens))
     return [None] * (tokens - rows) + list(range(rows))
-
-
-def token_measures(logits: np.ndarray, token: int) -> tuple[float, float]:
-    """A token's log-probability and its step's entropy / ln(vocab), from that step's logits (temperature 1, as
-    sampling.choose_token measures them)."""
-    log_probs = log_softmax(logits)
-    entropy = float(-(np.exp(log_probs) * log_probs).sum() / np.log(len(logits)))
-    return float(log_probs[token]), min(max(entropy, 0.0), 1.0)
 
 
 class TrtllmStream:

@@ -12,6 +12,7 @@ import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 from tokenizers import Tokenizer
 
+from ..generator_runtime import GeneratorRuntime, onnx_generator, torch_generator
 from ..sessions import cpu_session
 
 
@@ -70,6 +71,20 @@ def onnx_session(path: Path, params: ModelParameters) -> ort.InferenceSession:
     return cpu_session(path, params.integer("intra_op_threads", min(2, os.cpu_count() or 1)))
 
 
+def served_generator(params: ModelParameters, args: dict, vision: bool) -> GeneratorRuntime:
+    """The model's decoder (and a VLM's embeddings and image features) in the runtime its target chose: the
+    `runtime` parameter, onnx (the exported graphs) or torch (the checkpoint, on the instance's device)."""
+    if params.string("runtime", "onnx") == "torch":
+        from .torch_device import instance_device
+
+        device, dtype = instance_device(params, args)
+        return torch_generator(params.version_dir, vision, params.integer("max_context"), device, dtype)
+    sessions = [onnx_session(params.file("decoder_file"), params)]
+    if vision:
+        sessions += [onnx_session(params.file("vision_file"), params), onnx_session(params.file("embed_file"), params)]
+    return onnx_generator(*sessions)
+
+
 def input_array(request, name: str) -> Optional[np.ndarray]:
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     return None if tensor is None else tensor.as_numpy()
@@ -81,6 +96,21 @@ def input_strings(request, name: str) -> Optional[list[str]]:
     if array is None:
         return None
     return [v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v) for v in array.reshape(-1)]
+
+
+def single_text(values: Optional[list[str]], name: str) -> str:
+    """The one prompt of a generation request's input `name`."""
+    if not values:
+        raise ValueError(f"input {name} is missing or empty")
+    if len(values) != 1:
+        raise ValueError(f"input {name} must hold exactly one prompt per request, got {len(values)}")
+    return values[0]
+
+
+def input_images(request, name: str = "images") -> list[bytes]:
+    """A VLM request's encoded images (none when the optional input is absent)."""
+    images = input_array(request, name)
+    return [] if images is None else [bytes(data) for data in images.reshape(-1)]
 
 
 def input_scalar(request, name: str, default):

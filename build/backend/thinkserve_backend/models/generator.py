@@ -13,16 +13,17 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from ..decoding import GenerationParams, GenerationStep, KVCacheDecoder, generate, splice_image_features
-from ..images import ImagePreprocessing, pixels_of
+from ..decoding import GenerationParams, GenerationStep, generate, splice_image_features
+from ..images import ImagePreprocessing, pixels_of, place_images
 from .common import (
     ModelParameters,
     bytes_tensor,
     error_response,
-    input_array,
+    input_images,
     input_scalar,
     input_strings,
-    onnx_session,
+    served_generator,
+    single_text,
     whole_text_tokenizer,
 )
 
@@ -30,19 +31,28 @@ FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
 
 class LanguageModel:
+    vision = False
+    default_concurrent_generations = 2  # generation threads, unless the max_concurrent_generations parameter says
+
     def initialize(self, args):
         params = ModelParameters(args)
         self.params = params
         self.model_name = params.model_name
         self.tokenizer = whole_text_tokenizer(params.file("tokenizer_file"))
-        self.decoder = KVCacheDecoder(onnx_session(params.file("decoder_file"), params))
         self.eos_token_ids = params.json("eos_token_ids")
         self.max_context = params.integer("max_context")  # orchestrator.triton.contracts.CONTEXT_PARAMETER
         self.default_max_tokens = params.integer("default_max_tokens", 256)
+        self.load(params, args)
         self.closing = threading.Event()
         self.workers = ThreadPoolExecutor(
-            max_workers=params.integer("max_concurrent_generations", 2), thread_name_prefix=self.model_name
+            max_workers=params.integer("max_concurrent_generations", self.default_concurrent_generations),
+            thread_name_prefix=self.model_name,
         )
+
+    def load(self, params: ModelParameters, args: dict) -> None:
+        """What generates: the decoder of the runtime the target chose (a subclass serves another engine)."""
+        self.runtime = served_generator(params, args, self.vision)
+        self.decoder = self.runtime.decoder
 
     def execute(self, requests):
         for request in requests:
@@ -57,7 +67,7 @@ class LanguageModel:
         """Prompt as the decoder's primary input, plus the token-id -> decoder-input function for later steps.
         Prompts come rendered with the model's chat template, which writes any special tokens (a BOS) itself, so
         the tokenizer adds none (as transformers' apply_chat_template tokenizes)."""
-        ids = self.tokenizer.encode(_single(input_strings(request, "text_input"), "text_input"), add_special_tokens=False).ids
+        ids = self.tokenizer.encode(single_text(input_strings(request, "text_input"), "text_input"), add_special_tokens=False).ids
         return np.array([ids], dtype=np.int64), None
 
     def _serve(self, request):
@@ -125,41 +135,25 @@ class LanguageModel:
 class VisionLanguageModel(LanguageModel):
     """LLaVA-style: a vision tower + projector turns each image into `n` embeddings that replace its <image> token."""
 
+    vision = True
+
     def initialize(self, args):
         super().initialize(args)
         params = self.params
-        self.vision = onnx_session(params.file("vision_file"), params)
-        self.token_embedder = onnx_session(params.file("embed_file"), params)
         self.image_token = params.string("image_token")
         self.image_token_id = self.tokenizer.token_to_id(self.image_token)
         if self.image_token_id is None:
             raise ValueError(f"model {self.model_name}: image token {self.image_token!r} is not in the tokenizer")
         self.preprocessing = ImagePreprocessing.from_json(params.string("preprocessing"))
 
-    def embed(self, ids: np.ndarray) -> np.ndarray:
-        return self.token_embedder.run(["inputs_embeds"], {"input_ids": ids})[0]
-
     def prepare(self, request):
-        text = _single(input_strings(request, "text_input"), "text_input")
-        images = input_array(request, "images")
-        images = [] if images is None else [bytes(data) for data in images.reshape(-1)]
-        placeholders = text.count(self.image_token)
-        if images and placeholders == 0:
-            text = self.image_token * len(images) + "\n" + text
-        elif placeholders != len(images):
-            raise ValueError(f"prompt has {placeholders} {self.image_token} placeholders but {len(images)} images")
+        text = single_text(input_strings(request, "text_input"), "text_input")
+        images = input_images(request)
+        text = place_images(text, len(images), self.image_token)
         ids = np.array([self.tokenizer.encode(text, add_special_tokens=False).ids], dtype=np.int64)
-        embeddings = self.embed(ids)
+        embeddings = self.runtime.embed(ids)
         if images:
             pixels = np.stack([pixels_of(data, self.preprocessing) for data in images])
-            features = self.vision.run(["image_features"], {"pixel_values": pixels})[0]
+            features = self.runtime.image_features(pixels)
             embeddings = splice_image_features(ids[0], embeddings[0], features, self.image_token_id)[None]
-        return embeddings.astype(np.float32, copy=False), self.embed
-
-
-def _single(values, name: str) -> str:
-    if not values:
-        raise ValueError(f"input {name} is missing or empty")
-    if len(values) != 1:
-        raise ValueError(f"input {name} must hold exactly one prompt per request, got {len(values)}")
-    return values[0]
+        return embeddings.astype(np.float32, copy=False), self.runtime.embed

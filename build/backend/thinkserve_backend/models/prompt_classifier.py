@@ -12,9 +12,8 @@ import json
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from ..decoding import KVCacheDecoder
 from ..relevance import first_token_ids, group_by_length, label_probabilities, spellings
-from .common import ModelParameters, error_response, input_strings, onnx_session, responses_by_request, whole_text_tokenizer
+from .common import ModelParameters, error_response, input_strings, responses_by_request, served_generator, whole_text_tokenizer
 
 
 class PromptClassifierModel:
@@ -22,7 +21,7 @@ class PromptClassifierModel:
         params = ModelParameters(args)
         self.model_name = params.model_name
         self.tokenizer = whole_text_tokenizer(params.file("tokenizer_file"))
-        self.decoder = KVCacheDecoder(onnx_session(params.file("decoder_file"), params))
+        self.decoder = self.load_decoder(params, args)
         self.prompt = params.string("prompt")  # in the LLM's chat format, rendered by the build; {question} inside
         self.output = params.string("output_name", "probabilities")
         self.max_question_tokens = params.integer("max_question_tokens", 256)
@@ -37,6 +36,10 @@ class PromptClassifierModel:
         firsts = [ids[0] for ids in self.label_ids]
         if len(set(firsts)) < len(firsts):
             raise ValueError(f"model {self.model_name}: two labels start with the same token; their probabilities cannot be told apart")
+
+    def load_decoder(self, params: ModelParameters, args: dict):
+        """What gives next-token logits (prefill_logits): the LLM in the runtime the target chose."""
+        return served_generator(params, args, vision=False).decoder
 
     def execute(self, requests):
         prompts, owners, failed = [], [], {}

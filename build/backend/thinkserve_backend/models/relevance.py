@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from ..decoding import KVCacheDecoder, splice_image_features
+from ..decoding import splice_image_features
 from ..images import ImagePreprocessing, pixels_of
 from ..relevance import (
     NO_SPELLINGS,
@@ -20,7 +20,15 @@ from ..relevance import (
     relevance_prompt,
     yes_probability,
 )
-from .common import ModelParameters, error_response, input_array, input_strings, onnx_session, responses_by_request, whole_text_tokenizer
+from .common import (
+    ModelParameters,
+    error_response,
+    input_array,
+    input_strings,
+    responses_by_request,
+    served_generator,
+    whole_text_tokenizer,
+)
 
 
 class ImageRelevanceModel:
@@ -28,9 +36,7 @@ class ImageRelevanceModel:
         params = ModelParameters(args)
         self.model_name = params.model_name
         self.tokenizer = whole_text_tokenizer(params.file("tokenizer_file"))
-        self.vision = onnx_session(params.file("vision_file"), params)
-        self.token_embedder = onnx_session(params.file("embed_file"), params)
-        self.decoder = KVCacheDecoder(onnx_session(params.file("decoder_file"), params))
+        self.load(params, args)
         self.preprocessing = ImagePreprocessing.from_json(params.string("preprocessing"))
         self.image_token = params.string("image_token")
         self.image_token_id = self.tokenizer.token_to_id(self.image_token)
@@ -52,6 +58,10 @@ class ImageRelevanceModel:
         self.max_question_tokens = self.max_context - overhead - 1
         if self.max_question_tokens < 8:
             raise ValueError(f"model {self.model_name}: a context of {self.max_context} tokens leaves no room for a question")
+
+    def load(self, params: ModelParameters, args: dict) -> None:
+        """What scores: the VLM in the runtime the target chose (a subclass serves another engine)."""
+        self.runtime = served_generator(params, args, vision=True)
 
     def execute(self, requests):
         pairs, owners, failed = [], [], {}
@@ -86,13 +96,13 @@ class ImageRelevanceModel:
         return np.array(self.encode(relevance_prompt(self.template, question, self.image_token)), dtype=np.int64)
 
     def _score(self, pairs) -> np.ndarray:
-        features = self.vision.run(["image_features"], {"pixel_values": np.stack([pixel for _, pixel in pairs])})[0]
+        features = self.runtime.image_features(np.stack([pixel for _, pixel in pairs]))
         prompts = []
         for (ids, _), image_features in zip(pairs, features):
-            embeddings = self.token_embedder.run(["inputs_embeds"], {"input_ids": ids[None]})[0][0]
+            embeddings = self.runtime.embed(ids[None])[0]
             prompts.append(splice_image_features(ids, embeddings, image_features[None], self.image_token_id))
         scores = np.zeros(len(pairs), dtype=np.float32)
         for _, rows in group_by_length([len(p) for p in prompts]).items():
-            logits = self.decoder.prefill_logits(np.stack([prompts[row] for row in rows]).astype(np.float32, copy=False))
+            logits = self.runtime.decoder.prefill_logits(np.stack([prompts[row] for row in rows]).astype(np.float32, copy=False))
             scores[rows] = yes_probability(logits, self.yes_ids, self.no_ids)
         return scores

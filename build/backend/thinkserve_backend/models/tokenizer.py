@@ -17,6 +17,7 @@ class TokenizerModel:
         self.tokenizer = load_tokenizer(params.file("tokenizer_file"), self.max_length)
         self.pad_to_max_length = params.flag("pad_to_max_length")
         self.pad_id = params.integer("pad_id", 0)
+        self.buckets = params.json("pad_to_buckets", [])  # widths a native backend's engine profiles expect
         self.pair = "text_pair" in params.input_names()
         self.outputs = [name for name in params.output_names() if name in _OUTPUTS]
 
@@ -31,6 +32,7 @@ class TokenizerModel:
                     pairs,
                     self.pad_id,
                     self.max_length if self.pad_to_max_length else None,
+                    self.buckets,
                 )
                 responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(n, arrays[n]) for n in self.outputs]))
             except Exception as error:

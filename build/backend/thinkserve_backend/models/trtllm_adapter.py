@@ -8,20 +8,17 @@ What the engine's tensors mean, and where that is documented: thinkserve_backend
 
 from __future__ import annotations
 
-import json
-import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from .. import trtllm
 from ..decoding import GenerationStep
-from ..images import ImagePreprocessing, pixels_of
-from ..relevance import NO_SPELLINGS, YES_SPELLINGS, first_token_ids, relevance_prompt, spellings, yes_probability
-from .common import ModelParameters, error_response, input_array, input_strings, whole_text_tokenizer
-from .generator import FINAL, LanguageModel, _single
+from ..images import ImagePreprocessing, pixels_of, place_images
+from ..relevance import yes_probability
+from .common import ModelParameters, error_response, input_images, input_strings, single_text
+from .generator import FINAL, LanguageModel
 from .prompt_classifier import PromptClassifierModel
 from .relevance import ImageRelevanceModel
 
@@ -117,34 +114,24 @@ class VisionTower:
 
 
 class TrtllmLanguageModel(LanguageModel):
-    """The LLM: each request one streamed engine request, its responses relayed as our steps. `execute`, `finalize`,
-    the request's parameters and the response tensors are models/generator.py's."""
+    """The LLM: each request one streamed engine request, its responses relayed as our steps. `initialize`,
+    `execute`, `finalize`, the request's parameters and the response tensors are models/generator.py's."""
 
     vision = False
+    # Each generation thread waits on its engine stream; in-flight batching runs them together on the GPU.
+    default_concurrent_generations = 64
 
-    def initialize(self, args):
-        params = ModelParameters(args)
-        self.params = params
-        self.model_name = params.model_name
-        self.tokenizer = whole_text_tokenizer(params.file("tokenizer_file"))
-        self.eos_token_ids = params.json("eos_token_ids")
-        self.max_context = params.integer("max_context")  # contracts.CONTEXT_PARAMETER
-        self.default_max_tokens = params.integer("default_max_tokens", 256)
+    def load(self, params: ModelParameters, args: dict) -> None:
         self.vocab_size = params.integer("vocab_size")  # contracts.VOCABULARY_PARAMETER
         self.engine_model = params.string("engine_model")
         self.options = _engine_options(params, self.eos_token_ids)
         self.tower = VisionTower(params, self.tokenizer) if self.vision else None
         self.unmeasured_reported = False
-        self.closing = threading.Event()
-        # Each generation thread waits on its engine stream; in-flight batching runs them together on the GPU.
-        self.workers = ThreadPoolExecutor(
-            max_workers=params.integer("max_concurrent_generations", 64), thread_name_prefix=self.model_name
-        )
 
     def engine_prompt(self, request) -> tuple[list[int], None]:
         """Prompt ids (and a VLM's prompt table). Prompts come rendered with the model's chat template: no special
         tokens are added."""
-        text = _single(input_strings(request, "text_input"), "text_input")
+        text = single_text(input_strings(request, "text_input"), "text_input")
         return self.tokenizer.encode(text, add_special_tokens=False).ids, None
 
     def _serve(self, request):
@@ -221,10 +208,9 @@ class TrtllmVisionLanguageModel(TrtllmLanguageModel):
 
     def engine_prompt(self, request) -> tuple[list[int], "np.ndarray | None"]:
         tower = self.tower
-        text = _single(input_strings(request, "text_input"), "text_input")
-        images = input_array(request, "images")
-        images = [] if images is None else [bytes(data) for data in images.reshape(-1)]
-        text = trtllm.place_images(text, len(images), tower.image_token)
+        text = single_text(input_strings(request, "text_input"), "text_input")
+        images = input_images(request)
+        text = place_images(text, len(images), tower.image_token)
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
         if not images:
             return ids, None
@@ -260,32 +246,11 @@ class EngineScorer:
 
 class TrtllmRelevanceModel(ImageRelevanceModel):
     """V-RAG's page filter on the engine: P(yes) of the first step after the yes/no prompt with the page's features as
-    its prompt table. `execute` and the question's truncation are models/relevance.py's."""
+    its prompt table. `initialize`, `execute` and the question's truncation are models/relevance.py's."""
 
-    def initialize(self, args):
-        params = ModelParameters(args)
-        self.model_name = params.model_name
-        self.tokenizer = whole_text_tokenizer(params.file("tokenizer_file"))
+    def load(self, params: ModelParameters, args: dict) -> None:
         self.tower = VisionTower(params, self.tokenizer)
-        self.preprocessing = self.tower.preprocessing
-        self.image_token, self.image_token_id = self.tower.image_token, self.tower.image_token_id
-        self.template = params.string("relevance_prompt")
-        self.max_context = params.integer("max_context")
-        self.image_tokens = self.tower.tokens_per_image
         self.scorer = EngineScorer(params, self.tower.table_dtype)
-
-        def encode(text: str) -> list[int]:
-            return self.tokenizer.encode(text, add_special_tokens=False).ids
-
-        self.encode = encode
-        self.yes_ids = first_token_ids(encode, YES_SPELLINGS)
-        self.no_ids = first_token_ids(encode, NO_SPELLINGS)
-        if not self.yes_ids or not self.no_ids:
-            raise ValueError(f"model {self.model_name}: the tokenizer cannot encode 'yes' and 'no'")
-        overhead = len(encode(relevance_prompt(self.template, "", self.image_token))) + self.image_tokens
-        self.max_question_tokens = self.max_context - overhead - 1
-        if self.max_question_tokens < 8:
-            raise ValueError(f"model {self.model_name}: a context of {self.max_context} tokens leaves no room for a question")
 
     def _score(self, pairs) -> np.ndarray:
         features = self.tower.features(np.stack([pixels for _, pixels in pairs]))
@@ -298,24 +263,8 @@ class TrtllmRelevanceModel(ImageRelevanceModel):
 
 
 class TrtllmPromptClassifierModel(PromptClassifierModel):
-    """The LLM router on the engine: models/prompt_classifier.py's `execute`, the engine as its decoder."""
+    """The LLM router on the engine: models/prompt_classifier.py's `initialize` and `execute`, the engine as its
+    decoder."""
 
-    def initialize(self, args):
-        params = ModelParameters(args)
-        self.model_name = params.model_name
-        self.tokenizer = whole_text_tokenizer(params.file("tokenizer_file"))
-        self.decoder = EngineScorer(params)
-        self.prompt = params.string("prompt")
-        self.output = params.string("output_name", "probabilities")
-        self.max_question_tokens = params.integer("max_question_tokens", 256)
-
-        def encode(text: str) -> list[int]:
-            return self.tokenizer.encode(text, add_special_tokens=False).ids
-
-        self.encode = encode
-        self.label_ids = [first_token_ids(encode, spellings(label)) for label in json.loads(params.string("labels"))]
-        if not all(self.label_ids):
-            raise ValueError(f"model {self.model_name}: the tokenizer cannot encode every label")
-        firsts = [ids[0] for ids in self.label_ids]
-        if len(set(firsts)) < len(firsts):
-            raise ValueError(f"model {self.model_name}: two labels start with the same token; their probabilities cannot be told apart")
+    def load_decoder(self, params: ModelParameters, args: dict) -> "EngineScorer":
+        return EngineScorer(params)
