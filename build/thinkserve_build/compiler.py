@@ -55,6 +55,8 @@ def compile_repository(
         log(f"[{index}/{len(jobs)}] {role:<12} {spec.checkpoint.describe():<40} {state}")
     models = repository.plan(profile, built, chosen)
     report = repository.write(models, output)
+    for line in chosen.write_extras(output, profile, built):
+        log(line)
     log(
         f"model repository {output} (target {chosen.describe()}): {len(models)} models, {len(report.written)} written, "
         f"{len(report.removed)} removed, {time.perf_counter() - started:.1f}s"

@@ -30,7 +30,9 @@ Log = Callable[[str], None]
 SAMPLE_TEXTS = ["What was the revenue in 2023?", "The table on page 4 lists revenue by region and by quarter."]
 
 ONNX, ONNX16, TORCH = "onnx", "onnx16", "torch"  # fp32 graphs; fp16 graphs made from them; the checkpoint
-ALL_FORMATS = frozenset({ONNX, ONNX16, TORCH})
+LANGUAGE_MODEL = "language_model"  # a VLM's decoder as a causal-LM checkpoint of its own (TensorRT-LLM builds from it)
+ALL_FORMATS = frozenset({ONNX, ONNX16, TORCH, LANGUAGE_MODEL})
+LANGUAGE_MODEL_DIR = "language_model"
 TORCH_DIR = "torch"  # the artifact's sub-folder holding the torch target's checkpoint
 CPU, FP32 = torch.device("cpu"), torch.float32  # what the build checks the torch checkpoint with
 
@@ -409,6 +411,19 @@ def export_llm(location: str, spec: GeneratorSpec, out: Path, formats: frozenset
     }
 
 
+def _language_model(vlm: nn.Module, out: Path, text_ids: torch.Tensor) -> dict:
+    """The VLM's decoder saved as a causal LM of its own, checked to give the VLM's logits on a text-only prompt."""
+    language_model = torch_modules.language_model_of(vlm)
+    files = torch_modules.save_checkpoint(language_model, out / LANGUAGE_MODEL_DIR)
+    with torch.no_grad():
+        expected = vlm(input_ids=text_ids).logits[0, -1]
+        saved = torch_modules.load_generator(out / LANGUAGE_MODEL_DIR, False, CPU, FP32)
+        actual = saved.lm_head(saved.backbone(input_ids=text_ids).last_hidden_state)[0, -1]
+    onnx_tools.check_close("VLM language model", expected, actual.numpy(), atol=1e-4, runtime="the extracted language model")
+    architecture = json.loads((out / LANGUAGE_MODEL_DIR / "config.json").read_text())["model_type"]
+    return {"language_model_dir": LANGUAGE_MODEL_DIR, "language_model_files": files, "language_model_type": architecture}
+
+
 def export_vlm(location: str, spec: GeneratorSpec, out: Path, formats: frozenset[str] = frozenset({ONNX})) -> dict:
     from thinkserve_backend.decoding import splice_image_features
     from thinkserve_backend.relevance import RELEVANCE_QUESTION
@@ -444,6 +459,8 @@ def export_vlm(location: str, spec: GeneratorSpec, out: Path, formats: frozenset
         # The relevance filter prefills many prompts of one length in one run: the batch axis must be exact too.
         for row in form.decoder.prefill_logits(np.repeat(spliced, 3, axis=0)):
             onnx_tools.check_close("VLM batched prefill logits", expected, row, atol=1e-3, runtime=form.runtime)
+    if LANGUAGE_MODEL in formats:
+        facts.update(_language_model(model, out, expanded[:, :8]))
     chat_format = _chat_format(tokenizer, spec, location)
     chat = ChatTemplate(chat_format["chat_template"], chat_format["chat_template_variables"])
     return {
@@ -451,6 +468,8 @@ def export_vlm(location: str, spec: GeneratorSpec, out: Path, formats: frozenset
         "tokenizer_file": _save_tokenizer(tokenizer, out),
         "image_token": tokenizer.convert_ids_to_tokens(image_token_id),
         "image_tokens_per_image": int(features.shape[1]),
+        "vocab_size": text_config.vocab_size,
+        "text_hidden_size": text_config.hidden_size,  # the width of its image features (and token embeddings)
         "eos_token_ids": _eos_token_ids(tokenizer, model),
         "max_context": max_context,
         "default_max_tokens": spec.default_max_tokens,

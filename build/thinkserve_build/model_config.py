@@ -16,6 +16,7 @@ DATATYPES = {
     "BYTES": mc.TYPE_STRING,
     "FP32": mc.TYPE_FP32,
     "FP16": mc.TYPE_FP16,
+    "BF16": mc.TYPE_BF16,
     "INT32": mc.TYPE_INT32,
     "INT64": mc.TYPE_INT64,
     "UINT64": mc.TYPE_UINT64,

@@ -108,6 +108,7 @@ def to_fp16(fp32: Path, out: Path) -> Path:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = convert_float_to_float16(onnx.load(str(fp32)), keep_io_types=True)
+    _sort_topologically(model.graph)  # the converter appends the input casts after the nodes that read them
     onnx.save(model, str(out))
     onnx.checker.check_model(str(out))
     return out
@@ -117,3 +118,19 @@ def fp16_tolerance(reference: torch.Tensor | np.ndarray) -> float:
     """How far an fp16 graph may stray from fp32: 2% of the output's scale (fp16 keeps 10 mantissa bits)."""
     values = reference.detach().numpy() if isinstance(reference, torch.Tensor) else reference
     return 0.02 * max(1.0, float(np.max(np.abs(values))) if values.size else 1.0)
+
+
+def _sort_topologically(graph) -> None:
+    """Order the graph's nodes so that each comes after the nodes producing its inputs (ONNX requires it)."""
+    available = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
+    pending, ordered = list(graph.node), []
+    while pending:
+        ready = [node for node in pending if all(name in available for name in node.input)]
+        if not ready:
+            raise ValueError(f"graph has a cycle or a missing input around node {pending[0].name!r}")
+        for node in ready:
+            available.update(node.output)
+        ordered += ready
+        pending = [node for node in pending if node not in ready]
+    del graph.node[:]
+    graph.node.extend(ordered)

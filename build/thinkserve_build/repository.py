@@ -163,7 +163,7 @@ def write(models: list[PlannedModel], output: Path) -> WriteReport:
             changed |= _write_if_changed(version / "model.py", MODEL_PY.format(module=module, cls=cls))
             expected.add("model.py")
         for name, source in model.files.items():
-            changed |= _link(source, version / name)
+            changed |= link_file(source, version / name)
         for stale in version.iterdir():
             if stale.name not in expected and stale.name != "__pycache__":
                 shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
@@ -186,7 +186,7 @@ def _write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
-def _link(source: Path, target: Path) -> bool:
+def link_file(source: Path, target: Path) -> bool:
     """Hard-link a built file into the repository (no copy of the weights); copy across file systems."""
     if target.exists() and os.path.samefile(source, target):
         return False

@@ -49,6 +49,7 @@ class Target(Protocol):
     def relevance(self, contract: ModelContract, artifact: Artifact, serving: ServingOptions) -> PlannedModel: ...
     def prompt_router(self, contract: ModelContract, llm: Artifact, spec: PromptRouterSpec, serving: ServingOptions) -> PlannedModel: ...
     def engines(self, profile, artifacts: dict[str, Artifact]) -> list[PlannedModel]: ...
+    def write_extras(self, repository: Path, profile, artifacts: dict[str, Artifact]) -> list[str]: ...
 
 
 def queue_limits(serving: ServingOptions) -> QueueLimits:
@@ -72,6 +73,10 @@ class PythonTarget:
 
     def engines(self, profile, artifacts: dict[str, Artifact]) -> list[PlannedModel]:
         """Models the generators' adapters call (TensorRT-LLM engines on the gpu target); none here."""
+        return []
+
+    def write_extras(self, repository: Path, profile, artifacts: dict[str, Artifact]) -> list[str]:
+        """Files beside the repository (the gpu target's engine build); what was written, one line each."""
         return []
 
     def tokenizer_parameters(self) -> dict[str, object]:

@@ -10,17 +10,29 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from orchestrator.triton import contracts
 from orchestrator.triton.contracts import all_contracts
+from tests.compiler.test_compiler import CACHE
 from tests.conftest import ROOT
+from thinkserve_build import compiler, profiles
 from thinkserve_build.model_config import DATATYPES, parse
 
 TORCH_REPOSITORY = ROOT / "model_repository" / "tiny-torch"  # `make models-torch`
 
 
-@pytest.fixture(scope="module", params=["cpu", "torch"])
+@pytest.fixture(scope="module")
+def gpu_repository(tmp_path_factory) -> Path:
+    """The tiny profile for the gpu target, built here (no GPU needed to build it; only to serve it)."""
+    output = tmp_path_factory.mktemp("gpu") / "tiny-gpu"
+    compiler.compile_repository(profiles.tiny(), output, CACHE, target="gpu", log=lambda _: None)
+    return output
+
+
+@pytest.fixture(scope="module", params=["cpu", "torch", "gpu"])
 def repository(request, model_repository) -> Path:
     """The tiny profile's repository for each target."""
     if request.param == "cpu":
         return model_repository
+    if request.param == "gpu":
+        return request.getfixturevalue("gpu_repository")
     if not (TORCH_REPOSITORY / "llm" / "config.pbtxt").is_file():
         pytest.fail(f"{TORCH_REPOSITORY} is not built: run `make models-torch` (make test does it)")
     return TORCH_REPOSITORY
@@ -125,3 +137,77 @@ def test_the_torch_repository_runs_every_network_and_generator_in_pytorch():
         assert parameters["runtime"] == "torch" and parameters["device"] == "cpu", name
         assert parameters["weights_file"] == "model.safetensors" and "decoder_file" not in parameters, name
         assert [group.kind for group in config.instance_group] == [mc.ModelInstanceGroup.KIND_CPU], name
+
+
+def encoder_networks(parsed: dict[str, mc.ModelConfig]) -> dict[str, mc.ModelConfig]:
+    return {name: config for name, config in parsed.items() if config.backend == "onnxruntime"}
+
+
+def test_the_gpu_repository_serves_fp16_encoders_on_onnxruntime_with_tensorrt(gpu_repository):
+    import onnx
+
+    parsed = configs(gpu_repository)
+    networks = encoder_networks(parsed)
+    assert len(networks) == 9  # embedder, reranker, router, three text and three image towers
+    for name, config in networks.items():
+        assert [group.kind for group in config.instance_group] == [mc.ModelInstanceGroup.KIND_GPU], name
+        assert not any(tensor.allow_ragged_batch for tensor in config.input), name  # buckets, not ragged batches
+        (accelerator,) = config.optimization.execution_accelerators.gpu_execution_accelerator
+        assert accelerator.name == "tensorrt" and accelerator.parameters["precision_mode"] == "FP16", name
+        assert accelerator.parameters["trt_engine_cache_enable"] == "1", name
+        inputs = {t.name for t in config.input}
+        for bound in ("min", "opt", "max"):
+            shapes = dict(part.split(":") for part in accelerator.parameters[f"trt_profile_{bound}_shapes"].split(","))
+            assert set(shapes) == inputs, (name, bound)
+        warmed = {key for sample in config.model_warmup for key in sample.inputs}
+        assert warmed == inputs, name
+        graph = onnx.load(str(gpu_repository / name / "1" / "model.onnx"), load_external_data=False)
+        kinds = {init.data_type for init in graph.graph.initializer if init.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)}
+        assert onnx.TensorProto.FLOAT16 in kinds, name
+    # the text towers' shortest bucket is the profiles' minimum; the longest their max_length
+    shapes = networks["text_embedder_encode"].optimization.execution_accelerators.gpu_execution_accelerator[0].parameters
+    assert "input_ids:1x16" in shapes["trt_profile_min_shapes"] and "input_ids:32x256" in shapes["trt_profile_max_shapes"]
+    for name, config in parsed.items():
+        if name.endswith("_tokenize"):
+            assert json.loads(config.parameters["pad_to_buckets"].string_value)[0] == 16, name
+
+
+def test_the_gpu_repository_declares_the_engine_tensors_the_adapter_sends(gpu_repository):
+    recorded = json.loads((ROOT / "tests" / "unit" / "trtllm_recorded" / "tensorrt_llm_config.json").read_text())
+    parsed = configs(gpu_repository)
+    for engine in ("llm_engine", "vlm_engine"):
+        config = parsed[engine]
+        assert config.backend == "tensorrtllm" and config.model_transaction_policy.decoupled
+        declared = {t.name: (mc.DataType.Name(t.data_type), list(t.dims)) for t in config.input}
+        expected = {name: (t["data_type"], t["dims"]) for name, t in recorded["inputs"].items()}
+        if engine == "llm_engine":
+            expected = {name: value for name, value in expected.items() if not name.startswith("prompt_")}
+        else:
+            expected["prompt_embedding_table"] = ("TYPE_BF16", [-1, -1])  # the engine's dtype: bfloat16
+        assert declared == expected, engine
+        outputs = {t.name: (mc.DataType.Name(t.data_type), list(t.dims)) for t in config.output}
+        assert outputs == {name: (t["data_type"], t["dims"]) for name, t in recorded["outputs"].items()}, engine
+        assert config.parameters["gpt_model_path"].string_value == f"/engines/{engine.removesuffix('_engine')}"
+    for adapter, engine in (("llm", "llm_engine"), ("vlm", "vlm_engine"), ("vlm_relevance", "vlm_engine")):
+        parameters = parsed[adapter].parameters
+        assert parameters["engine_model"].string_value == engine, adapter
+        assert (gpu_repository / adapter / "1" / "model.py").read_text().count("trtllm_adapter") == 2, adapter
+    assert parsed["vlm"].parameters["vision_model"].string_value == "vlm_image_features"
+    features = parsed["vlm_image_features"]
+    assert features.parameters["runtime"].string_value == "torch" and features.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
+
+
+def test_the_gpu_repository_writes_the_engine_build_beside_it(gpu_repository):
+    import subprocess
+
+    engines = gpu_repository.with_name(gpu_repository.name + ".engines")
+    for folder in ("llm", "vlm"):
+        assert (engines / "checkpoints" / folder / "model.safetensors").is_file()
+        assert json.loads((engines / "checkpoints" / folder / "config.json").read_text())["model_type"] == "qwen2"
+    script = engines / "build_engines.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    text = script.read_text()
+    assert text.count("trtllm-build --checkpoint_dir") == 2 and "--gather_generation_logits" in text
+    assert "--max_prompt_embedding_table_size" in text.split("vlm: converting")[1]
+    outside = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert outside.returncode == 1 and "trtllm-build is not on PATH" in outside.stderr.strip()

@@ -110,7 +110,7 @@ class TokenEmbeddings(nn.Module):
 class NetworkKind:
     """Which network a checkpoint serves: the transformers class that loads it and the wrapper around it."""
 
-    name: str  # mean_pooled | score | probabilities | text_tower | vision_tower
+    name: str  # mean_pooled | score | probabilities | text_tower | vision_tower | llava_image_features
     use_mask: bool = True  # text towers: SigLIP's takes no attention mask (trained on text padded to full length)
 
     def auto_class(self):
@@ -118,6 +118,8 @@ class NetworkKind:
 
         if self.name in ("score", "probabilities"):
             return transformers.AutoModelForSequenceClassification
+        if self.name == "llava_image_features":
+            return transformers.AutoModelForImageTextToText
         return transformers.AutoModel
 
     def wrap(self, model: nn.Module) -> nn.Module:
@@ -129,6 +131,8 @@ class NetworkKind:
             return TextTower(model, self.use_mask)
         if self.name == "vision_tower":
             return VisionTower(model)
+        if self.name == "llava_image_features":
+            return LlavaImageFeatures(model)
         raise ValueError(f"unknown network kind {self.name!r}")
 
     def to_facts(self) -> dict:
@@ -160,7 +164,15 @@ def save_checkpoint(model: nn.Module, folder: Path) -> list[str]:
     return written
 
 
+def _quiet_loading() -> None:
+    """transformers draws a progress bar per load: noise in Triton's log."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+
+
 def load_network(kind: NetworkKind, folder: Path, device: torch.device, dtype: torch.dtype) -> nn.Module:
+    _quiet_loading()
     model = kind.auto_class().from_pretrained(str(folder), dtype=dtype)
     return kind.wrap(model).to(device).eval()
 
@@ -185,9 +197,22 @@ def generator_modules(model: nn.Module, vision: bool) -> GeneratorModules:
     )
 
 
+def language_model_of(model: nn.Module) -> nn.Module:
+    """A VLM's decoder as a causal LM of its own (its text config, its decoder layers and head): what an engine
+    builder that knows only text models (TensorRT-LLM's from_hugging_face) is given."""
+    import transformers
+
+    text_config = model.config.text_config
+    language_model = transformers.AutoModelForCausalLM.from_config(text_config).to(model.dtype).eval()
+    language_model.model.load_state_dict(model.model.language_model.state_dict())
+    language_model.lm_head.load_state_dict(model.lm_head.state_dict())
+    return language_model
+
+
 def load_generator(folder: Path, vision: bool, device: torch.device, dtype: torch.dtype) -> GeneratorModules:
     import transformers
 
+    _quiet_loading()
     auto = transformers.AutoModelForImageTextToText if vision else transformers.AutoModelForCausalLM
     model = auto.from_pretrained(str(folder), dtype=dtype).to(device).eval()
     return generator_modules(model, vision)
