@@ -19,9 +19,10 @@
 # Base image (never built or pulled here: the development machines have no Docker engine; chosen from NVIDIA's
 # published Triton release notes and compatibility matrix, November 2026):
 # - `<yy.mm>-py3` carries the python, onnxruntime and TensorRT backends (and others); `<yy.mm>-trtllm-python-py3`
-#   the TensorRT-LLM and python backends only. The cpu target needs the python backend alone, which both have
-#   (the torch target too, with a CUDA torch in .venv-triton, which this image does not install); ONNX or
-#   TensorRT models need -py3; TensorRT-LLM engines need the trtllm image. The default is -py3:
+#   the TensorRT-LLM and python backends only. The cpu target needs the python backend alone, which both have;
+#   the torch target needs a CUDA torch in .venv-triton (the trtllm flavour's, below); the gpu target's
+#   TensorRT-LLM engines need the trtllm image (its engines are built by <repository>.engines/build_engines.sh in
+#   the same image and mounted at /engines). The default is -py3:
 #   every backend in it is built by NVIDIA against the same TensorRT. TRITON_FLAVOUR=trtllm builds on the trtllm
 #   image and adds the onnxruntime backend of the -py3 image of the same release, as NVIDIA's customisation
 #   guide says to extend that image (its compose.py cannot add TensorRT-LLM to -py3). The two 25.06 images share
@@ -45,6 +46,7 @@ FROM nvcr.io/nvidia/tritonserver:${TRITON_RELEASE}-trtllm-python-py3 AS triton-t
 COPY --from=triton-py3 /opt/tritonserver/backends/onnxruntime /opt/tritonserver/backends/onnxruntime
 
 FROM triton-${TRITON_FLAVOUR}
+ARG TRITON_FLAVOUR
 # The orchestrator's extras: `gpu` (faiss-gpu, CuPy; each runs on the CPU when it finds no GPU) or `cpu`.
 ARG THINKSERVE_EXTRAS=gpu
 
@@ -57,11 +59,18 @@ RUN apt-get update \
 WORKDIR /opt/thinkserve
 
 # Triton's model environment: the container's own Python, which its python-backend stub was built for,
-# with numpy<2 (requirements/triton-models.txt).
+# with numpy<2 (requirements/triton-models.txt). The torch and gpu targets' models (`thinkserve-build --target
+# torch|gpu`: PyTorch networks, the VLM's vision tower, the TensorRT-LLM adapters) need PyTorch with CUDA: the
+# trtllm image has it (TensorRT-LLM depends on it), so that flavour's environment sees the container's packages
+# and adds the backend's `torch` extra without the CPU build pinned for the development machines.
 COPY requirements/ requirements/
 COPY build/backend build/backend
-RUN python3 -m venv .venv-triton \
- && .venv-triton/bin/pip install --no-cache-dir -c requirements/triton-models.txt ./build/backend
+RUN if [ "$TRITON_FLAVOUR" = trtllm ]; then \
+      python3 -m venv --system-site-packages .venv-triton && backend="./build/backend[torch]"; \
+    else python3 -m venv .venv-triton && backend=./build/backend; fi \
+ && grep -v '^torch==' requirements/triton-models.txt > /tmp/model-constraints.txt \
+ && .venv-triton/bin/pip install --no-cache-dir -c /tmp/model-constraints.txt "$backend" \
+ && rm /tmp/model-constraints.txt
 
 # The orchestrator, on the same Python. Runtime dependencies only: the model compiler's torch stack stays out.
 COPY . .
