@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterator
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -75,18 +76,7 @@ class LanguageModel:
         produced = 0
         try:
             params = self._generation_params(request)
-            prompt, embed = self.prepare(request)
-            prompt_tokens = prompt.shape[1]
-            steps = generate(
-                self.decoder,
-                prompt,
-                params,
-                decode=lambda ids: self.tokenizer.decode(list(ids), skip_special_tokens=True),
-                eos_token_ids=self.eos_token_ids,
-                max_context=self.max_context,
-                embed=embed,
-                is_cancelled=lambda: self.closing.is_set() or sender.is_cancelled(),
-            )
+            prompt_tokens, steps = self.steps(request, params, lambda: self.closing.is_set() or sender.is_cancelled())
             for step in steps:
                 produced = step.completion_tokens
                 if step.finish_reason == "cancelled":
@@ -102,6 +92,22 @@ class LanguageModel:
                 return
             pb_utils.Logger.log_warn(f"{self.model_name}: request failed after {produced} tokens: {error}")
             sender.send(error_response(f"{self.model_name}: {error}", error), flags=FINAL)
+
+    def steps(self, request, params: GenerationParams, is_cancelled: Callable[[], bool]) -> tuple[int, Iterator[GenerationStep]]:
+        """The prompt's length and the generation's steps (the last one has its finish_reason); a subclass
+        generating elsewhere (an engine) overrides this."""
+        prompt, embed = self.prepare(request)
+        steps = generate(
+            self.decoder,
+            prompt,
+            params,
+            decode=lambda ids: self.tokenizer.decode(list(ids), skip_special_tokens=True),
+            eos_token_ids=self.eos_token_ids,
+            max_context=self.max_context,
+            embed=embed,
+            is_cancelled=is_cancelled,
+        )
+        return prompt.shape[1], steps
 
     def _generation_params(self, request) -> GenerationParams:
         max_tokens = int(input_scalar(request, "max_tokens", self.default_max_tokens))

@@ -9,6 +9,7 @@ What the engine's tensors mean, and where that is documented: thinkserve_backend
 from __future__ import annotations
 
 import uuid
+from typing import Iterator
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -17,8 +18,8 @@ from .. import trtllm
 from ..decoding import GenerationStep
 from ..images import ImagePreprocessing, pixels_of, place_images
 from ..relevance import yes_probability
-from .common import ModelParameters, error_response, input_images, input_strings, single_text
-from .generator import FINAL, LanguageModel
+from .common import ModelParameters, input_images, input_strings, single_text
+from .generator import LanguageModel
 from .prompt_classifier import PromptClassifierModel
 from .relevance import ImageRelevanceModel
 
@@ -134,52 +135,37 @@ class TrtllmLanguageModel(LanguageModel):
         text = single_text(input_strings(request, "text_input"), "text_input")
         return self.tokenizer.encode(text, add_special_tokens=False).ids, None
 
-    def _serve(self, request):
-        sender = request.get_response_sender()
-        produced = 0
-        try:
-            params = self._generation_params(request)
-            prompt_ids, table = self.engine_prompt(request)
-            prompt_tokens = len(prompt_ids)
-            budget = trtllm.generation_budget(prompt_tokens, params.max_tokens, self.max_context)
-            if budget == 0:  # the engine refuses request_output_len 0
-                sender.send(self._response(GenerationStep("", finish_reason="length"), prompt_tokens), flags=FINAL)
-                return
-            stream = trtllm.TrtllmStream(
-                lambda ids: self.tokenizer.decode(list(ids), skip_special_tokens=True),
-                params, budget, self.eos_token_ids, self.vocab_size,
-            )
-            request_id = f"{self.model_name}-{uuid.uuid4().hex}"
-            engine_request = _request(
-                self.engine_model,
-                trtllm.generation_inputs(prompt_ids, params, budget, self.options, table),
-                trtllm.STREAM_OUTPUTS,
-                self.tower.table_dtype if self.tower else "",
-                request_id,
-            )
-            responses = engine_request.exec(decoupled=True)
-            steps = trtllm.relay(
-                _outputs(responses, self.engine_model),
-                stream,
-                cancel=lambda: self._cancel(responses, request_id),
-                client_gone=lambda: self.closing.is_set() or sender.is_cancelled(),
-            )
-            for step in steps:
-                produced = step.completion_tokens
-                if step.finish_reason == "cancelled":
-                    pb_utils.Logger.log_info(
-                        f"{self.model_name}: request '{request.request_id()}' cancelled after {produced} tokens"
-                    )
-                    sender.send(flags=FINAL)
-                    return
-                sender.send(self._response(step, prompt_tokens), flags=FINAL if step.finish_reason else 0)
-            self._report_unmeasured(stream)
-        except Exception as error:
-            if sender.is_cancelled():
-                sender.send(flags=FINAL)
-                return
-            pb_utils.Logger.log_warn(f"{self.model_name}: request failed after {produced} tokens: {error}")
-            sender.send(error_response(f"{self.model_name}: {error}", error), flags=FINAL)
+    def steps(self, request, params, is_cancelled) -> tuple[int, Iterator[GenerationStep]]:
+        """One streamed engine request, its responses relayed as our steps (generator.py sends them)."""
+        prompt_ids, table = self.engine_prompt(request)
+        prompt_tokens = len(prompt_ids)
+        budget = trtllm.generation_budget(prompt_tokens, params.max_tokens, self.max_context)
+        if budget == 0:  # the engine refuses request_output_len 0
+            return prompt_tokens, iter([GenerationStep("", finish_reason="length")])
+        stream = trtllm.TrtllmStream(
+            lambda ids: self.tokenizer.decode(list(ids), skip_special_tokens=True),
+            params, budget, self.eos_token_ids, self.vocab_size,
+        )
+        request_id = f"{self.model_name}-{uuid.uuid4().hex}"
+        engine_request = _request(
+            self.engine_model,
+            trtllm.generation_inputs(prompt_ids, params, budget, self.options, table),
+            trtllm.STREAM_OUTPUTS,
+            self.tower.table_dtype if self.tower else "",
+            request_id,
+        )
+        responses = engine_request.exec(decoupled=True)
+        steps = trtllm.relay(
+            _outputs(responses, self.engine_model),
+            stream,
+            cancel=lambda: self._cancel(responses, request_id),
+            client_gone=is_cancelled,
+        )
+        return prompt_tokens, self._reported(steps, stream)
+
+    def _reported(self, steps: Iterator[GenerationStep], stream: trtllm.TrtllmStream) -> Iterator[GenerationStep]:
+        yield from steps
+        self._report_unmeasured(stream)
 
     def _cancel(self, responses, request_id: str):
         """Stop the engine's request: the BLS iterator's cancel() where the python backend has it, else the backend's
