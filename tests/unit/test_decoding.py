@@ -298,5 +298,5 @@ def test_batched_prefill_rows_equal_the_first_step_of_each_prompt(small_llm):
 
 
 def test_a_graph_exported_before_the_in_place_buffer_is_refused_with_the_reason(small_llm):
-    with pytest.raises(ValueError, match="predates the in-place KV buffer"):
+    with pytest.raises(ValueError, match="predates the KV buffer"):
         KVCacheDecoder(small_llm[1])

@@ -1,11 +1,12 @@
 """Autoregressive generation over an ONNX decoder with an explicit KV cache (LLM and VLM alike).
 
 The decoder graph (thinkserve_build.decoder_graph) takes `input_ids` or `inputs_embeds`, `position_ids`,
-`seqlens_k`, `total_sequence_length` and per layer a KV buffer `past_key_values.{i}.{key,value}`
-[b, kv_heads, capacity, head_dim]; it returns `logits` and the buffers with the step's keys and values written
-in (`present.*`). A generation binds one set of buffers as both past and present, so onnxruntime writes each
-step's keys and values in place and the cache never leaves it: a step costs no copy of the cache, only
-attention's reads of it (before, each step fed the whole cache in as numpy and got a grown copy back).
+`past_sequence_length` and per layer a KV buffer `past_key_values.{i}.{key,value}` [b, kv_heads, capacity,
+head_dim] whose first `past_sequence_length` positions are the cache; it returns `logits` and the step's new keys
+and values `new_key_values.{i}.{key,value}` [b, kv_heads, n, head_dim]. A generation owns its buffers: they are
+bound as the graph's inputs where they lie, and the new keys and values are written into them after each step,
+so the cache is never copied (before issue 16 each step fed the whole cache in as numpy and got a grown copy
+back, and the graph concatenated and repeated it per head).
 """
 
 from __future__ import annotations
@@ -20,19 +21,18 @@ from .sampling import choose_token
 from .text_stream import TextStream
 
 PAST_PREFIX = "past_key_values."
-PRESENT_PREFIX = "present."
-SHARED_BUFFER_INPUTS = ("position_ids", "seqlens_k", "total_sequence_length")
+NEW_PREFIX = "new_key_values."
 
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
-# A sequence's buffers start this many positions past its prompt and double when full (amortised O(1) a token;
-# the attention scratch of a step is proportional to the buffer, so it does not start at the model's context).
-_INITIAL_ROOM = 256
+# A sequence's buffers hold this many positions past what it needs and grow by as many when full: attention
+# reads the whole buffer (the unused part masked out), and each growth copies the cache once.
+_ROOM = 128
 
 
 @dataclass(frozen=True)
 class _Layer:
     past: str
-    present: str
+    new: str
     heads: int
     head_dim: int
     dtype: type
@@ -52,13 +52,12 @@ class KVCacheDecoder:
         past = [i for i in session.get_inputs() if i.name.startswith(PAST_PREFIX)]
         if not past:
             raise ValueError("decoder graph has no past_key_values.* inputs: it was exported without a KV cache")
-        missing = [name for name in SHARED_BUFFER_INPUTS if name not in names]
-        if missing:
-            raise ValueError(f"decoder graph lacks {missing}: it predates the in-place KV buffer; rebuild the model")
+        if "past_sequence_length" not in names:
+            raise ValueError("decoder graph lacks past_sequence_length: it predates the KV buffer; rebuild the model")
         self._layers = [
             _Layer(
                 spec.name,
-                PRESENT_PREFIX + spec.name[len(PAST_PREFIX) :],
+                NEW_PREFIX + spec.name[len(PAST_PREFIX) :],
                 spec.shape[1],
                 spec.shape[3],
                 _ORT_TYPES.get(spec.type, np.float32),
@@ -67,7 +66,7 @@ class KVCacheDecoder:
         ]
         self.vocab_size = session.get_outputs()[0].shape[-1]
         if not isinstance(self.vocab_size, int):
-            raise ValueError(f"decoder graph's logits have no fixed vocabulary size (shape {session.get_outputs()[0].shape})")
+            raise ValueError(f"decoder graph's logits have no fixed vocabulary size ({session.get_outputs()[0].shape})")
 
     def prefill_logits(self, inputs: np.ndarray) -> np.ndarray:
         """Next-token logits [b, vocab] after each of `b` prompts of one length (ids [b, n] or embeddings
@@ -76,12 +75,9 @@ class KVCacheDecoder:
         feeds = {
             self.primary_input: inputs,
             "position_ids": np.tile(np.arange(length, dtype=np.int64), (batch, 1)),
-            "seqlens_k": np.full(batch, length - 1, dtype=np.int32),
-            "total_sequence_length": np.array(length, dtype=np.int32),
-            **{
-                layer.past: np.zeros((batch, layer.heads, 0, layer.head_dim), dtype=layer.dtype)
-                for layer in self._layers
-            },
+            "past_sequence_length": np.array(0, dtype=np.int64),
+            # an empty cache: one masked-out position (a zero-length buffer would need zero-sized products)
+            **{layer.past: np.zeros((batch, layer.heads, 1, layer.head_dim), dtype=layer.dtype) for layer in self._layers},
         }
         return self.session.run(["logits"], feeds)[0][:, -1]
 
@@ -96,9 +92,9 @@ class DecodeSequence:
 
     def __init__(self, decoder: KVCacheDecoder):
         self._decoder = decoder
-        self._buffers: list[np.ndarray] = []  # the memory the OrtValues below point into
+        self._buffers: list[np.ndarray] = []
         self._binding = None
-        self._logits = np.empty((1, 0, decoder.vocab_size), dtype=np.float32)
+        self._outputs: list[np.ndarray] = []  # logits, then each layer's new keys and values, bound in place
         self.capacity = 0
         self.position = 0
 
@@ -108,28 +104,35 @@ class DecodeSequence:
         length = inputs.shape[1]
         total = self.position + length
         if total > self.capacity:
-            self._grow(max(2 * self.capacity, total + _INITIAL_ROOM))
+            self._grow(total + _ROOM)
         binding = self._binding
         # onnxruntime reads bound numpy inputs where they lie without holding them: keep them alive until the run.
         feeds = {
             decoder.primary_input: np.ascontiguousarray(inputs),
             "position_ids": np.arange(self.position, total, dtype=np.int64)[None, :],
-            "seqlens_k": np.array([total - 1], dtype=np.int32),
-            "total_sequence_length": np.array(total, dtype=np.int32),
+            "past_sequence_length": np.array(self.position, dtype=np.int64),
         }
         for name, value in feeds.items():
             binding.bind_cpu_input(name, value)
-        if self._logits.shape[1] != length:
-            self._logits = np.empty((1, length, decoder.vocab_size), dtype=np.float32)
-            binding.bind_output(
-                "logits", "cpu", 0, np.float32, list(self._logits.shape), self._logits.ctypes.data
-            )
+        if not self._outputs or self._outputs[0].shape[1] != length:
+            self._bind_outputs(length)
         decoder.session.run_with_iobinding(binding)
+        for buffer, new in zip(self._buffers, self._outputs[1:]):
+            buffer[:, :, self.position : total] = new
         self.position = total
-        return self._logits[0, -1].copy()  # the buffer is the next step's output
+        return self._outputs[0][0, -1].copy()  # the array is the next step's output
+
+    def _bind_outputs(self, length: int) -> None:
+        decoder = self._decoder
+        outputs = [np.empty((1, length, decoder.vocab_size), dtype=np.float32)]
+        outputs += [np.empty((1, layer.heads, length, layer.head_dim), dtype=layer.dtype) for layer in decoder._layers]
+        names = ["logits"] + [layer.new for layer in decoder._layers]
+        for name, array in zip(names, outputs):
+            self._binding.bind_output(name, "cpu", 0, array.dtype, list(array.shape), array.ctypes.data)
+        self._outputs = outputs
 
     def _grow(self, capacity: int) -> None:
-        """New buffers of `capacity` positions holding the cached ones, bound as both past and present."""
+        """New buffers of `capacity` positions holding the cached ones, bound as the graph's past."""
         decoder = self._decoder
         buffers = []
         for index, layer in enumerate(decoder._layers):
@@ -139,11 +142,9 @@ class DecodeSequence:
             buffers.append(buffer)
         binding = decoder.session.io_binding()
         for layer, buffer in zip(decoder._layers, buffers):
-            value = ort.OrtValue.ortvalue_from_numpy(buffer)
-            binding.bind_ortvalue_input(layer.past, value)
-            binding.bind_ortvalue_output(layer.present, value)
+            binding.bind_ortvalue_input(layer.past, ort.OrtValue.ortvalue_from_numpy(buffer))
         self._buffers, self._binding, self.capacity = buffers, binding, capacity
-        self._logits = np.empty((1, 0, decoder.vocab_size), dtype=np.float32)  # bound afresh on the new binding
+        self._outputs = []  # bound afresh on the new binding
 
 
 @dataclass(frozen=True)
