@@ -1,14 +1,16 @@
 """Tokens/s of the CPU decode loop (thinkserve_backend.decoding.generate), in process, at 64 / 256 / 1024 tokens,
-before and after issue 16 (the KV cache kept in one buffer that onnxruntime writes in place).
+before and after issue 16 (the KV cache kept in buffers the graph reads where they lie, never copied).
 
     python -m benchmarks.decode_loop [--tokens 64 256 1024] [--repeat 2] [--models tiny large] [--name decode_loop]
 
-Two loops, both driven by the same generate() (sampling, text stream), on graphs exported from the same weights:
+Three loops, all driven by the same generate() (sampling, text stream), on graphs exported from the same weights:
   before  the graph that grows the cache by concatenation (exported here as thinkserve_build exported it before
           issue 16), each step a session.run with the whole cache as numpy inputs and `present.*` back as new
           numpy arrays
+  bound   the same graph with IO binding: `present.*` fed back as onnxruntime values, no numpy conversion
+          (issue 16's option (i), measured and not taken)
   after   the graph thinkserve_build exports now (thinkserve_build.decoder_graph) with decoding.KVCacheDecoder:
-          one buffer per layer bound as both past and present, written in place
+          one buffer per layer bound as the graph's input, the step's new keys and values written into it
 Two decoders:
   tiny   the tiny profile's LLM (the `tiny-qwen2` recipe): `after` is model_repository/tiny/llm/1/decoder.onnx as
          served, `before` is exported from the recipe's checkpoint in the build cache
@@ -16,10 +18,11 @@ Two decoders:
          the KV cache is large (24 KiB a token) and copying it shows
 Exports are cached under .thinkserve/bench/decode_loop/. Greedy, eos ignored (no eos ids), a fixed 16-token
 prompt, max_context = prompt + the longest run; sessions made as Triton's model makes them (sessions.cpu_session,
-2 intra-op threads, no spinning). Each (model, tokens) is run `--repeat` times per loop, the loops interleaved,
-after one discarded warm-up. Reported: tokens/s of the whole generate() (prefill included), the mean time per
-token over the first and the last 64 decode steps of the longest run (a per-step cost that grows with the cache
-shows there), and whether both loops generated the same tokens.
+2 intra-op threads, no spinning). The loops run in lockstep, one token of each in turn (the order alternating
+between repeats), so that each position of each loop sees the same load on this shared machine; `--repeat`
+runs per (model, tokens) after one discarded warm-up. Reported: tokens/s of the whole generate() (prefill
+included), the median time per token over the first and the last 64 decode steps of the longest run (a
+per-step cost that grows with the cache shows there), and whether all loops generated the same tokens.
 """
 
 from __future__ import annotations
@@ -113,7 +116,7 @@ def large_decoders(vocab_size: int) -> dict[str, Path]:
     """The large random Qwen2 (seed 0) exported both ways, once each (the `after` export again when
     thinkserve_build.decoder_graph changes)."""
     folder = CACHE / ("qwen2-" + "-".join(str(v) for v in (*LARGE.values(), vocab_size)))
-    paths = {"before": folder / "concat" / "decoder.onnx", "after": folder / f"shared-{_export_code()}" / "decoder.onnx"}
+    paths = {"before": folder / "concat" / "decoder.onnx", "after": folder / f"after-{_export_code()}" / "decoder.onnx"}
     if all(path.exists() for path in paths.values()):
         return paths
     import torch
@@ -164,52 +167,96 @@ class SessionRunSequence:
         return outputs[0][0, -1]
 
 
-LOOPS = {"before": SessionRunDecoder, "after": KVCacheDecoder}
+class BoundConcatDecoder(SessionRunDecoder):
+    """Option (i) of issue 16, measured and not taken: the concatenating graph with IO binding, each step's
+    `present.*` bound as the next step's past as onnxruntime values (no numpy conversion of the cache; the
+    graph still concatenates a grown copy of it)."""
+
+    def sequence(self) -> "BoundConcatSequence":
+        return BoundConcatSequence(self)
 
 
-def run_once(decoder, prompt: np.ndarray, tokens: int, decode) -> tuple[list[float], list[int]]:
-    """Seconds from the call to each generated token (the first includes the prefill), and the tokens."""
+class BoundConcatSequence(SessionRunSequence):
+    def step(self, inputs: np.ndarray) -> np.ndarray:
+        session = self.decoder.session
+        total = self.position + inputs.shape[1]
+        feeds = {
+            "input_ids": inputs,
+            "attention_mask": np.ones((1, total), dtype=np.int64),
+            "position_ids": np.arange(self.position, total, dtype=np.int64)[None, :],
+        }
+        binding = session.io_binding()
+        for name, value in feeds.items():
+            binding.bind_cpu_input(name, value)
+        for name, value in self.cache.items():
+            if isinstance(value, np.ndarray):
+                binding.bind_cpu_input(name, value)
+            else:
+                binding.bind_ortvalue_input(name, value)
+        for name in self.decoder.outputs:
+            binding.bind_output(name, "cpu")
+        session.run_with_iobinding(binding)
+        outputs = binding.get_outputs()
+        self.cache = {spec.name: value for spec, value in zip(self.decoder.past, outputs[1:])}
+        self.position = total
+        return outputs[0].numpy()[0, -1]
+
+
+# loop -> (graph, decoder class): `before` and `bound` run the concatenating graph, `after` the one served now
+LOOPS = {"before": ("before", SessionRunDecoder), "bound": ("before", BoundConcatDecoder), "after": ("after", KVCacheDecoder)}
+
+
+def lockstep(decoders: dict, prompt: np.ndarray, tokens: int, decode, order: list[str]) -> dict:
+    """Run one generate() per loop, advanced a token at a time in turn (in `order`), so that every loop's step
+    at a position sees the same load on the machine. Seconds of each next() (the first includes the prefill)
+    and the tokens, per loop."""
     params = GenerationParams(max_tokens=tokens)
-    started = time.perf_counter()
-    stamps, ids = [], []
-    for step in generate(decoder, prompt, params, decode, eos_token_ids=[], max_context=PROMPT_TOKENS + tokens + 1):
-        stamps.append(time.perf_counter() - started)
-        ids.extend(step.token_ids)
-        if step.finish_reason:
-            break
-    if len(stamps) != tokens:
-        raise RuntimeError(f"expected {tokens} tokens, got {len(stamps)}")
-    return stamps, ids
+    runs = {
+        name: generate(decoders[name], prompt, params, decode, eos_token_ids=[], max_context=PROMPT_TOKENS + tokens + 1)
+        for name in order
+    }
+    seconds = {name: [] for name in order}
+    ids = {name: [] for name in order}
+    for _ in range(tokens):
+        for name in order:
+            started = time.perf_counter()
+            step = next(runs[name])
+            seconds[name].append(time.perf_counter() - started)
+            ids[name].extend(step.token_ids)
+    return {name: (seconds[name], ids[name]) for name in order}
 
 
 def measure(label: str, paths: dict[str, Path], token_counts: list[int], repeat: int, decode, vocab: int) -> dict:
     prompt = np.random.default_rng(7).integers(0, vocab, (1, PROMPT_TOKENS)).astype(np.int64)
-    decoders = {name: LOOPS[name](cpu_session(paths[name], 2)) for name in paths}
-    for decoder in decoders.values():  # warm-up: first-run allocations and graph caches
-        run_once(decoder, prompt, 16, decode)
+    sessions = {graph: cpu_session(path, 2) for graph, path in paths.items()}
+    decoders = {name: make(sessions[graph]) for name, (graph, make) in LOOPS.items()}
+    names = list(LOOPS)
+    lockstep(decoders, prompt, 16, decode, names)  # warm-up: first-run allocations and graph caches
     longest = max(token_counts)
     out = {
-        "decoders": {name: {"path": str(path), "mib": round(path.stat().st_size / 2**20, 1)} for name, path in paths.items()},
-        "runs": {},
+        "decoders": {graph: {"path": str(path), "mib": round(path.stat().st_size / 2**20, 1)} for graph, path in paths.items()},
+        "runs": {name: {} for name in names},
         "same_tokens": {},
     }
     for tokens in token_counts:
-        rows = {name: [] for name in decoders}
-        generated = {}
-        for _ in range(repeat):
-            for name, decoder in decoders.items():
-                stamps, ids = run_once(decoder, prompt, tokens, decode)
-                rows[name].append(stamps)
-                generated[name] = ids
-        out["same_tokens"][str(tokens)] = len({tuple(ids) for ids in generated.values()}) == 1
-        for name, runs in rows.items():
-            totals = [run[-1] for run in runs]
-            entry = {"tokens_per_s": [tokens / total for total in totals], "total_s": totals}
-            if tokens == longest:
-                steps = [np.diff(run) for run in runs]
-                entry["first_window_ms"] = [float(np.mean(s[:WINDOW]) * 1000) for s in steps]
-                entry["last_window_ms"] = [float(np.mean(s[-WINDOW:]) * 1000) for s in steps]
-            out["runs"].setdefault(name, {})[str(tokens)] = entry
+        samples = {name: [] for name in names}
+        same = True
+        for index in range(repeat):
+            order = names if index % 2 == 0 else names[::-1]  # alternate who goes first
+            result = lockstep(decoders, prompt, tokens, decode, order)
+            same = same and len({tuple(result[name][1]) for name in names}) == 1
+            for name in names:
+                samples[name].append(result[name][0])
+        out["same_tokens"][str(tokens)] = same
+        for name in names:
+            entry = {
+                "tokens_per_s": [tokens / sum(run) for run in samples[name]],
+                "total_s": [sum(run) for run in samples[name]],
+            }
+            if tokens == longest:  # decode steps only: the first next() holds the prefill
+                entry["first_window_ms"] = [float(np.median(run[1 : WINDOW + 1]) * 1000) for run in samples[name]]
+                entry["last_window_ms"] = [float(np.median(run[-WINDOW:]) * 1000) for run in samples[name]]
+            out["runs"][name][str(tokens)] = entry
             print(f"{label} {name} {tokens}: " + ", ".join(f"{t:.1f}" for t in entry["tokens_per_s"]) + " tok/s", flush=True)
     return out
 
@@ -224,10 +271,12 @@ def markdown(command: str, machine: dict, results: dict, token_counts: list[int]
         f"commit {machine['git_commit']}" + (f" (uncommitted changes in {len(dirty)} tracked files)" if dirty else "") + "  ",
         f"onnxruntime {machine['packages'].get('onnxruntime', '?')}, load average at the end {machine['load_average'][0]:.2f}",
         "",
-        "Greedy, eos ignored, 16-token prompt, prefill included; each figure is one run, the runs of the two loops",
-        "interleaved in one process. `before`: the concatenating graph, session.run with the cache as numpy each step;",
-        "`after`: the graph exported now, one KV buffer per layer written in place by onnxruntime (issue 16).",
-        "Timings on this shared 2-core machine vary by about a third between runs (other sessions use its cores).",
+        "Greedy, eos ignored, 16-token prompt, prefill included; each figure is one run; the three loops run in",
+        "lockstep in one process, one token of each in turn. `before`: the concatenating graph, session.run with the",
+        "cache as numpy each step; `bound`: the same graph with IO binding (the cache stays an onnxruntime value, the",
+        "graph still concatenates); `after`: the graph exported now, which reads one KV buffer per layer where it lies",
+        "and returns only the new keys and values (issue 16). ms/token: the median over the window. Timings on this shared",
+        "2-core machine vary by about a third between runs (other sessions use its cores).",
         "",
         f"| decoder | loop | tokens | tokens/s (each run) | ms/token, first {WINDOW} steps | ms/token, last {WINDOW} steps | same tokens |",
         "|---|---|---:|---|---:|---:|---|",
@@ -245,8 +294,8 @@ def markdown(command: str, machine: dict, results: dict, token_counts: list[int]
                 lines.append(f"| {label} | {name} | {tokens} | {rates} | {first} | {last} | {same} |")
     lines += ["", "Decoders:", ""]
     for label, result in results.items():
-        for name, decoder in result["decoders"].items():
-            lines.append(f"- {label} {name}: `{decoder['path']}` ({decoder['mib']} MiB)")
+        for graph, decoder in result["decoders"].items():
+            lines.append(f"- {label}, graph of `{graph}`: `{decoder['path']}` ({decoder['mib']} MiB)")
     return "\n".join(lines) + "\n"
 
 
