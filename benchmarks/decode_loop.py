@@ -59,38 +59,11 @@ def _decoder_wrapper(model):
 
 
 def export_concat_decoder(wrapper, path: Path) -> Path:
-    """The decoder graph as thinkserve_build exported it before issue 16: `attention_mask`, `position_ids` and
-    past [b, kv_heads, past, head_dim] in, present [b, kv_heads, past + n, head_dim] (a grown copy) out."""
-    import torch
-    from thinkserve_build import onnx_tools
+    """The decoder graph as thinkserve_build exported it before issue 16 (decoder_graph.export_concatenating)."""
+    from thinkserve_build import decoder_graph
 
-    config = wrapper.text_config
-    layers, kv_heads = config.num_hidden_layers, config.num_key_value_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    primary_name = "inputs_embeds" if wrapper.takes_embeddings else "input_ids"
-    if wrapper.takes_embeddings:
-        primary = torch.randn(1, 5, config.hidden_size)
-    else:
-        primary = torch.randint(0, config.vocab_size, (1, 5))
-    past_names = [f"past_key_values.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
-    present_names = [f"present.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
-    axes = {
-        primary_name: {0: "batch", 1: "sequence"},
-        "attention_mask": {0: "batch", 1: "total"},
-        "position_ids": {0: "batch", 1: "sequence"},
-        "logits": {0: "batch", 1: "sequence"},
-        **{name: {0: "batch", 2: "past"} for name in past_names},
-        **{name: {0: "batch", 2: "total"} for name in present_names},
-    }
-    args = (
-        primary,
-        torch.ones(1, 8, dtype=torch.long),
-        torch.arange(3, 8).unsqueeze(0),
-        *[torch.randn(1, kv_heads, 3, head_dim) for _ in past_names],
-    )
-    names = [primary_name, "attention_mask", "position_ids", *past_names]
     path.parent.mkdir(parents=True, exist_ok=True)
-    return onnx_tools.export(wrapper, args, path, names, ["logits", *present_names], axes)
+    return decoder_graph.export_concatenating(wrapper, path)
 
 
 def _export_code() -> str:

@@ -121,35 +121,11 @@ def test_image_features_replace_their_placeholder_tokens():
 
 
 def _concat_graph(wrapper, path):
-    """The decoder graph as exported before issue 16 (the cache grown by concatenation: `attention_mask`,
-    `position_ids`, past [1, kv_heads, past, head_dim] -> present [1, kv_heads, past + n, head_dim]), the
-    reference the in-place buffer is held to."""
-    import torch
-    from thinkserve_build import onnx_tools
+    """The decoder graph as exported before issue 16 (the cache grown by concatenation), the reference the
+    in-place buffer is held to."""
+    from thinkserve_build import decoder_graph, onnx_tools
 
-    config = wrapper.text_config
-    layers, kv_heads = config.num_hidden_layers, config.num_key_value_heads
-    head_dim = config.hidden_size // config.num_attention_heads
-    primary_name = "inputs_embeds" if wrapper.takes_embeddings else "input_ids"
-    primary = torch.randn(1, 5, config.hidden_size) if wrapper.takes_embeddings else torch.randint(0, config.vocab_size, (1, 5))
-    past_names = [f"past_key_values.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
-    present_names = [f"present.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
-    axes = {
-        primary_name: {0: "batch", 1: "sequence"},
-        "attention_mask": {0: "batch", 1: "total"},
-        "position_ids": {0: "batch", 1: "sequence"},
-        "logits": {0: "batch", 1: "sequence"},
-        **{name: {0: "batch", 2: "past"} for name in past_names},
-        **{name: {0: "batch", 2: "total"} for name in present_names},
-    }
-    args = (
-        primary,
-        torch.ones(1, 8, dtype=torch.long),
-        torch.arange(3, 8).unsqueeze(0),
-        *[torch.randn(1, kv_heads, 3, head_dim) for _ in past_names],
-    )
-    names = [primary_name, "attention_mask", "position_ids", *past_names]
-    return onnx_tools.session(onnx_tools.export(wrapper, args, path, names, ["logits", *present_names], axes))
+    return onnx_tools.session(decoder_graph.export_concatenating(wrapper, path))
 
 
 def _export_small_decoder(folder, takes_embeddings: bool):
