@@ -283,7 +283,8 @@ class StoredRecords(Sequence, Generic[R]):
         if self._count is not None and found != self._count:
             raise ValueError(f"{self.path} holds {found} records for {self._count} vectors")
 
-    def _row(self, index: int) -> R:
+    def _line_bounds(self) -> tuple[Any, np.ndarray]:
+        """The mapped file and each line's start and end, found once (a scan for line breaks, nothing decoded)."""
         lines = self._lines
         if lines is None:
             with self._lock:
@@ -293,18 +294,26 @@ class StoredRecords(Sequence, Generic[R]):
                         mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
                     ends = np.flatnonzero(np.frombuffer(mapped, dtype=np.uint8) == ord("\n"))
                     self._check(len(ends))
-                    self._lines = (mapped, np.stack([np.concatenate([[0], ends[:-1] + 1]), ends], axis=1))
+                    self._lines = (mapped, np.stack([np.concatenate([[0], ends[:-1] + 1]), ends], axis=1).reshape(-1, 2))
                 lines = self._lines
-        mapped, bounds = lines
+        return lines
+
+    def _row(self, index: int) -> R:
+        mapped, bounds = self._line_bounds()
         start, end = bounds[index]
         return self._parse(json.loads(mapped[start:end]))
 
     def __len__(self) -> int:
-        return self._count if self._count is not None else len(self.records)
+        """Without decoding a record: the count given, the decoded list's, or the file's lines (a query asks for the
+        length of a document's blocks, and must not decode a thousand of them for it)."""
+        if self._count is not None:
+            return self._count
+        records = self._records
+        return len(records) if records is not None else len(self._line_bounds()[1])
 
     def __getitem__(self, index):  # type: ignore[override]
         records = self._records
-        if records is not None or isinstance(index, slice) or self._count is None:
+        if records is not None or isinstance(index, slice):
             return (records if records is not None else self.records)[index]
         return self._row(index)
 

@@ -86,6 +86,17 @@ def test_opening_reads_no_record_and_a_query_reads_only_its_rows_documents(tmp_p
     assert list(loaded[0].blocks) == list(memory[0].blocks)
 
 
+def test_a_block_and_the_block_count_are_read_without_decoding_the_documents_blocks(tmp_path):
+    """The extractive answer checks which blocks of the evidence are titles on every query (evidence.headings):
+    decoding every block of each cited document took 0.7 s on a query over 1,000-chunk documents."""
+    memory = make_segment("doc.pdf", ["revenue grew north", "cost fell south", "the report 2024"], ENTITIES, dim=4, seed=1)
+    loaded = written(memory, tmp_path / "seg")
+    assert len(loaded.blocks) == len(memory.blocks) and loaded.blocks[-1] == memory.blocks[-1]
+    assert loaded.blocks[1] == memory.blocks[1] and loaded.blocks._records is None  # rows read from their lines
+    with pytest.raises(IndexError):
+        loaded.blocks[len(memory.blocks)]
+
+
 def damage_truncated(path: Path) -> None:
     path.write_bytes(path.read_bytes()[:40])
 
