@@ -52,18 +52,12 @@ LARGE = {
 }
 
 
-def _decoder_wrapper(model):
-    from thinkserve_build.export import KVCacheDecoderExport
-
-    return KVCacheDecoderExport(model.model, model.lm_head, model.config, takes_embeddings=False).eval()
-
-
-def export_concat_decoder(wrapper, path: Path) -> Path:
+def export_concat_decoder(model, path: Path) -> Path:
     """The decoder graph as thinkserve_build exported it before issue 16 (decoder_graph.export_concatenating)."""
     from thinkserve_build import decoder_graph
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    return decoder_graph.export_concatenating(wrapper, path)
+    return decoder_graph.export_concatenating(model.model, model.lm_head, model.config, False, path)
 
 
 def _export_code() -> str:
@@ -81,7 +75,7 @@ def tiny_decoders() -> dict[str, Path]:
     if not before.exists():
         from transformers import Qwen2ForCausalLM
 
-        export_concat_decoder(_decoder_wrapper(Qwen2ForCausalLM.from_pretrained(str(checkpoints[-1])).eval()), before)
+        export_concat_decoder(Qwen2ForCausalLM.from_pretrained(str(checkpoints[-1])).eval(), before)
     return {"before": before, "after": served}
 
 
@@ -93,19 +87,19 @@ def large_decoders(vocab_size: int) -> dict[str, Path]:
     if all(path.exists() for path in paths.values()):
         return paths
     import torch
-    from thinkserve_build.export import _export_decoder
+    from thinkserve_build import decoder_graph
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
     config = Qwen2Config(
         vocab_size=vocab_size, max_position_embeddings=4096, initializer_range=0.2, tie_word_embeddings=False, **LARGE
     )
-    wrapper = _decoder_wrapper(Qwen2ForCausalLM(config).eval())
+    model = Qwen2ForCausalLM(config).eval()
     if not paths["before"].exists():
-        export_concat_decoder(wrapper, paths["before"])
+        export_concat_decoder(model, paths["before"])
     if not paths["after"].exists():
         paths["after"].parent.mkdir(parents=True, exist_ok=True)
-        _export_decoder(wrapper, paths["after"].parent)
+        decoder_graph.export(model.model, model.lm_head, config, False, paths["after"])
     return paths
 
 

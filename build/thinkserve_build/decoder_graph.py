@@ -127,11 +127,42 @@ def export(backbone: nn.Module, lm_head: nn.Module, text_config, takes_embedding
         text_config._attn_implementation = previous
 
 
-def export_concatenating(wrapper, path: Path) -> Path:
-    """The decoder graph as it was exported before the buffer form (export.KVCacheDecoderExport: `attention_mask`,
+def _cache_layer(cache, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    if hasattr(cache, "layers"):  # transformers >= 4.56
+        return cache.layers[index].keys, cache.layers[index].values
+    return cache.key_cache[index], cache.value_cache[index]
+
+
+class ConcatenatingDecoder(nn.Module):
+    """The decoder step as it was exported before the buffer form: past_key_values.{i}.{key,value} in,
+    present.{i}.{key,value} (the past grown by the step, a copy) out."""
+
+    def __init__(self, backbone: nn.Module, lm_head: nn.Module, text_config, takes_embeddings: bool):
+        super().__init__()
+        self.backbone, self.lm_head, self.text_config = backbone, lm_head, text_config
+        self.takes_embeddings = takes_embeddings
+        self.num_layers = text_config.num_hidden_layers
+
+    def forward(self, primary, attention_mask, position_ids, *past):
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.text_config)
+        for layer in range(self.num_layers):
+            cache.update(past[2 * layer], past[2 * layer + 1], layer)
+        inputs = {"inputs_embeds": primary} if self.takes_embeddings else {"input_ids": primary}
+        output = self.backbone(
+            **inputs, attention_mask=attention_mask, position_ids=position_ids, past_key_values=cache, use_cache=True
+        )
+        present = [t for layer in range(self.num_layers) for t in _cache_layer(output.past_key_values, layer)]
+        return (self.lm_head(output.last_hidden_state), *present)
+
+
+def export_concatenating(backbone: nn.Module, lm_head: nn.Module, text_config, takes_embeddings: bool, path: Path) -> Path:
+    """The decoder graph as it was exported before the buffer form (ConcatenatingDecoder: `attention_mask`,
     `position_ids` and past [b, kv_heads, past, head_dim] in, present [b, kv_heads, past + n, head_dim], a grown
     copy, out): the reference the buffer graph is tested and benchmarked against, never served."""
-    config = wrapper.text_config
+    wrapper = ConcatenatingDecoder(backbone, lm_head, text_config, takes_embeddings).eval()
+    config = text_config
     layers, kv_heads = config.num_hidden_layers, config.num_key_value_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     primary_name = "inputs_embeds" if wrapper.takes_embeddings else "input_ids"

@@ -253,43 +253,6 @@ def export_page_encoder(location: str, spec: PageEncoderSpec, out: Path, formats
 # ---------------------------------------------------------------- decoders (LLM, VLM)
 
 
-def _cache_layer(cache, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-    if hasattr(cache, "layers"):  # transformers >= 4.56
-        return cache.layers[index].keys, cache.layers[index].values
-    return cache.key_cache[index], cache.value_cache[index]
-
-
-class KVCacheDecoderExport(nn.Module):
-    """Decoder step with the KV cache as flat tensors: past_key_values.{i}.{key,value} -> present.{i}.{key,value}."""
-
-    def __init__(self, backbone: nn.Module, lm_head: nn.Module, text_config, takes_embeddings: bool):
-        super().__init__()
-        self.backbone, self.lm_head, self.text_config = backbone, lm_head, text_config
-        self.takes_embeddings = takes_embeddings
-        self.num_layers = text_config.num_hidden_layers
-
-    def forward(self, primary, attention_mask, position_ids, *past):
-        from transformers import DynamicCache
-
-        cache = DynamicCache(config=self.text_config)
-        for layer in range(self.num_layers):
-            cache.update(past[2 * layer], past[2 * layer + 1], layer)
-        inputs = {"inputs_embeds": primary} if self.takes_embeddings else {"input_ids": primary}
-        output = self.backbone(
-            **inputs, attention_mask=attention_mask, position_ids=position_ids, past_key_values=cache, use_cache=True
-        )
-        present = [t for layer in range(self.num_layers) for t in _cache_layer(output.past_key_values, layer)]
-        return (self.lm_head(output.last_hidden_state), *present)
-
-
-def _export_decoder(decoder: KVCacheDecoderExport, out: Path) -> Path:
-    """The decoder's graph with a caller-allocated KV buffer written in place (decoder_graph), from the same
-    backbone and head as the wrapper."""
-    return decoder_graph.export(
-        decoder.backbone, decoder.lm_head, decoder.text_config, decoder.takes_embeddings, out / "decoder.onnx"
-    )
-
-
 def _eos_token_ids(tokenizer, model) -> list[int]:
     ids = set()
     configured = getattr(model.generation_config, "eos_token_id", None)
@@ -322,9 +285,7 @@ def _served_generators(
     if ONNX in formats:
         backbone = model.model.language_model if vision else model.model
         text_config = model.config.text_config if vision else model.config
-        facts["decoder_file"] = _export_decoder(
-            KVCacheDecoderExport(backbone, model.lm_head, text_config, takes_embeddings=vision).eval(), out
-        ).name
+        facts["decoder_file"] = decoder_graph.export(backbone, model.lm_head, text_config, vision, out / "decoder.onnx").name
         sessions = [onnx_tools.session(out / facts["decoder_file"])]
         if vision:
             facts.update(_export_vision_parts(model, out, image_size))

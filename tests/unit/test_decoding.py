@@ -120,19 +120,19 @@ def test_image_features_replace_their_placeholder_tokens():
 # ---------------------------------------------------------------- a real exported decoder
 
 
-def _concat_graph(wrapper, path):
+def _concat_graph(model, takes_embeddings: bool, path):
     """The decoder graph as exported before issue 16 (the cache grown by concatenation), the reference the
     in-place buffer is held to."""
     from thinkserve_build import decoder_graph, onnx_tools
 
-    return onnx_tools.session(decoder_graph.export_concatenating(wrapper, path))
+    graph = decoder_graph.export_concatenating(model.model, model.lm_head, model.config, takes_embeddings, path)
+    return onnx_tools.session(graph)
 
 
 def _export_small_decoder(folder, takes_embeddings: bool):
     """A small random Qwen2 exported twice: as served now, and as the concatenating graph of before."""
     import torch
-    from thinkserve_build import onnx_tools
-    from thinkserve_build.export import KVCacheDecoderExport, _export_decoder
+    from thinkserve_build import decoder_graph, onnx_tools
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(3)
@@ -141,10 +141,10 @@ def _export_small_decoder(folder, takes_embeddings: bool):
         num_key_value_heads=2, max_position_embeddings=512, initializer_range=0.2, tie_word_embeddings=False,
     )
     model = Qwen2ForCausalLM(config).eval()
-    wrapper = KVCacheDecoderExport(model.model, model.lm_head, config, takes_embeddings=takes_embeddings).eval()
-    decoder = KVCacheDecoder(onnx_tools.session(_export_decoder(wrapper, folder)))
+    graph = decoder_graph.export(model.model, model.lm_head, config, takes_embeddings, folder / "decoder.onnx")
+    decoder = KVCacheDecoder(onnx_tools.session(graph))
     table = model.get_input_embeddings().weight.detach().numpy()
-    return decoder, _concat_graph(wrapper, folder / "concat.onnx"), table
+    return decoder, _concat_graph(model, takes_embeddings, folder / "concat.onnx"), table
 
 
 @pytest.fixture(scope="module")
