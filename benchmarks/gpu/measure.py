@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import inspect
-import io
 import itertools
 import json
 import math
@@ -458,17 +457,11 @@ def exact_prompt(count: Callable[[str], int], positions: int, seed: int, words: 
     raise ValueError(f"cannot make a prompt of exactly {positions} positions with this tokenizer")
 
 
-def page_image(seed: int, size: tuple[int, int] = (331, 468)) -> bytes:
-    """A page-render-sized PNG (A4 at 40 dpi) with lines of text, as the VLM is sent pages."""
-    from PIL import Image, ImageDraw
+def page_image(seed: int) -> bytes:
+    """A page-render-sized PNG (A4 at 40 dpi) with lines of text, as the VLM is sent pages (the ceiling's own)."""
+    from orchestrator.bench.modes.ceiling import page_image as ceiling_page_image
 
-    image = Image.new("RGB", size, "white")
-    draw = ImageDraw.Draw(image)
-    for line in range(12):
-        draw.text((20, 20 + 34 * line), f"page {seed} line {line} revenue by region and quarter", fill="black")
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()
+    return ceiling_page_image(seed)
 
 
 @dataclass

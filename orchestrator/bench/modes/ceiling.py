@@ -97,7 +97,7 @@ class Plan:
         return " -> ".join(phases)
 
 
-def _image(seed: int) -> bytes:
+def page_image(seed: int) -> bytes:
     """A page-render-sized PNG (A4 at 40 dpi) with a few lines of text: what the VLM filter is sent."""
     from PIL import Image, ImageDraw
 
@@ -152,7 +152,7 @@ async def calibrate(models: TritonModels, plans: list[Plan]) -> None:
                 continue
             target = call.tokens_in // call.calls
             count = max(1, int(target * 0.7))
-            images = [_image(i) for i in range(max(0, call.items // call.calls - 1))] if call.model == contracts.VLM.name else []
+            images = [page_image(i) for i in range(max(0, call.items // call.calls - 1))] if call.model == contracts.VLM.name else []
             for _ in range(2):
                 prompt = _text(words, count, n)
                 achieved = await _prompt_tokens(models, prompt, images)
@@ -300,7 +300,7 @@ async def run_ceiling(session: BenchSession, questions: Sequence[WorkloadQuestio
     plans, capture_errors = await capture(session, questions, options)
     models = TritonModels(session.triton)
     await calibrate(models, plans)
-    images = [_image(i) for i in range(8)]
+    images = [page_image(i) for i in range(8)]
     fidelity = {}
     for plan in plans:
         for n, tokens in plan.achieved_tokens.items():
