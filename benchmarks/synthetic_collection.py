@@ -14,13 +14,14 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Optional
 
 import numpy as np
 
 from orchestrator.knowledge.chunking import Span
 from orchestrator.knowledge.documents import Block
 from orchestrator.knowledge.segments import DocumentRecord, EntityMention, EvidenceRecord, RelationMention, Segment
+from orchestrator.knowledge.sentences import TokenCounts
 from orchestrator.knowledge.store import ManifestEntry, write_manifest
 
 
@@ -125,9 +126,10 @@ class SyntheticCorpus:
         return out
 
 
-def write_collection(segments: Iterable[Segment], data_dir: Path, name: str) -> Path:
+def write_collection(segments: Iterable[Segment], data_dir: Path, name: str, count_tokens: Optional[TokenCounts] = None) -> Path:
     """Segments and a manifest on disk as commits would leave them (no index files, no assets): a collection
-    of any size without committing it document by document. Returns its folder."""
+    of any size without committing it document by document. With `count_tokens` (the embedder's) each
+    segment's answer sentences are cut and stored as the ingest does. Returns its folder."""
     root = data_dir / "collections" / name
     root.mkdir(parents=True)
     entries = []
@@ -135,6 +137,8 @@ def write_collection(segments: Iterable[Segment], data_dir: Path, name: str) -> 
         folder = root / f"seg-{segment.document.document_id}"
         (folder / "assets").mkdir(parents=True)
         (folder / "pages").mkdir()
+        if count_tokens is not None:
+            segment.cut_sentences(count_tokens)
         segment.write(folder)
         entries.append(ManifestEntry(segment.document.name, folder.name))
     write_manifest(root, len(entries), entries)

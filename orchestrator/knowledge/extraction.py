@@ -71,8 +71,13 @@ def normalize_entity_name(name: str) -> str:
     """
     if not isinstance(name, str):
         return ""
+    if name.isascii():  # NFKC leaves ASCII as it is and casefold is lower(): the router asks this for every word run
+        return _without_articles(" ".join(name.lower().split()).strip(_ASCII_EDGE_JUNK))
     text = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).casefold())
-    text = _strip_punctuation(" ".join(text.split()))
+    return _without_articles(_strip_punctuation(" ".join(text.split())))
+
+
+def _without_articles(text: str) -> str:
     stripped = True
     while stripped:  # all of them, so that a key normalises to itself ("a the b" -> "b")
         stripped = False
@@ -93,6 +98,9 @@ def _strip_punctuation(text: str) -> str:
 
 def _is_edge_junk(char: str) -> bool:
     return char.isspace() or unicodedata.category(char).startswith("P")
+
+
+_ASCII_EDGE_JUNK = "".join(chr(code) for code in range(128) if _is_edge_junk(chr(code)))
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -294,7 +294,7 @@ class Ingestor:
             warnings=tuple(parsed.warnings),
         )
         pages = [PageRecord(document_id, n, str(path.relative_to(staging))) for n, path in enumerate(parsed.page_images)]
-        return Segment(
+        segment = Segment(
             document=document,
             blocks=parsed.blocks,
             evidence=evidence,
@@ -308,6 +308,9 @@ class Ingestor:
             pages=pages,
             page_vectors=dict(zip(families, page_vectors)),
         )
+        with stages.timed("sentences"):  # what the extractive answer reads of each passage, cut once here
+            await asyncio.to_thread(segment.cut_sentences, self.tokenizer.counts)
+        return segment
 
     async def _describe(self, parsed: ParsedDocument, units: Sequence[int], staging: Path, timeout_s: Optional[float]) -> list[str]:
         """Caption + description per multimodal unit; the VLM describes when configured and an image exists."""

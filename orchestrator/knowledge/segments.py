@@ -11,6 +11,8 @@
         terms.npz        the evidence texts tokenised for BM25 (TermCounts) and each evidence row's page, so
                          opening a collection decodes and tokenises nothing (segments written before it have
                          none: their records are read and tokenised on first use)
+        sentences-v1.jsonl  each evidence row's answer sentences, cut and counted (sentences.py; segments
+                         written before it have none: a query cuts the sentences of the rows it reads)
         assets/          images of the document's figures and tables; pages/ holds the page renders
 
 Everything a document contributes lives in its segment, so deleting a document is dropping one folder from
@@ -44,6 +46,7 @@ from .chunking import Span
 from .documents import NO_PAGE, Block
 from .graph import DocumentGraph, MultimodalUnit
 from .lexical import LEXICAL_TERMS_VERSION, TermCounts
+from .sentences import SENTENCES_FILE, RecordSentences, TokenCounts, decode_row, encode_row, record_sentences
 
 log = logging.getLogger("thinkserve.knowledge")
 R = TypeVar("R")
@@ -136,6 +139,25 @@ class Segment:
     pages: list[PageRecord] = field(default_factory=list)
     page_vectors: dict[str, np.ndarray] = field(default_factory=dict)  # per page-encoder family
     folder: Optional[Path] = None  # set once written
+    # each evidence row's answer sentences (cut_sentences() before writing; read on first use when loaded); None:
+    # not cut, a query cuts the rows it reads
+    sentences: Optional[Sequence[RecordSentences]] = None
+
+    def cut_sentences(self, count: TokenCounts) -> None:
+        """Cut and count every evidence row's answer sentences, to be written with the segment."""
+        self.sentences = record_sentences(self.evidence, self.blocks, count)
+
+    def answer_sentences(self, row: int) -> RecordSentences:
+        """Evidence row `row`'s answer sentences and titles: stored, or cut now (not counted) when the segment has
+        none or its file cannot be read (logged once; the rest of the segment is not affected)."""
+        stored = self.sentences
+        if stored is not None:
+            try:
+                return stored[row]
+            except (OSError, ValueError, TypeError, IndexError) as error:  # a damaged or truncated file
+                log.warning("%s is not usable, answer sentences are cut at query time: %s", getattr(stored, "path", "sentences"), error)
+                self.sentences = None
+        return record_sentences([self.evidence[row]], self.blocks)[0]
 
     def write(self, folder: Path) -> None:
         """Write every file durably (fsync) into `folder`, which must already hold assets/ and pages/."""
@@ -152,6 +174,8 @@ class Segment:
         for family, vectors in self.page_vectors.items():
             _write_array(folder / f"pages-{family}.npy", vectors)
         _write_terms(folder / TERMS_FILE, self.term_counts, self.evidence_pages)
+        if self.sentences is not None:
+            write_durably(folder / SENTENCES_FILE, "".join(encode_row(row) + "\n" for row in self.sentences))
         for sub in ("assets", "pages"):
             for path in sorted((folder / sub).rglob("*")) if (folder / sub).exists() else ():
                 if path.is_file():
@@ -161,9 +185,10 @@ class Segment:
 
     def fault_in(self) -> None:
         """Read one value of each memory page of the vector tables queries read row by row (evidence, page
-        images): mapped from disk, each page would otherwise cost the first query that touches it a page fault,
-        a disk read after a restart (several milliseconds per query until most pages were touched). Once per
-        segment: a commit's snapshot faults in only the document it adds."""
+        images), and find the lines of the record files they read row by row (evidence, answer sentences,
+        blocks): mapped from disk, each page would otherwise cost the first query that touches it a page fault,
+        a disk read after a restart (several milliseconds per query until most pages were touched), and each
+        file a scan. Once per segment: a commit's snapshot faults in only the document it adds."""
         self._faulted_in
 
     @functools.cached_property
@@ -172,6 +197,12 @@ class Segment:
             flat = np.asarray(table).reshape(-1)
             if flat.size:
                 float(flat[:: max(1, mmap.PAGESIZE // flat.itemsize)].sum())
+        for records in (self.evidence, self.sentences, self.blocks):
+            if isinstance(records, StoredRecords):
+                try:
+                    records.find_lines()
+                except (OSError, ValueError) as error:  # read again (and reported) when a query asks for a row
+                    log.warning("%s: %s", records.path, error)
         return True
 
     @functools.cached_property
@@ -236,6 +267,7 @@ class Segment:
             path.stem.removeprefix("pages-"): _mapped(path) for path in sorted(folder.glob("pages-*.npy"))
         }
         evidence_vectors = _mapped(folder / "evidence.npy")  # row-aligned with evidence.jsonl: its length
+        sentences = folder / SENTENCES_FILE
         return cls(
             document=DocumentRecord(**document),
             blocks=StoredRecords(folder / "blocks.jsonl", _block),
@@ -250,6 +282,7 @@ class Segment:
             pages=[PageRecord(**row) for row in _read_jsonl(folder / "pages.jsonl")],
             page_vectors=page_vectors,
             folder=folder,
+            sentences=StoredRecords(sentences, decode_row, count=len(evidence_vectors)) if sentences.exists() else None,
         )
 
 
@@ -260,7 +293,7 @@ class StoredRecords(Sequence, Generic[R]):
     starts found once): a query after a restart reads a few rows of many segments, and should not decode
     every record of each."""
 
-    def __init__(self, path: Path, parse: Callable[[dict[str, Any]], R], count: Optional[int] = None):
+    def __init__(self, path: Path, parse: Callable[[Any], R], count: Optional[int] = None):
         """`count`: the number of records when it is known without reading them (the rows of their vectors)."""
         self.path = path
         self._parse = parse
@@ -282,6 +315,12 @@ class StoredRecords(Sequence, Generic[R]):
     def _check(self, found: int) -> None:
         if self._count is not None and found != self._count:
             raise ValueError(f"{self.path} holds {found} records for {self._count} vectors")
+
+    def find_lines(self) -> None:
+        """Find each line of the file now (unless its records are decoded already), so that the first row asked
+        for costs a row's decoding and no scan of the file."""
+        if self._records is None:
+            self._line_bounds()
 
     def _line_bounds(self) -> tuple[Any, np.ndarray]:
         """The mapped file and each line's start and end, found once (a scan for line breaks, nothing decoded)."""

@@ -45,6 +45,7 @@ from .indexes import IndexSpec, VectorIndex
 from .lexical import BM25Index
 from .reaper import REAPER
 from .segments import DocumentRecord, EvidenceRecord, PageRecord, Segment, fsync_path, write_durably
+from .sentences import RecordSentences
 from .writer_lock import WriterLock
 
 log = logging.getLogger("thinkserve.knowledge")
@@ -938,13 +939,22 @@ class EvidenceRows(Sequence[EvidenceRecord]):
     def __getitem__(self, row):  # type: ignore[override]
         if isinstance(row, slice):
             return [self[r] for r in range(*row.indices(len(self)))]
+        segment, local = self._locate(row)
+        return segment.evidence[local]
+
+    def answer_sentences(self, row: int) -> RecordSentences:
+        """The row's answer sentences and titles, as its segment stored them (cut now for a segment without them)."""
+        segment, local = self._locate(row)
+        return segment.answer_sentences(local)
+
+    def _locate(self, row: int) -> tuple[Segment, int]:
         row = int(row)
         if row < 0:
             row += len(self)
         if not 0 <= row < len(self):
             raise IndexError(f"evidence row {row} of {len(self)}")
         number = int(np.searchsorted(self.starts, row, side="right")) - 1
-        return self.segments[number].evidence[row - int(self.starts[number])]
+        return self.segments[number], row - int(self.starts[number])
 
     def __iter__(self) -> Iterator[EvidenceRecord]:
         return itertools.chain.from_iterable(segment.evidence for segment in self.segments)

@@ -141,9 +141,12 @@ class StageModels:
                 if not task.done():
                     task.cancel()
 
-    async def embed(self, texts: Sequence[str], timeout_s: Optional[float] = None) -> np.ndarray:
+    async def embed(
+        self, texts: Sequence[str], timeout_s: Optional[float] = None, tokens: Optional[Callable[[], int]] = None,
+    ) -> np.ndarray:
+        """`tokens`: the input's token count when the caller knows it better (counted at commit time)."""
         return await self._counted(contracts.TEXT_EMBEDDER.name, len(texts), self.models.embed(texts, timeout_s),
-                                   lambda: self.count_tokens(texts))
+                                   tokens or (lambda: self.count_tokens(texts)))
 
     async def rerank(self, query: str, passages: Sequence[str], timeout_s: Optional[float] = None) -> np.ndarray:
         return await self._counted(contracts.RERANKER.name, len(passages), self.models.rerank(query, passages, timeout_s),

@@ -59,16 +59,3 @@ def answering_order(items: Sequence[EvidenceItem]) -> list[EvidenceItem]:
     text = [item for item in items if item.record.kind != "page"]
     pages = [item for item in items if item.record.kind == "page"]
     return text[:1] + pages + text[1:]
-
-
-def headings(snapshot: Snapshot, items: Sequence[EvidenceItem]) -> set[str]:
-    """The titles inside the evidence (title blocks it spans): never an answer sentence."""
-    titles = set()
-    for item in items:
-        if item.record.kind == "page":
-            continue
-        blocks = snapshot.segment(item.record.document_id).blocks
-        titles.update(
-            blocks[s.block].content for s in item.record.spans if 0 <= s.block < len(blocks) and blocks[s.block].type == "title"
-        )
-    return titles

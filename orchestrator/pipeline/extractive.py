@@ -11,23 +11,22 @@ says so.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from typing import Collection, Iterable, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Collection, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
 from ..config import AnswerSettings
 from ..errors import ThinkServeError
 from ..knowledge.chunking import Span
-from ..knowledge.text import STOP_WORDS, split_sentences
 from ..knowledge.lexical import lexical_terms
 from ..knowledge.segments import EvidenceRecord
+from ..knowledge.sentences import NO_SPAN, CutSentence, cut_sentences, located_texts
+from ..knowledge.text import STOP_WORDS
 from .accounting import StageModels
 from .events import Citation, EvidenceItem
 
 LEXICAL_BONUS = 0.15  # added for sharing every content word of the question
-MAX_SENTENCE_CHARS = 400
-MIN_SENTENCE_WORDS = 4  # shorter "sentences" are labels, not answers
 
 
 @dataclass(frozen=True)
@@ -36,11 +35,13 @@ class Sentence:
     rank: int  # evidence rank it comes from
     position: int  # order within that evidence
     span: Optional[Span] = None  # the block of the evidence it is cut from (page, bbox)
+    tokens: Optional[int] = field(default=None, compare=False)  # the embedder's tokens, when counted at commit time
+    stored_terms: Optional[frozenset[str]] = field(default=None, repr=False, compare=False)  # its terms, when stored
 
     @functools.cached_property
     def terms(self) -> frozenset[str]:
         """Its words, as BM25 reads them: shortlisting and choosing both compare them with the question's."""
-        return frozenset(lexical_terms(self.text))
+        return self.stored_terms if self.stored_terms is not None else frozenset(lexical_terms(self.text))
 
 
 @dataclass(frozen=True)
@@ -51,47 +52,43 @@ class ExtractiveAnswer:
     note: str = ""  # set when the embedder could not be used
 
 
-Located = tuple[str, Optional[Span]]  # a text and the block it comes from, when known
+# a rank, its sentences as cut (sentences.py) and the spans their indexes name
+RankedSentences = tuple[int, Sequence[CutSentence], Sequence[Span]]
 
 
-def candidate_sentences(items: Sequence[EvidenceItem], headings: Collection[str] = ()) -> list[Sentence]:
+def candidate_sentences(
+    items: Sequence[EvidenceItem], headings: Collection[str] = (), stored: Mapping[int, Sequence[CutSentence]] = {},
+) -> list[Sentence]:
     """Every sentence of the evidence (and of its visual descriptions) that can answer something: headings
-    (the titles the evidence spans, and its section path) and fragments are left out."""
+    (the titles the evidence spans, and its section path) and fragments are left out. `stored`: the sentences
+    of an item's record cut at commit time, by rank (the others are cut now)."""
     seen = {" ".join(h.split()).casefold() for h in headings}
     seen |= {part.strip().casefold() for item in items for part in item.record.section.split(">")}
-    ranked = [(item.rank, located_texts(item)) for item in items]
-    return sentences_of(ranked, seen)
+    return sentences_of([_item_sentences(item, stored) for item in items], seen)
 
 
-def located_texts(item: EvidenceItem) -> list[Located]:
-    """The item's text block by block (a passage records where each of its blocks sits in its text; older
-    records do not, and are one text at their first block), then the VLM's description at the first block."""
+def _item_sentences(item: EvidenceItem, stored: Mapping[int, Sequence[CutSentence]]) -> RankedSentences:
+    """The record's sentences, then the VLM's description's (at the record's first block)."""
     record = item.record
-    first = record.spans[0] if record.spans else None
-    texts: list[Located] = [(record.text[s.start : s.end], s) for s in record.spans if s.end > s.start]
-    if not texts:
-        texts = [(record.text, first)]
+    cut = list(stored[item.rank] if item.rank in stored else cut_sentences(located_texts(record)))
     if item.perception:
-        texts.append((item.perception, first))
-    return texts
+        cut += cut_sentences([(item.perception, 0 if record.spans else NO_SPAN)])
+    return item.rank, cut, record.spans
 
 
-def sentences_of(ranked_texts: Iterable[tuple[int, Sequence[Located]]], seen: set[str]) -> list[Sentence]:
-    """The sentences of each rank's texts, in order: fragments (under MIN_SENTENCE_WORDS words) and anything in
-    `seen` (which grows) left out, long sentences cut to MAX_SENTENCE_CHARS."""
+def sentences_of(ranked: Iterable[RankedSentences], seen: set[str]) -> list[Sentence]:
+    """The sentences of each rank, in order, less anything in `seen` (which grows: a sentence repeated by a
+    later item is left to the first)."""
     sentences: list[Sentence] = []
-    for rank, texts in ranked_texts:
+    for rank, cut, spans in ranked:
         position = 0
-        for text, span in texts:
-            for sentence in split_sentences(text or ""):
-                sentence = " ".join(sentence.split())
-                if len(sentence.split()) < MIN_SENTENCE_WORDS or sentence.casefold() in seen:
-                    continue
-                seen.add(sentence.casefold())
-                if len(sentence) > MAX_SENTENCE_CHARS:
-                    sentence = sentence[: MAX_SENTENCE_CHARS - 1].rstrip() + "…"
-                sentences.append(Sentence(sentence, rank, position, span))
-                position += 1
+        for sentence in cut:
+            if sentence.key in seen:
+                continue
+            seen.add(sentence.key)
+            span = spans[sentence.span] if sentence.span != NO_SPAN else None
+            sentences.append(Sentence(sentence.text, rank, position, span, sentence.tokens, sentence.terms))
+            position += 1
     return sentences
 
 
@@ -141,6 +138,12 @@ def choose(
     return best
 
 
+def _token_count(sentences: Sequence[Sentence], count: Callable[[Sequence[str]], int]) -> Callable[[], int]:
+    """The embedder's tokens of the sentences: those counted at commit time, the others counted when asked."""
+    known = sum(s.tokens for s in sentences if s.tokens is not None)
+    return lambda: known + count([s.text for s in sentences if s.tokens is None])
+
+
 def compose(chosen: Sequence[tuple[Sentence, float]]) -> tuple[str, tuple[int, ...]]:
     text = " ".join(f"{sentence.text} [{sentence.rank}]" for sentence, _ in chosen)
     return text, tuple(dict.fromkeys(sentence.rank for sentence, _ in chosen))
@@ -165,14 +168,17 @@ async def extractive_answer(
     settings: AnswerSettings,
     timeout_s: float,
     headings: Collection[str] = (),
+    stored: Mapping[int, Sequence[CutSentence]] = {},
 ) -> ExtractiveAnswer:
-    sentences = shortlist(question, candidate_sentences(items, headings), settings.extractive_candidates)
+    """`stored`: the sentences of an item's record cut at commit time, by rank (Segment.answer_sentences)."""
+    sentences = shortlist(question, candidate_sentences(items, headings, stored), settings.extractive_candidates)
     if not sentences:
         return ExtractiveAnswer("", (), ())
     similarities, note = None, ""
     if question_vector is not None:
         try:
-            vectors = await models.embed([s.text for s in sentences], timeout_s)
+            texts = [s.text for s in sentences]
+            vectors = await models.embed(texts, timeout_s, tokens=_token_count(sentences, models.count_tokens))
             similarities = vectors @ np.asarray(question_vector, dtype=np.float32)
         except ThinkServeError as error:
             note = f"sentences ranked by shared words only (embedder unavailable: {error})"

@@ -44,7 +44,7 @@ from .events import (
     UncertaintyReport,
     Usage,
 )
-from .evidence import answering_order, evidence_items, headings
+from .evidence import answering_order, evidence_items
 from .extractive import extractive_answer, sentence_citations
 from .fusion import ScoredCandidate, blend_rerank
 from .pages import PageHit, filter_pages, search_pages
@@ -85,6 +85,7 @@ class _Query:
     plan: Optional[QueryPlan] = None
     vector: Optional[np.ndarray] = None  # the question's embedding
     items: list[EvidenceItem] = field(default_factory=list)
+    rows: dict[int, int] = field(default_factory=dict)  # an item's evidence row in the snapshot, by rank
     # the answer, as whichever answerer produces it
     text: str = ""
     source: str = ""
@@ -182,7 +183,9 @@ class QueryPipeline:
 
         ranked, pages, best_similarity = await self._retrieve(q)
         with q.timer.stage("context"):
-            q.items = evidence_items(snapshot, ranked[: q.plan.evidence_k], pages, self.settings.retrieval.context_blocks)
+            selected = ranked[: q.plan.evidence_k]
+            q.items = evidence_items(snapshot, selected, pages, self.settings.retrieval.context_blocks)
+            q.rows = {rank: candidate.row for rank, candidate in enumerate(selected, 1)}
         answerable = best_similarity >= self.settings.retrieval.min_similarity or any(
             (hit.relevance or 0.0) >= self.settings.pages.min_relevance for hit in pages
         )
@@ -291,9 +294,10 @@ class QueryPipeline:
 
     async def _extractive(self, q: _Query, standing_in_because: str = "") -> AsyncIterator[AnswerDeltaEvent]:
         with q.timer.stage("answer"):
+            stored = {rank: q.snapshot.evidence.answer_sentences(row) for rank, row in q.rows.items()}
             extracted = await extractive_answer(
                 self._models(q, "answer"), q.question, q.vector, q.items, self.settings.answer, max(0.05, q.left()),
-                headings(q.snapshot, q.items),
+                {title for cut in stored.values() for title in cut.titles}, {rank: cut.sentences for rank, cut in stored.items()},
             )
         q.text, q.source, q.finish_reason = extracted.text or NO_SENTENCE, "extractive", "extracted"
         q.citations = sentence_citations(extracted.sentences, {item.rank: item.record for item in q.items})

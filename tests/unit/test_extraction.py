@@ -5,6 +5,7 @@ import json
 import random
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from orchestrator.knowledge.documents import Block
 from orchestrator.knowledge.extraction import (
@@ -50,6 +51,33 @@ from orchestrator.prompts import extraction_prompt
 )
 def test_normalize_entity_name(name, key):
     assert normalize_entity_name(name) == key
+
+
+@settings(max_examples=300)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=40))
+def test_the_ascii_path_of_the_key_equals_the_unicode_one(name):
+    """ASCII names skip NFKC and casefold (the router normalises every word run of a question): same key."""
+    import unicodedata
+
+    def edge(char: str) -> bool:
+        return char.isspace() or unicodedata.category(char).startswith("P")
+
+    def strip(text: str) -> str:
+        start, end = 0, len(text)
+        while start < end and edge(text[start]):
+            start += 1
+        while end > start and edge(text[end - 1]):
+            end -= 1
+        return text[start:end]
+
+    text = strip(" ".join(unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).casefold()).split()))
+    stripped = True
+    while stripped:
+        stripped = False
+        for article in ("the ", "a ", "an "):
+            if text.startswith(article) and len(text) > len(article):
+                text, stripped = strip(text[len(article):]), True
+    assert normalize_entity_name(name) == text
 
 
 def test_normalize_entity_name_is_idempotent():

@@ -20,6 +20,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from benchmarks.own_time import COLLECTION, InstantModels
 from benchmarks.synthetic_collection import CollectionShape, SyntheticCorpus, write_collection
 from orchestrator.config import ROUTE_NAMES, Settings
@@ -35,16 +37,19 @@ RECORDED = Path(__file__).with_name("recorded_answers.json")
 SHAPE = CollectionShape(documents=6, chunks_per_document=60, vocabulary=3000, entity_pool=400, seed=3)
 
 
-def _pipeline(data_dir: Path, models) -> QueryPipeline:
-    write_collection(SyntheticCorpus(SHAPE).segments(), data_dir, COLLECTION)
+def _pipeline(data_dir: Path, models, sentences_stored: bool = True) -> QueryPipeline:
+    """`sentences_stored`: the segments' answer sentences cut when written (as the ingest does), or not (as
+    segments written before that were: a query cuts them)."""
     settings = Settings.load(overrides={"triton": {"model_repository": str(MODEL_REPOSITORY)}})
+    tokenizer = PlainTokenizer(settings.tokenizer_file, "ingest.tokenizer")
+    write_collection(SyntheticCorpus(SHAPE).segments(), data_dir, COLLECTION, tokenizer.counts if sentences_stored else None)
     knowledge = KnowledgeBase(data_dir, index_spec(settings.index))
-    return QueryPipeline(settings, models, knowledge, PlainTokenizer(settings.tokenizer_file, "ingest.tokenizer"))
+    return QueryPipeline(settings, models, knowledge, tokenizer)
 
 
-def _answers(data_dir: Path) -> list[dict]:
+def _answers(data_dir: Path, sentences_stored: bool) -> list[dict]:
     models = InstantModels(SHAPE.dimension)
-    pipeline = _pipeline(data_dir, models)
+    pipeline = _pipeline(data_dir, models, sentences_stored)
 
     async def ask_all() -> list[dict]:
         out = []
@@ -76,9 +81,10 @@ def _answers(data_dir: Path) -> list[dict]:
         pipeline.close()
 
 
-def test_every_route_returns_the_recorded_evidence_and_answers(tmp_path):
-    answers = _answers(tmp_path)
-    if os.environ.get("THINKSERVE_RECORD_ANSWERS"):
+@pytest.mark.parametrize("sentences_stored", [True, False], ids=["sentences-stored", "sentences-cut-at-query-time"])
+def test_every_route_returns_the_recorded_evidence_and_answers(tmp_path, sentences_stored):
+    answers = _answers(tmp_path, sentences_stored)
+    if os.environ.get("THINKSERVE_RECORD_ANSWERS") and sentences_stored:
         RECORDED.write_text(json.dumps(answers, indent=0) + "\n")
     recorded = json.loads(RECORDED.read_text())
     assert len(answers) == len(recorded) == 60
