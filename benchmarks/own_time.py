@@ -17,7 +17,8 @@ work).
 Measured in one run, per route (Simple, Moderate, Complex; extractive answer, the default settings):
   steady   own time per query once everything is built: p50, p95, p99 and per stage
   at once  the Simple route again with models that take no time at all: bookkeeping the pipeline does while
-           a model computes (token counts) then counts as its own
+           a model computes (token counts) then counts as its own; and alternating question by question, the
+           answer sentences read as stored at commit time or cut per query (as before they were stored)
   start    the first query after the collection is opened (the server's start), against steady and against
            the same question asked again once everything is warm (a question's own time depends on the
            question: the first one is heavier than most, warm or not)
@@ -171,6 +172,25 @@ async def profile_queries(
     return reports
 
 
+async def sentences_ab(pipeline: QueryPipeline, models: InstantModels, questions: list[SyntheticQuestion]) -> dict:
+    """Simple queries with the answer sentences read as stored and cut per query (as for segments written before
+    they were stored), alternating question by question in this one process: the change measured apart from
+    this machine's drift from one minute to the next (with the models as they are set: at once here)."""
+    segments = pipeline.knowledge.collection(COLLECTION).snapshot.segments
+    stored = [segment.sentences for segment in segments]
+    own: dict[str, list[float]] = {"stored": [], "cut": []}
+    try:
+        for number, question in enumerate(questions):
+            for variant in ("stored", "cut") if number % 2 == 0 else ("cut", "stored"):
+                for segment, sentences in zip(segments, stored):
+                    segment.sentences = sentences if variant == "stored" else None
+                own[variant].append(own_ms(await ask(pipeline, models, question, "simple")) / 1000)
+    finally:
+        for segment, sentences in zip(segments, stored):
+            segment.sentences = sentences
+    return {variant: summarize(seconds) for variant, seconds in own.items()}
+
+
 async def measure(
     settings: Settings, knowledge: KnowledgeBase, models: InstantModels, corpus: SyntheticCorpus, args: argparse.Namespace,
     first_questions: list[SyntheticQuestion], questions: list[SyntheticQuestion], result: dict,
@@ -198,6 +218,9 @@ async def measure(
     latency_s, models.latency_s = models.latency_s, 0.0
     result["simple_at_once"] = route_summary([await ask(pipeline, models, question, "simple") for question in questions])
     print(f"* simple, models at once: own time p50 {result['simple_at_once']['own']['p50_ms']:.2f} ms", flush=True)
+    result["sentences_ab"] = await sentences_ab(pipeline, models, questions)
+    print(f"* simple, answer sentences stored / cut per query, alternating: p50 {result['sentences_ab']['stored']['p50_ms']:.2f} / "
+          f"{result['sentences_ab']['cut']['p50_ms']:.2f} ms", flush=True)
     if args.profile:
         result["profile_route"] = args.profile_route
         result["profile_simple"] = await profile_queries(pipeline, models, questions, args.profile_route)
@@ -317,6 +340,15 @@ def markdown(result: dict) -> str:
         f"{result['published_s']:.1f} s after the commit began (built); the first query on it {result['first_after_commit_ms']:.1f} ms = "
         f"{result['first_after_commit_ms'] / steady:.2f}x the steady p50, {result['first_after_commit_vs_same_question']:.2f}x the same "
         "question asked again on the last snapshot (goal: within 1.5x)",
+    ]
+    ab = result.get("sentences_ab")
+    if ab:
+        lines.append(
+            "- Simple, alternating question by question in this process (models at once, so that token counts show): answer sentences read as "
+            f"stored at commit time p50 {ab['stored']['p50_ms']:.2f} ms (p99 {ab['stored']['p99_ms']:.2f}), cut and counted per query as "
+            f"before (segments written without them) {ab['cut']['p50_ms']:.2f} ms (p99 {ab['cut']['p99_ms']:.2f}): "
+            f"{ab['cut']['p50_ms'] / ab['stored']['p50_ms']:.2f}x")
+    lines += [
         "",
         "Own time per stage, p50 ms (`cost.orchestrator_ms_by_stage`):",
         "",

@@ -52,4 +52,5 @@ def test_own_time_reports_every_route_the_first_queries_and_a_profile(tmp_path):
     assert result["first_after_start_ms"] > 0 and result["first_after_commit_ms"] > 0
     assert result["first_question_steady_ms"] > 0 and all(r["same_question_steady_ms"] > 0 for r in result["commits"])
     assert result["first_after_commit_vs_same_question"] > 0
+    assert all(result["sentences_ab"][variant]["count"] == 12 for variant in ("stored", "cut"))
     assert "retrieve" in result["profile_simple"]["retrieval"] and "QueryPipeline.run" in result["profile_simple"]["pipeline"]
