@@ -185,8 +185,8 @@ class Segment:
 
     def fault_in(self) -> None:
         """Read one value of each memory page of the vector tables queries read row by row (evidence, page
-        images), and find the lines of the record files they read row by row (evidence, answer sentences,
-        blocks): mapped from disk, each page would otherwise cost the first query that touches it a page fault,
+        images), and find the lines of the record files they read row by row (evidence, answer sentences):
+        mapped from disk, each page would otherwise cost the first query that touches it a page fault,
         a disk read after a restart (several milliseconds per query until most pages were touched), and each
         file a scan. Once per segment: a commit's snapshot faults in only the document it adds."""
         self._faulted_in
@@ -197,7 +197,7 @@ class Segment:
             flat = np.asarray(table).reshape(-1)
             if flat.size:
                 float(flat[:: max(1, mmap.PAGESIZE // flat.itemsize)].sum())
-        for records in (self.evidence, self.sentences, self.blocks):
+        for records in (self.evidence, self.sentences):  # blocks: read whole by the context of a first query
             if isinstance(records, StoredRecords):
                 try:
                     records.find_lines()
