@@ -28,7 +28,7 @@ from typing import Callable, Iterable, Literal, Mapping, Optional, Protocol, Seq
 import numpy as np
 import scipy.sparse as sp
 
-from .sparse_kernels import csr_matvec, row_entries
+from .sparse_kernels import csr_matvec, induced_submatrix, row_entries, row_sums
 
 ENTITY = "entity"
 UNIT = "unit"
@@ -252,25 +252,29 @@ class KnowledgeGraph:
             members = np.unique(np.asarray(restrict_to if isinstance(restrict_to, np.ndarray) else list(restrict_to), dtype=np.int64))
             if len(members) and (members[0] < 0 or members[-1] >= n):
                 raise IndexError(f"restrict_to names nodes outside 0..{n - 1}")
-            matrix = self.adjacency[members][:, members].tocsr()
-            degree = np.asarray(matrix.sum(axis=1)).ravel()
+            matrix = induced_submatrix(self.adjacency, members)
+            degree = row_sums(matrix)
         size = matrix.shape[0]
         scores = np.zeros(n)
         if size == 0:
             return scores
 
         teleport = np.zeros(size)
-        for node, weight in (seeds or {}).items():
-            weight = float(weight)
-            if not math.isfinite(weight) or weight < 0:
-                raise ValueError(f"seed weights must be finite and non-negative, not {weight} (node {node})")
-            self._check(int(node))
-            if members is None:
-                teleport[int(node)] += weight
-            else:
-                at = int(np.searchsorted(members, int(node)))
-                if at < size and members[at] == int(node):
-                    teleport[at] += weight
+        seed_ids = np.fromiter((int(node) for node in seeds or {}), dtype=np.int64, count=len(seeds or {}))
+        weights = np.fromiter((float(weight) for weight in (seeds or {}).values()), dtype=np.float64, count=len(seed_ids))
+        bad = ~np.isfinite(weights) | (weights < 0)
+        if bad.any():
+            at = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"seed weights must be finite and non-negative, not {weights[at]} (node {seed_ids[at]})")
+        outside = (seed_ids < 0) | (seed_ids >= n)
+        if outside.any():
+            self._check(int(seed_ids[outside][0]))
+        if members is None:
+            teleport[seed_ids] += weights  # a mapping names each node once
+        else:
+            at = np.minimum(np.searchsorted(members, seed_ids), size - 1)
+            inside = members[at] == seed_ids
+            teleport[at[inside]] += weights[inside]
         total = teleport.sum()
         teleport = teleport / total if total > 0 else np.full(size, 1.0 / size)
 

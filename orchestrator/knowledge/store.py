@@ -33,7 +33,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Optional, Sequence, TypeVar
+from typing import Callable, Hashable, Iterator, Mapping, Optional, Sequence, TypeVar
 
 import numpy as np
 from scipy import sparse
@@ -76,6 +76,14 @@ class GraphView:
     node_evidence: sparse.csr_matrix
     nodes_per_evidence: np.ndarray
     generation: int
+
+    def derived(self, key: Hashable, make: Callable[[], T]) -> T:
+        """What queries derive from this view alone (the hub mask of a setting, the mean's divisors), made once
+        and kept with it: each was a pass over every node or evidence row per query."""
+        made = self.__dict__.setdefault("_derived", {})
+        if key not in made:
+            made[key] = make()  # two queries at once may both make it: the same value
+        return made[key]
 
     def widened(self, rows: int) -> "GraphView":
         """The same graph over `rows` evidence rows, the rows beyond its own reached by no node (documents

@@ -21,7 +21,7 @@ import numpy as np
 from ..config import RetrievalSettings
 from ..knowledge.store import GraphView, Snapshot
 from .fusion import SOURCES, CandidateTable, FusionWeights, ScoredCandidate, fuse
-from .graph_search import GraphExpansion, expand, hubs, seed_nodes
+from .graph_search import GraphExpansion, expand, hubs, mean_divisors, seed_nodes
 from .plan import QueryPlan
 from .timing import StageTimer
 
@@ -173,11 +173,12 @@ def _graph_side(
             seeds[key] = 1.0  # named outright: the strongest seed there is
     if seeds:
         with timer.stage("graph"):
-            graph = view.graph
+            graph, fraction, least = view.graph, settings.graph_hub_fraction, settings.graph_hub_min_chunks
             expansion = expand(
                 graph, view.node_evidence, view.nodes_per_evidence, seed_nodes(graph, seeds), plan.graph_hops,
                 settings.graph_max_nodes, settings.pagerank_damping, settings.graph_scoring_nodes,
-                hubs(view.node_evidence, settings.graph_hub_fraction, settings.graph_hub_min_chunks),
+                view.derived(("hubs", fraction, least), lambda: hubs(view.node_evidence, fraction, least)),
+                view.derived("mean divisors", lambda: mean_divisors(view.nodes_per_evidence)),
             )
     return seeds, expansion, timer
 

@@ -7,12 +7,15 @@ from dataclasses import replace
 import networkx as nx
 import numpy as np
 import pytest
+from scipy import sparse
 
 from orchestrator.config import Settings
+from orchestrator.knowledge.graph import DocumentGraph, build_graph
 from orchestrator.knowledge.indexes import IndexSpec
 from orchestrator.knowledge.lexical import BM25Index
+from orchestrator.knowledge.segments import EntityMention, RelationMention
 from orchestrator.knowledge.store import Snapshot
-from orchestrator.pipeline.graph_search import expand, hubs, seed_nodes
+from orchestrator.pipeline.graph_search import expand, hubs, mean_divisors, seed_nodes
 from orchestrator.pipeline.plan import QueryOptions, make_plan
 from orchestrator.pipeline.retrieval import retrieve
 from tests.segment_factory import make_segment
@@ -211,6 +214,32 @@ def test_graph_expansion_scores_evidence_by_the_pagerank_of_its_entities():
     assert (top.score(0), top.score(3), top.score(2)) == (pytest.approx(alpha, abs=1e-5), pytest.approx(alpha / 2, abs=1e-5), 0.0)
     empty = expand(graph, collection.node_evidence, collection.nodes_per_evidence, {}, 2, 100)
     assert empty.best(5) == [] and empty.score(0) == 0.0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_graph_expansion_scores_evidence_by_the_masked_mean_bit_for_bit(seed):
+    """The mean divided by mean_divisors (1 for a row no node gave) equals the mean divided only where a row has
+    nodes, bit for bit, with the divisors made per call or kept by the caller; rows no node gave score 0."""
+    rng = np.random.default_rng(seed)
+    pairs = np.unique(np.sort(rng.integers(0, 290, size=(1200, 2)), axis=1), axis=0)
+    pairs = pairs[pairs[:, 0] != pairs[:, 1]]
+    keys = [f"n{i:05d}" for i in range(300)]
+    graph = build_graph([DocumentGraph(
+        "d", [EntityMention(k, k, "concept", "", "d:c0") for k in keys],
+        [RelationMention(keys[a], keys[b], "", "", float(w), "d:c0") for (a, b), w in zip(pairs.tolist(), rng.uniform(0.5, 5, len(pairs)))],
+    )])
+    node_evidence = sparse.random(graph.node_count, 2000, density=0.004, format="csr", random_state=seed)
+    node_evidence.data[:] = 1.0
+    per_evidence = np.asarray(node_evidence.sum(axis=0)).ravel()
+    assert (per_evidence == 0).any()  # rows no node gave
+    seeds = {int(n): float(w) for n, w in zip(rng.choice(290, 4, replace=False), rng.uniform(0.2, 1, 4))}
+    expansion = expand(graph, node_evidence, per_evidence, seeds, 2, 120, scoring_nodes=40)
+    kept = expand(graph, node_evidence, per_evidence, seeds, 2, 120, scoring_nodes=40, divisors=mean_divisors(per_evidence))
+    scoring = np.argpartition(-expansion.node_scores, 39)[:40]
+    mass = np.asarray(node_evidence[expansion.nodes[scoring]].T @ expansion.node_scores[scoring]).ravel()
+    expected = np.divide(mass, per_evidence, out=np.zeros_like(mass), where=per_evidence > 0)
+    assert np.array_equal(expansion.evidence_scores, expected) and np.array_equal(kept.evidence_scores, expected)
+    assert expected.any() and not expansion.evidence_scores[per_evidence == 0].any()
 
 
 def test_snapshot_gives_vectors_and_rows_by_evidence():

@@ -276,3 +276,18 @@ def test_a_graph_is_lent_only_to_snapshots_that_extend_its_own_by_appending():
     replaced.lend_graph(first)
     assert appended.graph_view().graph is first.graph and appended.graph_view().node_evidence.shape[1] == 6
     assert replaced.graph_view() is None
+
+
+def test_what_queries_derive_from_a_graph_view_is_made_once_per_view():
+    a, b = segment("a.md"), segment("b.md", seed=1)
+    first = Snapshot(1, [a], IndexSpec())
+    first.warm_graph()
+    view = first.graph_view()
+    made = []
+    masks = [view.derived(("hubs", 0.5), lambda: made.append(1) or view.node_evidence.getnnz(axis=1) >= 2) for _ in range(3)]
+    assert made == [1] and all(mask is masks[0] for mask in masks) and first.graph_view() is view
+    appended = Snapshot(2, [a, b], IndexSpec(), base=first)
+    appended.building_in_background = True
+    appended.lend_graph(first)
+    widened = appended.graph_view()  # the first graph over the rows of both documents: a view of its own
+    assert widened is not view and widened.derived(("hubs", 0.5), lambda: "its own") == "its own"

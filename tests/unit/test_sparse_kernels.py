@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from orchestrator.knowledge.sparse_kernels import csr_matvec, row_entries
+from orchestrator.knowledge.sparse_kernels import csr_matvec, induced_submatrix, row_entries, row_sums
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -28,3 +28,20 @@ def test_row_entries_are_the_entries_of_the_selected_rows_in_their_order():
     assert matrix.data[entries].tolist() == matrix[rows].data.tolist() == [5, 6, 1, 2, 3, 4]
     assert matrix.indices[entries].tolist() == matrix[rows].indices.tolist()
     assert row_entries(matrix.indptr, np.array([1])).tolist() == []
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_induced_submatrix_and_its_row_sums_equal_scipys_bit_for_bit(seed):
+    rng = np.random.default_rng(seed)
+    matrix = sp.random(400, 400, density=0.02, format="csr", random_state=seed)
+    keep = sp.diags((np.arange(400) < 390).astype(np.float64))  # the last ten rows and columns without entries
+    matrix = (keep @ (matrix + matrix.T) @ keep).tocsr()
+    matrix.eliminate_zeros()
+    for members in (np.sort(rng.choice(400, 60, replace=False)), np.arange(400), np.array([7]), np.arange(385, 400)):
+        expected = matrix[members][:, members].tocsr()
+        made = induced_submatrix(matrix, members)
+        assert made.shape == expected.shape == (len(members), len(members))
+        for part in ("indptr", "indices", "data"):
+            assert np.array_equal(getattr(made, part), getattr(expected, part))
+        assert np.array_equal(row_sums(made), np.asarray(expected.sum(axis=1)).ravel())
+    assert induced_submatrix(matrix, np.zeros(0, dtype=np.int64)).shape == (0, 0)
