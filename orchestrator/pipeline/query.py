@@ -10,6 +10,8 @@ deadline would pass; a question the evidence cannot answer gets a refusal instea
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import inspect
 import logging
 import os
@@ -126,11 +128,16 @@ class QueryPipeline:
             model: PlainTokenizer(settings.generator_tokenizer_file(model), f"generation.{model}_tokenizer")
             for model in (contracts.LLM.name, contracts.VLM.name)
         }
+        # retrieval runs in these threads, and so does the warm-up's (exercise): a thread's first retrieval
+        # faults in fresh memory for its allocator (about 400 page faults at 100,000 chunks, 2-4 ms on a VM),
+        # which asyncio's default executor left to the first query after start
+        self.retrieval_pool = ThreadPoolExecutor(max_workers=min(32, (os.cpu_count() or 1) + 4), thread_name_prefix="retrieval")
         # the graph's side of retrieval runs here beside the passage searches (retrieval.retrieve)
         self.search_pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="graph-search")
         knowledge.prepare = self.exercise  # each new snapshot is retrieved from once before queries see it
 
     def close(self) -> None:
+        self.retrieval_pool.shutdown(wait=False, cancel_futures=True)
         self.search_pool.shutdown(wait=False, cancel_futures=True)
 
     def warm_up(self) -> None:
@@ -148,9 +155,13 @@ class QueryPipeline:
 
     def exercise(self, snapshot: Snapshot) -> None:
         """Retrieve from the snapshot once on every route, with its first passage for a question (no model is
-        called): the first query on it then finds the code paths and its indexes' memory warm."""
+        called), in the threads queries retrieve in: the first query on it then finds the code paths, its
+        indexes' memory and its thread's warm."""
         if not snapshot.evidence:
             return
+        self.retrieval_pool.submit(self._retrieve_on_every_route, snapshot).result()
+
+    def _retrieve_on_every_route(self, snapshot: Snapshot) -> None:
         vectors = snapshot.evidence_vectors([0])
         for route in ROUTE_NAMES:
             plan = make_plan(route, QueryOptions(), self.settings)
@@ -245,10 +256,11 @@ class QueryPipeline:
             with q.timer.stage("embed"):
                 vectors = await self._models(q, "embed").embed(questions, q.remaining())
             q.vector = vectors[0]
-            retrieval = await asyncio.to_thread(
-                retrieve, q.snapshot, questions, vectors, plan, settings.retrieval, features.entities, features.modalities,
-                self.search_pool, max(plan.evidence_k, settings.retrieval.rerank_candidates),  # what is read of the ranking
-            )
+            retrieval = await asyncio.get_running_loop().run_in_executor(self.retrieval_pool, functools.partial(
+                contextvars.copy_context().run, retrieve, q.snapshot, questions, vectors, plan, settings.retrieval,
+                features.entities, features.modalities, self.search_pool,
+                max(plan.evidence_k, settings.retrieval.rerank_candidates),  # what is read of the ranking
+            ))
             q.timer.merge(retrieval.timings_ms, retrieval.starts)
             q.timer.record("retrieval", time.monotonic() - started)
             q.degradations += retrieval.skipped

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -122,3 +123,36 @@ def test_the_servers_warm_up_builds_every_collection_without_calling_a_model(tmp
         assert {"lexical", "page_lexical", "graph", "node_evidence"} <= set(snapshot.__dict__)
     finally:
         pipeline.close()
+
+
+def test_the_warm_up_retrieves_in_the_threads_queries_retrieve_in(tmp_path, monkeypatch):
+    """A thread's first retrieval faults in fresh memory for its allocator: the warm-up pays it, not the first query."""
+    from orchestrator.pipeline import query as query_module
+
+    threads: list[tuple[str, str]] = []
+    phase = ["warm-up"]
+    original = query_module.retrieve
+
+    def recording(*args, **kwargs):
+        threads.append((phase[0], threading.current_thread().name))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(query_module, "retrieve", recording)
+    models = InstantModels(SHAPE.dimension)
+    pipeline = _pipeline(tmp_path, models)
+    try:
+        pipeline.warm_up()
+        phase[0] = "query"
+        question = SyntheticCorpus(SHAPE).questions(1)[0]
+        models.question = question
+
+        async def ask() -> None:
+            async for _ in pipeline.run(QueryInput(COLLECTION, question.text, QueryOptions(route="simple")), time.monotonic() + 60):
+                pass
+
+        asyncio.run(ask())
+    finally:
+        pipeline.close()
+    warm_up = {name for kind, name in threads if kind == "warm-up"}
+    assert len(warm_up) == 1 and warm_up.pop().startswith("retrieval")  # every route, in the pool's one thread so far
+    assert [name for kind, name in threads if kind == "query"] == [threads[0][1]]  # the query: that same thread
