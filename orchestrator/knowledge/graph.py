@@ -16,9 +16,7 @@ PageRank; cuGraph (or CuPy, running the same iteration) is only an optional acce
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import importlib.util
 import itertools
 import math
@@ -28,6 +26,7 @@ from typing import Callable, Iterable, Literal, Mapping, Optional, Protocol, Seq
 import numpy as np
 import scipy.sparse as sp
 
+from .collector import building_long_lived
 from .sparse_kernels import csr_matvec, induced_submatrix, row_entries, row_sums
 
 ENTITY = "entity"
@@ -428,14 +427,15 @@ def build_graph(
     max_description_chars: int = 2000,
     belongs_to_weight: float = 1.0,
 ) -> KnowledgeGraph:
-    """Merge documents' records into one graph (see _Merged); the cyclic garbage collector is paused meanwhile.
+    """Merge documents' records into one graph (see _Merged); the cyclic garbage collector is paused meanwhile
+    and what was built is then kept out of its collections (collector.py).
 
     Building allocates millions of small containers and no cycles: with the collector running, its repeated
     full scans took half of the build time at a million relations.
     """
     if belongs_to_weight <= 0 or not math.isfinite(belongs_to_weight):
         raise ValueError(f"belongs_to_weight must be a positive number, not {belongs_to_weight}")
-    with _collector_paused():
+    with building_long_lived():
         merged = _Merged(_Limits(max_descriptions, max_description_chars, belongs_to_weight))
         merged.add(documents)
         return merged.graph(None)
@@ -447,7 +447,7 @@ def appended_graph(graph: KnowledgeGraph, documents: Iterable[DocumentGraph]) ->
     `graph` stays as it was (the merged records are copied before they change)."""
     if graph._merged is None:
         raise ValueError("this graph keeps no merged records to append to")
-    with _collector_paused():
+    with building_long_lived():
         merged = graph._merged.copy()
         merged.add(documents)
         return merged.graph(graph)
@@ -470,7 +470,7 @@ def graph_without(
     position = graph._merged.position
     # the last first: what a removed document named first is then never named first by one still to be removed
     removed = sorted(removed, key=lambda record: position[record.document_id], reverse=True)
-    with _collector_paused():
+    with building_long_lived():
         for removing, records in [*((True, record) for record in removed), *([(False, appended)] if appended else [])]:
             merged = graph._merged.copy()
             if not removing:
@@ -498,17 +498,6 @@ def removable(graph: KnowledgeGraph, removed: Sequence[DocumentGraph]) -> bool:
             if named_by and named_by[0] == record.document_id and any(doc not in gone for doc in named_by):
                 return False
     return True
-
-
-@contextlib.contextmanager
-def _collector_paused():
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from scipy import sparse
 
 from ..errors import AlreadyExistsError, InvalidRequestError, NotFoundError, ReadOnlyError
 from . import stored_indexes
+from .collector import keep_out_of_collections
 from .graph import KnowledgeGraph, appended_graph, build_graph, graph_without, removable
 from .indexes import IndexSpec, VectorIndex
 from .lexical import BM25Index
@@ -392,7 +393,8 @@ class Snapshot:
     def warm(self, current: Callable[[], bool] = lambda: True, graph: bool = True) -> None:
         """Build what queries build on first use (BM25 indexes, page tables and, with `graph`, the graph), so
         none of them waits: a commit's snapshot before it is published, an opened one in the background, which
-        stops early once `current()` says a commit superseded it. The new segments' vectors are faulted in too."""
+        stops early once `current()` says a commit superseded it. The new segments' vectors are faulted in too.
+        What it built (and its records) is then kept out of the garbage collector's walks (collector.py)."""
         for part in ("lexical", "page_lexical", "page_rows", "entity_key_set"):
             if not current():
                 return
@@ -403,6 +405,7 @@ class Snapshot:
             segment.fault_in()
         if graph and current():
             self.warm_graph()
+        keep_out_of_collections()
 
     def graph_extends_previous(self) -> bool:
         """Whether its graph is (to be) made from the previous snapshot's by appending or removing documents, not

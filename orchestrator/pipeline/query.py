@@ -10,13 +10,11 @@ deadline would pass; a question the evidence cannot answer gets a refusal instea
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import functools
 import inspect
 import logging
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import AsyncIterator, Awaitable, Optional, Sequence, TypeVar
 
@@ -52,7 +50,7 @@ from .fusion import ScoredCandidate, blend_rerank
 from .pages import PageHit, filter_pages, search_pages
 from .perception import load_image, perceive, visual_items
 from .plan import QueryOptions, QueryPlan, make_plan, router_mode
-from .retrieval import retrieve
+from .retrieval import retrieve, start_retrieval
 from .router import RouteDecision, decide, query_features
 from .timing import StageTimer
 from .uncertainty import deliberate
@@ -253,14 +251,23 @@ class QueryPipeline:
         try:
             questions = [q.question, *q.decision.sub_questions]
             started = time.monotonic()
-            with q.timer.stage("embed"):
-                vectors = await self._models(q, "embed").embed(questions, q.remaining())
-            q.vector = vectors[0]
-            retrieval = await asyncio.get_running_loop().run_in_executor(self.retrieval_pool, functools.partial(
-                contextvars.copy_context().run, retrieve, q.snapshot, questions, vectors, plan, settings.retrieval,
-                features.entities, features.modalities, self.search_pool,
+            # retrieval starts now: its BM25 searches need only the text, so they run while the embedder works
+            embedded: Future = Future()
+            retrieving = asyncio.wrap_future(start_retrieval(
+                q.snapshot, questions, embedded, plan, settings.retrieval, features.entities, features.modalities,
+                self.retrieval_pool, self.search_pool,
                 max(plan.evidence_k, settings.retrieval.rerank_candidates),  # what is read of the ranking
             ))
+            try:
+                with q.timer.stage("embed"):
+                    vectors = await self._models(q, "embed").embed(questions, q.remaining())
+            except BaseException:
+                embedded.cancel()
+                retrieving.cancel()  # what it did without the vectors is dropped, not reported
+                raise
+            embedded.set_result(vectors)
+            q.vector = vectors[0]
+            retrieval = await retrieving
             q.timer.merge(retrieval.timings_ms, retrieval.starts)
             q.timer.record("retrieval", time.monotonic() - started)
             q.degradations += retrieval.skipped

@@ -7,14 +7,17 @@ not a full match), BM25 over whole pages (page_lexical_top_k pages, whose passag
 graph expansion from the seeds, which adds its best evidence (graph_top_k). Every candidate gets every
 signal: a candidate only BM25 or the graph found still gets its exact cosine from the stored vectors, and its
 BM25 score and its page's, so fusion compares like with like. Pure CPU work on the snapshot: run it in a
-thread; no model is called here (the question vectors come in).
+thread; no model is called here (the question vectors come in: with start_retrieval they may come later, and
+the BM25 searches run while the embedder works).
 """
 
 from __future__ import annotations
 
-from concurrent.futures import Executor
+import contextvars
+import threading
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -65,29 +68,98 @@ def retrieve(
     only the best that many candidates (all are fused; `Retrieval.best_semantic` is over all of them).
 
     With a `pool`, the graph's side (entity search, then the expansion) runs in it while this thread searches
-    passages densely and by BM25: FAISS and numpy release the interpreter, so on two cores a query waits for the
+    passages by BM25 and densely: FAISS and numpy release the interpreter, so on two cores a query waits for the
     longer of the two, not their sum. The candidates and their order are the same either way; the stage timings
     of the two sides overlap then. (The dense passage search in the pool as well, beside BM25, gained nothing on
     the 2-vCPU development machine: Simple 4.78 against 4.88 ms p50, alternating, in one process.)"""
+    embedded: Future = Future()
+    embedded.set_result(vectors)
+    graph_side = _GraphSide.of(snapshot, plan)
+    graph_started = graph_side.start(embedded, pool, snapshot, plan, settings, named_entities) if pool else None
+    lexical = _lexical_side(snapshot, questions, plan)
+    return _finish(snapshot, vectors, plan, settings, named_entities, modality_preference, limit, lexical, graph_side, graph_started)
+
+
+def start_retrieval(
+    snapshot: Snapshot,
+    questions: Sequence[str],
+    embedded: "Future[np.ndarray]",
+    plan: QueryPlan,
+    settings: RetrievalSettings,
+    named_entities: Sequence[str],
+    modality_preference: Mapping[str, float],
+    pool: Executor,
+    search_pool: Executor,
+    limit: Optional[int] = None,
+    context: Optional[contextvars.Context] = None,
+) -> "Future[Retrieval]":
+    """retrieve(), started before the question's vectors exist (`embedded`: set when the embedder answers, or
+    cancelled when it fails): the BM25 searches over passages and pages need only the text, so they run in
+    `pool` while the embedder works, and the graph's side starts in `search_pool` the moment the vectors are
+    set. What needs the vectors (dense search, fusion) runs once both are there, in the thread that finished
+    last, or in `pool` when that is the thread setting the vectors (the event loop's): no thread waits idle for
+    the embedder. The candidates and their order are retrieve()'s; `context` (a copy of the caller's) is what
+    the pool's work runs in (the request id of its log lines)."""
+    run = (context or contextvars.copy_context()).run
+    retrieval: Future = Future()
+    retrieval.set_running_or_notify_cancel()  # a caller's cancel() cannot end it: its outcome is set once, below
+    graph_side = _GraphSide.of(snapshot, plan)
+    graph_started = graph_side.start(embedded, search_pool, snapshot, plan, settings, named_entities)
+    lexical = pool.submit(run, _lexical_side, snapshot, questions, plan)
+
+    def finish(lexical: Future, embedded: Future) -> None:
+        try:
+            vectors = embedded.result()
+            retrieval.set_result(run(_finish, snapshot, vectors, plan, settings, named_entities, modality_preference, limit,
+                                     lexical.result(), graph_side, graph_started))
+        except BaseException as error:  # the embedder failed (cancelled), or retrieval did: the caller hears why
+            retrieval.set_exception(error)
+
+    def in_pool(lexical: Future, embedded: Future) -> None:
+        try:
+            pool.submit(finish, lexical, embedded)
+        except BaseException as error:  # the pool is shut down
+            retrieval.set_exception(error)
+
+    _when_both(lexical, finish, embedded, in_pool)
+    return retrieval
+
+
+def _when_both(
+    first: Future, after_first: Callable[[Future, Future], None], second: Future, after_second: Callable[[Future, Future], None],
+) -> None:
+    """Call after_first(first, second) if `first` is done last, else after_second(first, second), in the thread that
+    completed it. The callbacks hold neither future (each comes as an argument, or is dropped once both are done):
+    a future keeps its callbacks, and a cycle through them would leave each query's retrieval to the collector."""
+    pending: dict = {"futures": (first, second), "left": 2}
+    lock = threading.Lock()
+
+    def arrived(then: Callable[[Future, Future], None]) -> Callable[[Future], None]:
+        def callback(_: Future) -> None:
+            with lock:
+                pending["left"] -= 1
+                both = pending.pop("futures") if pending["left"] == 0 else None
+            if both is not None:
+                then(*both)
+        return callback
+
+    first.add_done_callback(arrived(after_first))
+    second.add_done_callback(arrived(after_second))
+
+
+@dataclass
+class _Lexical:
+    """What the BM25 searches found (they need only the questions' text)."""
+
+    found: dict[str, np.ndarray]  # sparse, page_lexical: the rows each found, in its order
+    fractions: list[np.ndarray]  # each question's BM25 fraction of every row
+    page_fractions: np.ndarray  # the questions' best BM25 fraction of every page
+    timer: StageTimer
+
+
+def _lexical_side(snapshot: Snapshot, questions: Sequence[str], plan: QueryPlan) -> _Lexical:
     timer = StageTimer()
-    graph_wanted = plan.graph and plan.entity_top_k > 0
-    skipped = []
-    view = snapshot.graph_view() if graph_wanted else None
-    if graph_wanted and view is None:
-        # after a restart the graph of a large collection takes a while to build (a minute at a million chunks):
-        # queries go without its candidates rather than wait for it
-        graph_wanted, skipped = False, ["graph skipped: the collection's graph is still being built"]
-    elif view is not None and view.generation != snapshot.generation:
-        skipped = [f"graph partial: the documents committed after generation {view.generation} are not in it yet "
-                   "(their graph is being built)"]
-    graph_side = pool.submit(_graph_side, snapshot, view, vectors, plan, settings, named_entities) if pool and graph_wanted else None
-    found: dict[str, np.ndarray] = {}  # rows each source found, in the order it ranks them
-    dense_scores = np.zeros(0, dtype=np.float32)
-    with timer.stage("dense"):
-        if plan.dense:
-            scores, rows = snapshot.evidence_index.search(vectors, plan.chunk_top_k)
-            hits = rows.ravel() >= 0
-            found["dense"], dense_scores = rows.ravel()[hits].astype(np.int64), scores.ravel()[hits]
+    found: dict[str, np.ndarray] = {}
     lexical: list[np.ndarray] = []
     if plan.sparse:
         with timer.stage("sparse"):
@@ -101,24 +173,100 @@ def retrieve(
             page_rows = snapshot.page_rows
             pages = [page_rows[page] for page, _ in snapshot.page_lexical.best(page_fractions, plan.page_lexical_top_k)]
             found["page_lexical"] = np.concatenate(pages).astype(np.int64) if pages else np.zeros(0, np.int64)
-    seeds, expansion, graph_timer = (
-        graph_side.result() if graph_side else
-        _graph_side(snapshot, view, vectors, plan, settings, named_entities) if view is not None and graph_wanted
-        else ({}, GraphExpansion(), StageTimer())
-    )
-    for stage, milliseconds in graph_timer.stages.items():
-        timer.stages[stage] = timer.stages.get(stage, 0.0) + milliseconds
-        timer.intervals.setdefault(stage, []).extend(graph_timer.intervals[stage])
+    return _Lexical(found, lexical, page_fractions, timer)
+
+
+@dataclass
+class _GraphSide:
+    """Whether the graph takes part in a retrieval, on which view of it, and why not (skipped)."""
+
+    view: Optional[GraphView]
+    skipped: list[str]
+
+    @classmethod
+    def of(cls, snapshot: Snapshot, plan: QueryPlan) -> "_GraphSide":
+        if not (plan.graph and plan.entity_top_k > 0):
+            return cls(None, [])
+        view = snapshot.graph_view()
+        if view is None:
+            # after a restart the graph of a large collection takes a while to build (a minute at a million
+            # chunks): queries go without its candidates rather than wait for it
+            return cls(None, ["graph skipped: the collection's graph is still being built"])
+        if view.generation != snapshot.generation:
+            return cls(view, [f"graph partial: the documents committed after generation {view.generation} are not in it "
+                              "yet (their graph is being built)"])
+        return cls(view, [])
+
+    def start(
+        self, embedded: Future, pool: Executor, snapshot: Snapshot, plan: QueryPlan, settings: RetrievalSettings,
+        named_entities: Sequence[str],
+    ) -> Optional[Future]:
+        """The graph's side submitted to `pool` once the vectors are set (None without a graph)."""
+        if self.view is None:
+            return None
+        started: Future = Future()
+
+        def submit(embedded: Future) -> None:  # the future as an argument: a closure over it would be a cycle
+            try:
+                vectors = embedded.result()
+                work = pool.submit(_graph_side, snapshot, self.view, vectors, plan, settings, named_entities)
+            except BaseException as error:  # no vectors (the embedder failed), or the pool is shut down
+                started.set_exception(error)
+                return
+            work.add_done_callback(lambda done: _copy_outcome(done, started))
+
+        embedded.add_done_callback(submit)
+        return started
+
+    def result(
+        self, started: Optional[Future], snapshot: Snapshot, vectors: np.ndarray, plan: QueryPlan,
+        settings: RetrievalSettings, named_entities: Sequence[str],
+    ) -> tuple[dict[str, float], GraphExpansion, StageTimer]:
+        """The graph side's seeds, expansion and timings: `started`'s, or computed here without a pool."""
+        if started is not None:
+            return started.result()
+        if self.view is None:
+            return {}, GraphExpansion(), StageTimer()
+        return _graph_side(snapshot, self.view, vectors, plan, settings, named_entities)
+
+
+def _copy_outcome(source: Future, target: Future) -> None:
+    error = source.exception()
+    if error is not None:
+        target.set_exception(error)
+    else:
+        target.set_result(source.result())
+
+
+def _finish(
+    snapshot: Snapshot, vectors: np.ndarray, plan: QueryPlan, settings: RetrievalSettings, named_entities: Sequence[str],
+    modality_preference: Mapping[str, float], limit: Optional[int], lexical: _Lexical, graph_side: _GraphSide,
+    graph_started: Optional[Future],
+) -> Retrieval:
+    """Dense search, the graph side's result, and fusion of every source's candidates."""
+    timer = StageTimer()
+    found = dict(lexical.found)
+    dense_scores = np.zeros(0, dtype=np.float32)
+    with timer.stage("dense"):
+        if plan.dense:
+            scores, rows = snapshot.evidence_index.search(vectors, plan.chunk_top_k)
+            hits = rows.ravel() >= 0
+            found["dense"], dense_scores = rows.ravel()[hits].astype(np.int64), scores.ravel()[hits]
+    seeds, expansion, graph_timer = graph_side.result(graph_started, snapshot, vectors, plan, settings, named_entities)
+    for part in (lexical.timer, graph_timer):
+        for stage, milliseconds in part.stages.items():
+            timer.stages[stage] = timer.stages.get(stage, 0.0) + milliseconds
+            timer.intervals.setdefault(stage, []).extend(part.intervals[stage])
     if len(expansion.nodes):
         with timer.stage("graph"):
             found["graph"] = np.asarray(expansion.best(settings.graph_top_k), dtype=np.int64)
     with timer.stage("fusion"):
-        table = _candidate_table(snapshot, vectors, found, dense_scores, lexical, page_fractions, expansion)
+        table = _candidate_table(snapshot, vectors, found, dense_scores, lexical.fractions, lexical.page_fractions, expansion)
         evidence = snapshot.evidence
         block_types = {row: evidence[row].block_type for row in table.rows.tolist()} if modality_preference else {}
         fused = fuse(table, block_types, modality_preference, fusion_weights(settings, plan), limit)
     starts = {stage: min(start for start, _ in spans) for stage, spans in timer.intervals.items()}
-    return Retrieval(fused, seeds, expansion, timer.stages, starts, table.best_semantic(), skipped)
+    return Retrieval(fused, seeds, expansion, timer.stages, starts, table.best_semantic(), list(graph_side.skipped))
 
 
 def _candidate_table(

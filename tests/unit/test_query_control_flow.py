@@ -9,6 +9,7 @@ and tests/integration/test_service.py (deadlines).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import replace
 
@@ -191,10 +192,15 @@ def test_an_llm_without_a_calibrated_threshold_names_the_fix(ask):
     assert final.answer_source == "llm" and final.uncertainty.threshold == 3.0
 
 
-def test_without_the_embedder_the_query_fails_with_the_cause(ask):
+@pytest.mark.parametrize("route", ["simple", "complex"])
+def test_without_the_embedder_the_query_fails_with_the_cause(ask, route, caplog):
+    """Retrieval started beside the embedder (its BM25 side, and on Complex the graph side waiting for the
+    vectors) ends quietly: the query reports the embedder's error and nothing else."""
     models = InProcessModels(failures={contracts.TEXT_EMBEDDER.name: TritonUnavailableError("text_embedder: Triton is not reachable")})
     with pytest.raises(TritonUnavailableError, match="text_embedder: Triton is not reachable"):
-        ask(QueryOptions(route="simple"), models)
+        ask(QueryOptions(route=route), models)
+    time.sleep(0.2)  # what the pools still had to do
+    assert [record for record in caplog.records if record.levelno >= logging.WARNING] == []
 
 
 LLAMA3_TEMPLATE = (  # Llama 3's header format, as its tokenizer ships it (abridged: no tools)

@@ -126,18 +126,24 @@ def test_the_servers_warm_up_builds_every_collection_without_calling_a_model(tmp
 
 
 def test_the_warm_up_retrieves_in_the_threads_queries_retrieve_in(tmp_path, monkeypatch):
-    """A thread's first retrieval faults in fresh memory for its allocator: the warm-up pays it, not the first query."""
-    from orchestrator.pipeline import query as query_module
+    """A thread's first retrieval faults in fresh memory for its allocator: the warm-up pays it, not the first query
+    (whose BM25 side starts before its vectors exist, and whose dense side and fusion run once they do)."""
+    from orchestrator.pipeline import retrieval as retrieval_module
 
-    threads: list[tuple[str, str]] = []
+    threads: list[tuple[str, str, str]] = []
     phase = ["warm-up"]
-    original = query_module.retrieve
 
-    def recording(*args, **kwargs):
-        threads.append((phase[0], threading.current_thread().name))
-        return original(*args, **kwargs)
+    def recording(name):
+        original = getattr(retrieval_module, name)
 
-    monkeypatch.setattr(query_module, "retrieve", recording)
+        def record(*args, **kwargs):
+            threads.append((phase[0], name, threading.current_thread().name))
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(retrieval_module, name, record)
+
+    recording("_lexical_side")
+    recording("_finish")
     models = InstantModels(SHAPE.dimension)
     pipeline = _pipeline(tmp_path, models)
     try:
@@ -153,6 +159,7 @@ def test_the_warm_up_retrieves_in_the_threads_queries_retrieve_in(tmp_path, monk
         asyncio.run(ask())
     finally:
         pipeline.close()
-    warm_up = {name for kind, name in threads if kind == "warm-up"}
+    warm_up = {thread for kind, _, thread in threads if kind == "warm-up"}
     assert len(warm_up) == 1 and warm_up.pop().startswith("retrieval")  # every route, in the pool's one thread so far
-    assert [name for kind, name in threads if kind == "query"] == [threads[0][1]]  # the query: that same thread
+    # the query's two parts, in that same thread
+    assert [(part, thread) for kind, part, thread in threads if kind == "query"] == [("_lexical_side", threads[0][2]), ("_finish", threads[0][2])]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import replace
 
 import networkx as nx
@@ -17,7 +19,8 @@ from orchestrator.knowledge.segments import EntityMention, RelationMention
 from orchestrator.knowledge.store import Snapshot
 from orchestrator.pipeline.graph_search import expand, hubs, mean_divisors, seed_nodes
 from orchestrator.pipeline.plan import QueryOptions, make_plan
-from orchestrator.pipeline.retrieval import retrieve
+from orchestrator.pipeline import retrieval as retrieval_module
+from orchestrator.pipeline.retrieval import retrieve, start_retrieval
 from tests.segment_factory import make_segment
 
 TEXTS = ["alpha revenue report", "beta growth plan", "gamma factory site", "alpha beta merger"]
@@ -177,6 +180,60 @@ def test_an_entity_takes_its_vector_from_the_first_document_that_embedded_it():
         assert collection.entity_keys == ["alpha corp"] and collection.entity_index.size == 1
         assert collection.search_entities(E[1:2], 1) == [("alpha corp", pytest.approx(1.0))]
     assert Snapshot(1, [once], IndexSpec()).search_entities(E[1:2], 1) == [("alpha corp", 0.0)]
+
+
+@pytest.mark.parametrize("vectors_last", [True, False])
+def test_retrieval_started_before_the_vectors_exist_ranks_as_retrieve_does(vectors_last, monkeypatch):
+    """The BM25 side runs before the vectors are set; the dense side and fusion run once both are there, in
+    the thread that finished last (the BM25 side's), or in the pool when the vectors come last."""
+    collection = snapshot()
+    questions, vectors = ["gamma", "beta growth"], np.stack([E[3], E[1]])
+    expected = retrieve(collection, questions, vectors, plan(), Settings().retrieval, ["gamma site"], {"text": 0.5})
+    lexical_done, vectors_set, threads = threading.Event(), threading.Event(), {}
+
+    def recording(name):
+        original = getattr(retrieval_module, name)
+
+        def record(*args, **kwargs):
+            threads[name] = threading.current_thread().name
+            if name == "_lexical_side" and not vectors_last:
+                assert vectors_set.wait(10)  # the BM25 side ends after the vectors came
+            try:
+                return original(*args, **kwargs)
+            finally:
+                lexical_done.set()
+
+        monkeypatch.setattr(retrieval_module, name, record)
+
+    recording("_lexical_side")
+    recording("_finish")
+    embedded: Future = Future()
+    with ThreadPoolExecutor(2, "retrieval") as pool, ThreadPoolExecutor(1, "search") as search_pool:
+        started = start_retrieval(collection, questions, embedded, plan(), Settings().retrieval, ["gamma site"],
+                                  {"text": 0.5}, pool, search_pool)
+        if vectors_last:
+            assert lexical_done.wait(10) and not started.done()  # the BM25 side ran, and retrieval waits for the vectors
+        embedded.set_result(vectors)
+        vectors_set.set()
+        result = started.result(10)
+    assert result.candidates == expected.candidates and result.entity_seeds == expected.entity_seeds
+    assert set(result.timings_ms) == set(expected.timings_ms) and result.skipped == expected.skipped
+    assert threads["_lexical_side"].startswith("retrieval") and threads["_finish"].startswith("retrieval")
+    if not vectors_last:
+        assert threads["_finish"] == threads["_lexical_side"]  # inline, where the BM25 side ended (not a second thread)
+
+
+def test_retrieval_whose_vectors_never_come_ends_with_the_cancellation():
+    """The embedder failed: the query cancels the vectors, and the retrieval (BM25 side done, graph side not
+    started) ends at once with that cause, leaving the pools free."""
+    embedded: Future = Future()
+    with ThreadPoolExecutor(1, "retrieval") as pool, ThreadPoolExecutor(1, "search") as search_pool:
+        started = start_retrieval(snapshot(), ["alpha revenue"], embedded, plan(), Settings().retrieval, (), {}, pool, search_pool)
+        assert not started.cancel()  # a caller cannot end it half way: its outcome is set once
+        embedded.cancel()
+        with pytest.raises(CancelledError):
+            started.result(10)
+        assert pool.submit(lambda: "free").result(10) == "free" and search_pool.submit(lambda: "free").result(10) == "free"
 
 
 def test_named_entities_seed_the_graph_and_sub_questions_each_retrieve():

@@ -1,0 +1,85 @@
+"""A built snapshot's objects are kept out of the garbage collector's walks (knowledge/collector.py), and the
+query path makes no reference cycles that freezing would keep for good."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+
+import pytest
+
+from orchestrator.knowledge.collector import building_long_lived
+from orchestrator.knowledge.graph import build_graph
+from orchestrator.knowledge.indexes import IndexSpec
+from orchestrator.knowledge.store import Snapshot
+from orchestrator.pipeline.plan import QueryOptions
+from orchestrator.pipeline.query import QueryInput
+from tests.segment_factory import make_segment
+from tests.unit.test_recorded_answers import COLLECTION, SHAPE, InstantModels, SyntheticCorpus, _pipeline
+
+
+def tracked(obj) -> bool:
+    """Whether obj is in one of the collector's generations (walked by its collections), not frozen."""
+    return any(candidate is obj for candidate in gc.get_objects())
+
+
+@pytest.fixture
+def collector_restored():
+    enabled = gc.isenabled()
+    yield
+    gc.unfreeze()  # what this test froze goes back to the collector
+    (gc.enable if enabled else gc.disable)()
+
+
+def test_what_is_built_long_lived_is_frozen_and_the_collector_runs_again(collector_restored):
+    gc.enable()
+    with building_long_lived():
+        assert not gc.isenabled()  # paused while building
+        built = [[number] for number in range(1000)]
+    assert gc.isenabled() and not tracked(built) and not tracked(built[0])
+    gc.disable()
+    with building_long_lived():
+        also = [[1]]
+    assert not gc.isenabled() and not tracked(also)  # a collector someone else paused stays paused
+
+
+def test_a_warmed_snapshot_and_its_graph_are_out_of_the_collections(collector_restored):
+    texts = ["alpha revenue report", "beta growth plan", "gamma factory site"]
+    snapshot = Snapshot(1, [make_segment("a.md", texts, {texts[0]: ["Alpha Corp", "Beta Ltd"]}, dim=4)], IndexSpec())
+    assert tracked(snapshot.evidence[0])
+    snapshot.warm()
+    assert not tracked(snapshot) and not tracked(snapshot.evidence[0]) and not tracked(snapshot.graph)
+    graph = build_graph([])  # a graph build on its own (a commit's, published before its graph)
+    assert not tracked(graph)
+
+
+def test_queries_leave_no_reference_cycles(tmp_path):
+    """Cycles made per query would be kept for good by the next freeze (each commit makes one): every route's
+    query must leave its objects to reference counting."""
+    models = InstantModels(SHAPE.dimension)
+    pipeline = _pipeline(tmp_path, models)
+    questions = SyntheticCorpus(SHAPE).questions(6)
+
+    async def ask_all() -> None:
+        for question in questions:
+            models.question = question
+            for route in ("simple", "moderate", "complex"):
+                async for _ in pipeline.run(QueryInput(COLLECTION, question.text, QueryOptions(route=route)), time.monotonic() + 60):
+                    pass
+
+    try:
+        pipeline.warm_up()
+        asyncio.run(ask_all())  # the first queries make what lives on (caches, pools' threads)
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            gc.collect()
+            asyncio.run(ask_all())
+            time.sleep(0.1)  # the pools' last callbacks
+            assert gc.collect() == 0
+        finally:
+            if enabled:
+                gc.enable()
+    finally:
+        pipeline.close()
