@@ -25,6 +25,8 @@ Measured in one run, per route (Simple, Moderate, Complex; extractive answer, th
   commit   80-chunk documents committed one after another (--commits): a query sent at once (the previous
            snapshot), the time until the new snapshot is published, the first query on it, against steady and
            against the same question asked again at the end
+  collector  every collection of Python's garbage collector from the end of the warm-up on, and how long it
+           held the interpreter (a long one stalls every query in flight)
 With --profile, pyinstrument samples the steady queries of --profile-route (Simple by default; models at once):
 the functions that take the time, in the event loop's thread and in retrieval (which the pipeline runs in a
 worker thread).
@@ -36,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import hashlib
 import shutil
 import sys
@@ -108,6 +111,33 @@ class InstantModels:
     async def generate(self, *args, **kwargs) -> AsyncIterator[AsyncIterator]:
         raise NotImplementedError("the own-time benchmark measures the extractive answer")
         yield
+
+
+class CollectorPauses:
+    """Every collection of Python's cyclic garbage collector while installed (gc.callbacks), and how long it held
+    the interpreter: no query in the process runs meanwhile, so a long one is a stall of every query in flight."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float]] = []  # (generation, ms)
+        self._began = 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.pauses.append((info["generation"], (time.perf_counter() - self._began) * 1000))
+
+    def __enter__(self) -> "CollectorPauses":
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *_) -> None:
+        gc.callbacks.remove(self)
+
+    def summary(self) -> dict:
+        longest = max(self.pauses, key=lambda pause: pause[1], default=(-1, 0.0))
+        return {"collections": len(self.pauses), "over_10ms": sum(ms >= 10 for _, ms in self.pauses),
+                "longest_ms": longest[1], "longest_generation": longest[0], "total_ms": sum(ms for _, ms in self.pauses)}
 
 
 CONVERSION_MS: list[float] = []  # per query: its events converted to protobuf and serialised, as the server sends them
@@ -200,6 +230,20 @@ async def measure(
     started = time.monotonic()
     pipeline.warm_up()  # what the server runs in the background at start
     result["warm_up_s"] = time.monotonic() - started
+    try:
+        with CollectorPauses() as pauses:
+            await measure_queries(settings, knowledge, models, corpus, args, first_questions, questions, result, pipeline)
+        result["collector"] = pauses.summary()
+    finally:
+        pipeline.close()
+
+
+async def measure_queries(
+    settings: Settings, knowledge: KnowledgeBase, models: InstantModels, corpus: SyntheticCorpus, args: argparse.Namespace,
+    first_questions: list[SyntheticQuestion], questions: list[SyntheticQuestion], result: dict, pipeline: QueryPipeline,
+) -> None:
+    """Everything measured after the warm-up: first query, steady routes, the A/Bs, profiles, commits."""
+    tokenizer = pipeline.tokenizer
     first = await ask(pipeline, models, first_questions[0], "simple")
     result["first_after_start_ms"] = own_ms(first)
     result["first_after_start_stages_ms"] = first.cost.orchestrator_ms_by_stage
@@ -253,7 +297,6 @@ async def measure(
     result["first_after_commit_vs_same_question"] = float(np.median([r["first_after_commit_ms"] / r["same_question_steady_ms"] for r in rounds]))
     middle = sorted(rounds, key=lambda r: r["first_after_commit_ms"])[len(rounds) // 2]
     result["first_after_commit_stages_ms"] = middle["first_after_commit_stages_ms"]
-    pipeline.close()
 
 
 def main() -> None:
@@ -316,14 +359,14 @@ def markdown(result: dict) -> str:
         f"stand-in models taking {result['model_ms']:g} ms a call: the time below is everything but waiting on a model (the protobuf conversion of its events in the last column; the rest of gRPC not included). "
         "Extractive answer.",
         "",
-        "| route | p50 ms | p95 ms | p99 ms | goal p50 / p99 | queries | evidence cited p50 | + events to protobuf, p50 ms |",
-        "|---|---:|---:|---:|---|---:|---:|---:|",
+        "| route | p50 ms | p95 ms | p99 ms | max ms | goal p50 / p99 | queries | evidence cited p50 | + events to protobuf, p50 ms |",
+        "|---|---:|---:|---:|---:|---|---:|---:|---:|",
     ]
     for route, summary in routes.items():
         own = summary["own"]
         goal = GOALS_MS.get(route)
         goal_text = f"{goal[0]:g}" + (f" / {goal[1]:g}" if goal and goal[1] else "") if goal else ""
-        lines.append(f"| {route} | **{own['p50_ms']:.2f}** | {own['p95_ms']:.2f} | {own['p99_ms']:.2f} | {goal_text} | "
+        lines.append(f"| {route} | **{own['p50_ms']:.2f}** | {own['p95_ms']:.2f} | {own['p99_ms']:.2f} | {own['max_ms']:.2f} | {goal_text} | "
                      f"{own['count']} | {summary['evidence_p50']:.0f} | {summary.get('conversion_p50_ms', 0.0):.2f} |")
     at_once = result["simple_at_once"]["own"]
     lines += [
@@ -341,6 +384,13 @@ def markdown(result: dict) -> str:
         f"{result['first_after_commit_ms'] / steady:.2f}x the steady p50, {result['first_after_commit_vs_same_question']:.2f}x the same "
         "question asked again on the last snapshot (goal: within 1.5x)",
     ]
+    collector = result.get("collector")
+    if collector:
+        lines.append(
+            f"- Python's garbage collector from the end of the warm-up to the last query (every query and commit above): "
+            f"{collector['collections']} collections, {collector['over_10ms']} of them 10 ms or longer, the longest "
+            f"{collector['longest_ms']:.1f} ms (generation {collector['longest_generation']}), {collector['total_ms']:.0f} ms in all "
+            "(a collection holds the interpreter: every query in flight waits)")
     ab = result.get("sentences_ab")
     if ab:
         lines.append(
