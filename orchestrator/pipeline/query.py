@@ -50,7 +50,7 @@ from .fusion import ScoredCandidate, blend_rerank
 from .pages import PageHit, filter_pages, search_pages
 from .perception import load_image, perceive, visual_items
 from .plan import QueryOptions, QueryPlan, make_plan, router_mode
-from .retrieval import retrieve, start_retrieval
+from .retrieval import start_retrieval
 from .router import RouteDecision, decide, query_features
 from .timing import StageTimer
 from .uncertainty import deliberate
@@ -130,7 +130,7 @@ class QueryPipeline:
         # faults in fresh memory for its allocator (about 400 page faults at 100,000 chunks, 2-4 ms on a VM),
         # which asyncio's default executor left to the first query after start
         self.retrieval_pool = ThreadPoolExecutor(max_workers=min(32, (os.cpu_count() or 1) + 4), thread_name_prefix="retrieval")
-        # the graph's side of retrieval runs here beside the passage searches (retrieval.retrieve)
+        # the graph's side of retrieval runs here beside the passage searches (retrieval.start_retrieval)
         self.search_pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="graph-search")
         knowledge.prepare = self.exercise  # each new snapshot is retrieved from once before queries see it
 
@@ -153,17 +153,18 @@ class QueryPipeline:
 
     def exercise(self, snapshot: Snapshot) -> None:
         """Retrieve from the snapshot once on every route, with its first passage for a question (no model is
-        called), in the threads queries retrieve in: the first query on it then finds the code paths, its
-        indexes' memory and its thread's warm."""
+        called), as queries do (start_retrieval, its parts in the pools' threads): the first query on it then
+        finds the code paths, its indexes' memory and the threads it runs in warm."""
         if not snapshot.evidence:
             return
-        self.retrieval_pool.submit(self._retrieve_on_every_route, snapshot).result()
-
-    def _retrieve_on_every_route(self, snapshot: Snapshot) -> None:
         vectors = snapshot.evidence_vectors([0])
         for route in ROUTE_NAMES:
             plan = make_plan(route, QueryOptions(), self.settings)
-            retrieve(snapshot, [snapshot.evidence[0].text[:200]], vectors, plan, self.settings.retrieval, (), {}, self.search_pool)
+            embedded: Future = Future()
+            started = start_retrieval(snapshot, [snapshot.evidence[0].text[:200]], embedded, plan, self.settings.retrieval,
+                                      (), {}, self.retrieval_pool, self.search_pool)
+            embedded.set_result(vectors)  # while the BM25 side runs, as a query's vectors come
+            started.result()
 
     def validate(self, query: QueryInput) -> None:
         """Reject bad requests before any model work (the collection must exist, limits hold)."""

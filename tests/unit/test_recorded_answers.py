@@ -127,7 +127,7 @@ def test_the_servers_warm_up_builds_every_collection_without_calling_a_model(tmp
 
 def test_the_warm_up_retrieves_in_the_threads_queries_retrieve_in(tmp_path, monkeypatch):
     """A thread's first retrieval faults in fresh memory for its allocator: the warm-up pays it, not the first query
-    (whose BM25 side starts before its vectors exist, and whose dense side and fusion run once they do)."""
+    (whose BM25 side starts before its vectors exist, its dense side beside it once they do, then fusion)."""
     from orchestrator.pipeline import retrieval as retrieval_module
 
     threads: list[tuple[str, str, str]] = []
@@ -142,8 +142,8 @@ def test_the_warm_up_retrieves_in_the_threads_queries_retrieve_in(tmp_path, monk
 
         monkeypatch.setattr(retrieval_module, name, record)
 
-    recording("_lexical_side")
-    recording("_finish")
+    for part in ("_lexical_side", "_dense_side", "_fused"):
+        recording(part)
     models = InstantModels(SHAPE.dimension)
     pipeline = _pipeline(tmp_path, models)
     try:
@@ -160,6 +160,7 @@ def test_the_warm_up_retrieves_in_the_threads_queries_retrieve_in(tmp_path, monk
     finally:
         pipeline.close()
     warm_up = {thread for kind, _, thread in threads if kind == "warm-up"}
-    assert len(warm_up) == 1 and warm_up.pop().startswith("retrieval")  # every route, in the pool's one thread so far
-    # the query's two parts, in that same thread
-    assert [(part, thread) for kind, part, thread in threads if kind == "query"] == [("_lexical_side", threads[0][2]), ("_finish", threads[0][2])]
+    assert warm_up and all(thread.startswith(("retrieval", "graph-search")) for thread in warm_up)  # every route, in the pools
+    query = [(part, thread) for kind, part, thread in threads if kind == "query"]
+    assert sorted(part for part, _ in query) == ["_dense_side", "_fused", "_lexical_side"]
+    assert {thread for _, thread in query} <= warm_up  # the query's parts ran in threads the warm-up ran in

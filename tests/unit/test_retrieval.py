@@ -184,43 +184,46 @@ def test_an_entity_takes_its_vector_from_the_first_document_that_embedded_it():
 
 @pytest.mark.parametrize("vectors_last", [True, False])
 def test_retrieval_started_before_the_vectors_exist_ranks_as_retrieve_does(vectors_last, monkeypatch):
-    """The BM25 side runs before the vectors are set; the dense side and fusion run once both are there, in
-    the thread that finished last (the BM25 side's), or in the pool when the vectors come last."""
+    """The BM25 side runs before the vectors are set; the dense and graph sides start once they are, beside it;
+    fusion runs in the thread that finished last (never one that waits)."""
     collection = snapshot()
     questions, vectors = ["gamma", "beta growth"], np.stack([E[3], E[1]])
     expected = retrieve(collection, questions, vectors, plan(), Settings().retrieval, ["gamma site"], {"text": 0.5})
-    lexical_done, vectors_set, threads = threading.Event(), threading.Event(), {}
+    lexical_done, dense_done, graph_done, threads = threading.Event(), threading.Event(), threading.Event(), {}
 
-    def recording(name):
+    def recording(name, done):
         original = getattr(retrieval_module, name)
 
         def record(*args, **kwargs):
             threads[name] = threading.current_thread().name
             if name == "_lexical_side" and not vectors_last:
-                assert vectors_set.wait(10)  # the BM25 side ends after the vectors came
+                assert dense_done.wait(10) and graph_done.wait(10)  # the BM25 side ends last
             try:
                 return original(*args, **kwargs)
             finally:
-                lexical_done.set()
+                done.set()
 
         monkeypatch.setattr(retrieval_module, name, record)
 
-    recording("_lexical_side")
-    recording("_finish")
+    recording("_lexical_side", lexical_done)
+    recording("_dense_side", dense_done)
+    recording("_graph_side", graph_done)
+    recording("_fused", threading.Event())
     embedded: Future = Future()
-    with ThreadPoolExecutor(2, "retrieval") as pool, ThreadPoolExecutor(1, "search") as search_pool:
+    with ThreadPoolExecutor(3, "retrieval") as pool, ThreadPoolExecutor(1, "search") as search_pool:
         started = start_retrieval(collection, questions, embedded, plan(), Settings().retrieval, ["gamma site"],
                                   {"text": 0.5}, pool, search_pool)
         if vectors_last:
             assert lexical_done.wait(10) and not started.done()  # the BM25 side ran, and retrieval waits for the vectors
         embedded.set_result(vectors)
-        vectors_set.set()
         result = started.result(10)
     assert result.candidates == expected.candidates and result.entity_seeds == expected.entity_seeds
     assert set(result.timings_ms) == set(expected.timings_ms) and result.skipped == expected.skipped
-    assert threads["_lexical_side"].startswith("retrieval") and threads["_finish"].startswith("retrieval")
+    assert threads["_graph_side"].startswith("search") and threads["_dense_side"].startswith("retrieval")
+    last = ("_dense_side", "_graph_side") if vectors_last else ("_lexical_side",)
+    assert threads["_fused"] in {threads[side] for side in last}  # fused where the last side ended
     if not vectors_last:
-        assert threads["_finish"] == threads["_lexical_side"]  # inline, where the BM25 side ended (not a second thread)
+        assert threads["_dense_side"] != threads["_lexical_side"]  # the dense side ran beside the BM25 side
 
 
 def test_retrieval_whose_vectors_never_come_ends_with_the_cancellation():
