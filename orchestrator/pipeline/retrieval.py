@@ -78,8 +78,8 @@ def retrieve(
     graph_started = graph_side.start(_set(vectors), pool, snapshot, plan, settings, named_entities) if pool and graph_side.view else None
     lexical = _lexical_side(snapshot, questions, plan)
     dense = _dense_side(snapshot, vectors, plan)
-    graph = graph_started.result() if graph_started is not None else graph_side.run(snapshot, vectors, plan, settings, named_entities)
-    return _fused(snapshot, vectors, plan, settings, modality_preference, limit, lexical, dense, graph, graph_side.skipped)
+    graph = graph_started.result() if graph_started is not None else graph_side.search(vectors, snapshot, plan, settings, named_entities)
+    return _fused(snapshot, plan, settings, modality_preference, limit, lexical, dense, graph, graph_side.skipped)
 
 
 def start_retrieval(
@@ -114,15 +114,14 @@ def start_retrieval(
     graph = (graph_side.start(embedded, search_pool, snapshot, plan, settings, named_entities) if graph_side.view is not None
              else _set(_no_graph()))
 
-    def fuse_sides(embedded: Future, lexical: Future, dense: Future, graph: Future) -> None:
+    def fuse_sides(lexical: Future, dense: Future, graph: Future) -> None:
         try:
-            vectors = embedded.result()
-            retrieval.set_result(context.run(_fused, snapshot, vectors, plan, settings, modality_preference, limit,
+            retrieval.set_result(context.run(_fused, snapshot, plan, settings, modality_preference, limit,
                                              lexical.result(), dense.result(), graph.result(), graph_side.skipped))
         except BaseException as error:  # the embedder failed (cancelled), or retrieval did: the caller hears why
             retrieval.set_exception(error)
 
-    _when_all((embedded, lexical, dense, graph), fuse_sides)  # the futures as arguments: closures over them make cycles
+    _when_all((lexical, dense, graph), fuse_sides)  # the futures as arguments: closures over them make cycles
     return retrieval
 
 
@@ -134,27 +133,25 @@ def _set(value) -> Future:
 
 def _when_set(embedded: Future, pool: Executor, work: Callable[..., T], *args) -> "Future[T]":
     """work(the vectors, *args) submitted to `pool` once `embedded` is set; the future of its outcome (the
-    embedder's failure, or the pool's refusal, if that is what came)."""
+    embedder's failure, or the pool's refusal, if that is what came), always set in the pool's thread, so that
+    what waits on it never runs in the thread that set the vectors (the event loop's)."""
     outcome: Future = Future()
 
     def submit(embedded: Future) -> None:  # the future comes as an argument: a closure over it would be a cycle
         try:
-            submitted = pool.submit(work, embedded.result(), *args)
+            pool.submit(_into, outcome, work, embedded.result(), *args)
         except BaseException as error:  # no vectors (the embedder failed), or the pool is shut down
             outcome.set_exception(error)
-            return
-        submitted.add_done_callback(lambda done: _copy_outcome(done, outcome))
 
     embedded.add_done_callback(submit)
     return outcome
 
 
-def _copy_outcome(source: Future, target: Future) -> None:
-    error = source.exception()
-    if error is not None:
-        target.set_exception(error)
-    else:
-        target.set_result(source.result())
+def _into(outcome: Future, work: Callable[..., T], *args) -> None:
+    try:
+        outcome.set_result(work(*args))
+    except BaseException as error:
+        outcome.set_exception(error)
 
 
 def _when_all(futures: Sequence[Future], then: Callable[..., None]) -> None:
@@ -206,8 +203,9 @@ def _lexical_side(snapshot: Snapshot, questions: Sequence[str], plan: QueryPlan)
 
 @dataclass
 class _Dense:
-    """What the dense passage search found: rows in its order, with their cosines."""
+    """What the dense passage search found: rows in its order, with their cosines (and the vectors it had)."""
 
+    vectors: np.ndarray  # the questions' [len(questions), d]
     rows: Optional[np.ndarray]  # None: no dense search in this plan
     scores: np.ndarray
     timer: StageTimer
@@ -216,11 +214,11 @@ class _Dense:
 def _dense_side(snapshot: Snapshot, vectors: np.ndarray, plan: QueryPlan) -> _Dense:
     timer = StageTimer()
     if not plan.dense:
-        return _Dense(None, np.zeros(0, dtype=np.float32), timer)
+        return _Dense(vectors, None, np.zeros(0, dtype=np.float32), timer)
     with timer.stage("dense"):
         scores, rows = snapshot.evidence_index.search(vectors, plan.chunk_top_k)
         hits = rows.ravel() >= 0
-        return _Dense(rows.ravel()[hits].astype(np.int64), scores.ravel()[hits], timer)
+        return _Dense(vectors, rows.ravel()[hits].astype(np.int64), scores.ravel()[hits], timer)
 
 
 _Graph = tuple[dict[str, float], GraphExpansion, StageTimer]  # seeds, expansion, timings
@@ -256,23 +254,19 @@ class _GraphSide:
         named_entities: Sequence[str],
     ) -> "Future[_Graph]":
         """The graph's side, submitted to `pool` once the vectors are set."""
-        return _when_set(embedded, pool, self._run, snapshot, plan, settings, named_entities)
+        return _when_set(embedded, pool, self.search, snapshot, plan, settings, named_entities)
 
-    def run(
-        self, snapshot: Snapshot, vectors: np.ndarray, plan: QueryPlan, settings: RetrievalSettings, named_entities: Sequence[str],
-    ) -> _Graph:
-        return self._run(vectors, snapshot, plan, settings, named_entities)
-
-    def _run(
+    def search(
         self, vectors: np.ndarray, snapshot: Snapshot, plan: QueryPlan, settings: RetrievalSettings, named_entities: Sequence[str],
     ) -> _Graph:
+        """The seeds and the expansion from them (none without a graph); the vectors first, as _when_set gives them."""
         if self.view is None:
             return _no_graph()
         return _graph_side(snapshot, self.view, vectors, plan, settings, named_entities)
 
 
 def _fused(
-    snapshot: Snapshot, vectors: np.ndarray, plan: QueryPlan, settings: RetrievalSettings,
+    snapshot: Snapshot, plan: QueryPlan, settings: RetrievalSettings,
     modality_preference: Mapping[str, float], limit: Optional[int], lexical: _Lexical, dense: _Dense, graph: _Graph,
     skipped: Sequence[str],
 ) -> Retrieval:
@@ -289,7 +283,7 @@ def _fused(
         with timer.stage("graph"):
             found["graph"] = np.asarray(expansion.best(settings.graph_top_k), dtype=np.int64)
     with timer.stage("fusion"):
-        table = _candidate_table(snapshot, vectors, found, dense.scores, lexical.fractions, lexical.page_fractions, expansion)
+        table = _candidate_table(snapshot, dense.vectors, found, dense.scores, lexical.fractions, lexical.page_fractions, expansion)
         evidence = snapshot.evidence
         block_types = {row: evidence[row].block_type for row in table.rows.tolist()} if modality_preference else {}
         fused = fuse(table, block_types, modality_preference, fusion_weights(settings, plan), limit)
