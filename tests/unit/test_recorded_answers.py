@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import threading
 import time
@@ -164,3 +165,48 @@ def test_the_warm_up_retrieves_in_the_threads_queries_retrieve_in(tmp_path, monk
     query = [(part, thread) for kind, part, thread in threads if kind == "query"]
     assert sorted(part for part, _ in query) == ["_dense_side", "_fused", "_lexical_side"]
     assert {thread for _, thread in query} <= warm_up  # the query's parts ran in threads the warm-up ran in
+
+
+class TextVectorModels(InstantModels):
+    """The stand-in models with every text's vector its own (a question's from the corpus, any other text's from
+    its hash), not tied to the question being asked: many questions can be in flight at once."""
+
+    def __init__(self, dimension: int, questions, latency_s: float):
+        super().__init__(dimension, latency_s)
+        self.by_text = {question.text: question for question in questions}
+
+    def _vector(self, text: str):
+        self.question = self.by_text.get(text)
+        return super()._vector(text)
+
+
+def test_queries_in_flight_at_once_return_what_they_return_one_by_one(tmp_path, caplog):
+    """Retrieval's parts run in shared pools and meet in whichever thread ends last: 24 queries on every route at
+    once (each model call 2 ms, so their parts interleave) give each the evidence and answer it gets alone."""
+    questions = SyntheticCorpus(SHAPE).questions(8)
+    models = TextVectorModels(SHAPE.dimension, questions, latency_s=0.002)
+    pipeline = _pipeline(tmp_path, models)
+    asks = [(route, question) for route in ROUTE_NAMES for question in questions]
+
+    async def ask(route: str, question) -> tuple:
+        evidence, final = None, None
+        async for event in pipeline.run(QueryInput(COLLECTION, question.text, QueryOptions(route=route)), time.monotonic() + 60):
+            evidence = event if isinstance(event, EvidenceEvent) else evidence
+            final = event
+        return [(item.record.evidence_id, item.signals.fused) for item in evidence.items], final.text, final.citations
+
+    async def one_by_one() -> list:
+        return [await ask(route, question) for route, question in asks]
+
+    async def at_once() -> list:
+        return list(await asyncio.gather(*(ask(route, question) for route, question in asks)))
+
+    try:
+        pipeline.warm_up()
+        alone = asyncio.run(one_by_one())
+        together = asyncio.run(at_once())
+    finally:
+        pipeline.close()
+    assert sum(bool(evidence) for evidence, _, _ in alone) == len(asks)
+    assert together == alone
+    assert [record for record in caplog.records if record.levelno >= logging.WARNING] == []
