@@ -17,6 +17,7 @@ import numpy as np
 from scipy import sparse
 
 from ..knowledge.graph import KnowledgeGraph
+from ..knowledge.sparse_kernels import selected_rows_product
 
 
 @dataclass(frozen=True)
@@ -90,8 +91,9 @@ def expand(
     scoring = np.arange(len(nodes)) if hub_nodes is None else np.flatnonzero(~hub_nodes[nodes])
     if 0 < scoring_nodes < len(scoring):
         scoring = scoring[np.argpartition(-scores[scoring], scoring_nodes - 1)[:scoring_nodes]]
-    # one sparse product over the collection's rows: hub entities reach most of them, so a dense result is the
-    # cheap one (a sorted list of the rows reached costs ten times more)
-    mass = np.asarray(node_evidence[nodes[scoring]].T @ scores[scoring]).ravel()
-    mean = mass / (mean_divisors(nodes_per_evidence) if divisors is None else divisors)
+    # one sparse product over the collection's rows: the scoring nodes reach half of them (48,000 of 100,000
+    # synthetic chunks), so a dense result is the cheap one (the rows reached, found by np.unique, took 2.3x as
+    # long from here to the best 20)
+    mean = selected_rows_product(node_evidence, nodes[scoring], scores[scoring])
+    np.divide(mean, mean_divisors(nodes_per_evidence) if divisors is None else divisors, out=mean)  # mass -> mean, in place
     return GraphExpansion(dict(seeds), nodes, scores, mean)
