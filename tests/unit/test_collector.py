@@ -6,16 +6,17 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+import weakref
 
 import pytest
 
 from orchestrator.knowledge.collector import building_long_lived
 from orchestrator.knowledge.graph import build_graph
 from orchestrator.knowledge.indexes import IndexSpec
-from orchestrator.knowledge.store import Snapshot
+from orchestrator.knowledge.store import KnowledgeBase, Snapshot
 from orchestrator.pipeline.plan import QueryOptions
 from orchestrator.pipeline.query import QueryInput
-from tests.segment_factory import make_segment
+from tests.segment_factory import commit, make_segment
 from tests.unit.test_recorded_answers import COLLECTION, SHAPE, InstantModels, SyntheticCorpus, _pipeline
 
 
@@ -83,3 +84,46 @@ def test_queries_leave_no_reference_cycles(tmp_path):
                 gc.enable()
     finally:
         pipeline.close()
+
+
+def test_every_replaced_snapshot_is_freed_by_reference_counting(tmp_path):
+    """Appends, a replacement and a delete, each published, warmed and retrieved from (so frozen, as a server's are):
+    with the collector off, every snapshot they replaced is freed. A reference cycle through one would keep it, and
+    all it holds, for good once frozen: a collection's worth of memory per commit."""
+    enabled = gc.isenabled()
+    gc.disable()
+    knowledge = KnowledgeBase(tmp_path, IndexSpec(), warm=True)
+    try:
+        docs = knowledge.collection("docs", create=True)
+        exercised = []
+        knowledge.prepare = exercised.append  # a server's pipeline retrieves from each new snapshot here
+        replaced = []
+
+        def step(change, generation: int) -> None:
+            replaced.append(weakref.ref(docs.snapshot))
+            change()
+            deadline = time.monotonic() + 30
+            while docs.snapshot.generation < generation or not docs.snapshot.graph_built:
+                assert time.monotonic() < deadline, "the commit was not published and built"
+                time.sleep(0.01)
+
+        def document(name: str, version: int = 0):
+            texts = [f"{name} version {version} passage {j} about Alpha Corp" for j in range(5)]
+            return make_segment(name, texts, {texts[0]: ["Alpha Corp", f"{name} Ltd"]}, dim=8, seed=version * 7 + len(name))
+
+        step(lambda: commit(docs, document("a.md")), 1)
+        step(lambda: commit(docs, document("b.md")), 2)  # appended: the new graph extends the old
+        step(lambda: commit(docs, document("a.md", version=1)), 3)  # replaced: built from every document
+        step(lambda: docs.delete("b.md"), 4)
+        step(lambda: commit(docs, document("c.md")), 5)
+        assert not tracked(docs.snapshot)  # published snapshots are frozen
+        exercised.clear()
+        deadline = time.monotonic() + 30  # the reaper empties some of them on its own thread
+        while any(ref() is not None for ref in replaced) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert [ref() is None for ref in replaced] == [True] * 5
+    finally:
+        knowledge.close()
+        gc.unfreeze()
+        if enabled:
+            gc.enable()
