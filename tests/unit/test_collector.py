@@ -87,25 +87,29 @@ def test_queries_leave_no_reference_cycles(tmp_path):
 
 
 def test_every_replaced_snapshot_is_freed_by_reference_counting(tmp_path):
-    """Appends, a replacement and a delete, each published, warmed and retrieved from (so frozen, as a server's are):
-    with the collector off, every snapshot they replaced is freed. A reference cycle through one would keep it, and
+    """Appends, a replacement and a delete, each published, warmed and retrieved from (so frozen, as a server's are),
+    by the writer and by a replica following it: with the collector off, every snapshot they replaced is freed. A reference cycle through one would keep it, and
     all it holds, for good once frozen: a collection's worth of memory per commit."""
     enabled = gc.isenabled()
     gc.disable()
     knowledge = KnowledgeBase(tmp_path, IndexSpec(), warm=True)
+    replica = KnowledgeBase(tmp_path, IndexSpec(), read_only=True, warm=True)  # follows the writer (follow())
     try:
         docs = knowledge.collection("docs", create=True)
         exercised = []
-        knowledge.prepare = exercised.append  # a server's pipeline retrieves from each new snapshot here
+        knowledge.prepare = replica.prepare = exercised.append  # a server's pipeline retrieves from each new snapshot here
         replaced = []
 
         def step(change, generation: int) -> None:
             replaced.append(weakref.ref(docs.snapshot))
+            if generation > 1:
+                replaced.append(weakref.ref(replica.collection("docs").snapshot))
             change()
             deadline = time.monotonic() + 30
             while docs.snapshot.generation < generation or not docs.snapshot.graph_built:
                 assert time.monotonic() < deadline, "the commit was not published and built"
                 time.sleep(0.01)
+            assert replica.collection("docs").follow() or generation == 1  # warmed (frozen) and published
 
         def document(name: str, version: int = 0):
             texts = [f"{name} version {version} passage {j} about Alpha Corp" for j in range(5)]
@@ -116,14 +120,15 @@ def test_every_replaced_snapshot_is_freed_by_reference_counting(tmp_path):
         step(lambda: commit(docs, document("a.md", version=1)), 3)  # replaced: built from every document
         step(lambda: docs.delete("b.md"), 4)
         step(lambda: commit(docs, document("c.md")), 5)
-        assert not tracked(docs.snapshot)  # published snapshots are frozen
+        assert not tracked(docs.snapshot) and not tracked(replica.collection("docs").snapshot)  # published ones are frozen
         exercised.clear()
         deadline = time.monotonic() + 30  # the reaper empties some of them on its own thread
         while any(ref() is not None for ref in replaced) and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert [ref() is None for ref in replaced] == [True] * 5
+        assert [ref() is None for ref in replaced] == [True] * 9
     finally:
         knowledge.close()
+        replica.close()
         gc.unfreeze()
         if enabled:
             gc.enable()
