@@ -135,7 +135,8 @@ class Gateway:
                 if isinstance(event, RouteEvent):
                     route = event.decision.label
                 elif isinstance(event, FinalAnswerEvent) and answer:
-                    self.metrics.query_done(route, event)
+                    # recorded while the final event and the call's status go out (0.2 ms, about 30 series)
+                    asyncio.get_running_loop().call_soon(self.metrics.query_done, route, event)
                 yield event
 
     async def embed(self, call: Call, texts: list[str]) -> tuple[np.ndarray, int]:

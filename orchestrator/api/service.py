@@ -24,12 +24,20 @@ from .protos import pb, pb_grpc
 SupervisionState = Callable[[], "pb.TritonState"]
 
 
-async def _open(gateway: Gateway, context, method: str):
-    """(request id, the gateway's call context): the id goes back to the client before anything can fail."""
+def _open(gateway: Gateway, context, method: str):
+    """(request id, its send to the client, the gateway's call context). The id goes back before anything can
+    fail: its send starts now and is awaited before the first response or error, so the call's work does not
+    wait for it (0.2 ms a call on the 2-vCPU VM)."""
     metadata = dict(context.invocation_metadata() or ())
     request_id = request_id_from(metadata.get(REQUEST_ID_HEADER, ""))
-    await context.send_initial_metadata(((REQUEST_ID_HEADER, request_id),))
-    return request_id, gateway.call(method, metadata.get("authorization", ""), request_id, context.time_remaining(), metadata)
+    sent = asyncio.ensure_future(context.send_initial_metadata(((REQUEST_ID_HEADER, request_id),)))
+    sent.add_done_callback(_retrieved)  # a call cancelled meanwhile: its failure is the call's, not to be logged
+    return request_id, sent, gateway.call(method, metadata.get("authorization", ""), request_id, context.time_remaining(), metadata)
+
+
+def _retrieved(sent: asyncio.Future) -> None:
+    if not sent.cancelled():
+        sent.exception()
 
 
 async def _abort(context, error: Exception, request_id: str):
@@ -42,12 +50,15 @@ async def _abort(context, error: Exception, request_id: str):
 def unary(method):
     @functools.wraps(method)
     async def handler(self, request, context):
-        request_id, opened = await _open(self.gateway, context, method.__name__)
+        request_id, sent, opened = _open(self.gateway, context, method.__name__)
         try:
             async with opened as call:
-                return await method(self, request, context, call)
+                response = await method(self, request, context, call)
         except Exception as error:  # a cancelled call raises CancelledError, which is not an Exception
+            await sent
             await _abort(context, error, request_id)
+        await sent
+        return response
 
     return handler
 
@@ -55,13 +66,16 @@ def unary(method):
 def streaming(method):
     @functools.wraps(method)
     async def handler(self, request, context):
-        request_id, opened = await _open(self.gateway, context, method.__name__)
+        request_id, sent, opened = _open(self.gateway, context, method.__name__)
         try:
             async with opened as call:
                 async for message in method(self, request, context, call):
+                    await sent
                     yield message
         except Exception as error:
+            await sent
             await _abort(context, error, request_id)
+        await sent
 
     return handler
 

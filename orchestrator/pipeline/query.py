@@ -322,10 +322,8 @@ class QueryPipeline:
         q.text, q.source, q.finish_reason = extracted.text or NO_SENTENCE, "extractive", "extracted"
         q.citations = sentence_citations(extracted.sentences, {item.rank: item.record for item in q.items})
         q.degradations += [reason for reason in (standing_in_because, extracted.note) if reason]
-        if not extracted.sentences:
-            yield q.first_text(q.text)
-        for sentence, _ in extracted.sentences:
-            yield q.first_text(f"{sentence.text} [{sentence.rank}] ")
+        # one event: the sentences are all there at once, and each event is a message the client waits for
+        yield q.first_text("".join(f"{sentence.text} [{sentence.rank}] " for sentence, _ in extracted.sentences) or q.text)
 
     async def _llm_answer(self, q: _Query) -> AsyncIterator[AnswerDeltaEvent]:
         reserve = self.settings.answer.llm_reserve_s

@@ -23,7 +23,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoRe
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from orchestrator.api.security import new_token
-from orchestrator.client import AsyncThinkServeClient, ThinkServeClient
+from orchestrator.client import AsyncThinkServeClient, ThinkServeClient, query_request
 from orchestrator.deployment import Deployment
 from orchestrator.observability.metrics import catalogue
 from tests.conftest import settings_with
@@ -360,6 +360,16 @@ def test_request_ids_metrics_and_spans(secured):
     with secured.client("alpha") as alpha:
         events = list(alpha.query("alpha", QUESTION, request_id="trace-me-1"))
     assert {e.request_id for e in events} == {"trace-me-1"}
+    with secured.client("alpha") as alpha:  # the id comes back first (initial metadata), answered or refused
+        streamed = alpha._call("Query", query_request("alpha", QUESTION), 60.0, "meta-query")
+        assert dict(streamed.initial_metadata())["x-request-id"] == "meta-query" and list(streamed)
+        with pytest.raises(grpc.RpcError) as refused:
+            alpha._call("Retrieve", query_request("no-such-collection", QUESTION), 60.0, "meta-refused")
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED  # not in alpha's grant
+        assert dict(refused.value.initial_metadata())["x-request-id"] == "meta-refused"
+        with pytest.raises(grpc.RpcError) as refused:
+            list(alpha._call("Query", query_request("no-such-collection", QUESTION), 60.0, "meta-refused-stream"))
+        assert dict(refused.value.initial_metadata())["x-request-id"] == "meta-refused-stream"
 
     spans = secured.spans.get_finished_spans()
     request = next(s for s in spans if s.name == "thinkserve.Query" and s.attributes["thinkserve.request_id"] == "trace-me-1")
