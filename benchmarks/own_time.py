@@ -11,8 +11,8 @@ answer, the final event with its cost) answers each question, in process, with s
 from the corpus, or a fixed vector per other text. What the pipeline reports as its own time
 (`cost.orchestrator_ms`: wall time outside model calls) is what is measured, split per stage as the final
 event reports it. Beside it: each query's events converted to protobuf and serialised, as the service sends
-them (the rest of the gRPC layer is not included: benchmarks/service_overhead.py measures the gateway's own
-work).
+them; and, for Simple and Complex, the same queries through the gRPC service, timed by a client in another
+process.
 
 Measured in one run, per route (Simple, Moderate, Complex; extractive answer, the default settings):
   steady   own time per query once everything is built: p50, p95, p99 and per stage
@@ -27,6 +27,9 @@ Measured in one run, per route (Simple, Moderate, Complex; extractive answer, th
            against the same question asked again at the end
   collector  every collection of Python's garbage collector from the end of the warm-up on, and how long it
            held the interpreter (a long one stalls every query in flight)
+  gRPC     Simple and Complex again through the gRPC service, served by this process (the same pipeline) to a
+           client in another process: what the client waits beyond the models, against the server's own time
+The interpreter's switch interval is the server's (server.switch_interval_ms).
 With --profile, pyinstrument samples the steady queries of --profile-route (Simple by default; models at once):
 the functions that take the time, in the event loop's thread and in retrieval (which the pipeline runs in a
 worker thread).
@@ -40,6 +43,7 @@ import asyncio
 import contextlib
 import gc
 import hashlib
+import json
 import shutil
 import sys
 import tempfile
@@ -81,12 +85,18 @@ class InstantModels:
         self.dimension = dimension
         self.latency_s = latency_s  # each call's time, as a GPU behind Triton would take; 0: none at all
         self.question: Optional[SyntheticQuestion] = None
+        self.expected: dict[str, SyntheticQuestion] = {}
+
+    def expect(self, questions: Sequence[SyntheticQuestion]) -> None:
+        """Questions that come by their text alone (through the gRPC API): one embedded becomes the question."""
+        self.expected.update((question.text, question) for question in questions)
 
     async def _wait(self) -> None:
         if self.latency_s > 0:
             await asyncio.sleep(self.latency_s)
 
     def _vector(self, text: str) -> np.ndarray:
+        self.question = self.expected.get(text, self.question)
         if self.question is not None and text == self.question.text:
             return self.question.vector[0]
         seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
@@ -202,6 +212,48 @@ async def profile_queries(
     return reports
 
 
+async def through_server(
+    settings: Settings, pipeline: QueryPipeline, models: InstantModels, questions: list[SyntheticQuestion], route: str,
+    warm_up: int = 5,
+) -> dict:
+    """The same queries through the orchestrator's gRPC service (gateway: request id, admission, metrics; events to
+    protobuf; HTTP/2 over a local TCP socket) served by this process's event loop and pipeline, from a client in a
+    process of its own (benchmarks/grpc_query_timing.py), one after another: the client's wall time less the time
+    a model call was in flight is the own time a caller sees."""
+    import grpc
+
+    from orchestrator.api import protos
+    from orchestrator.api.gateway import Gateway
+    from orchestrator.api.service import ThinkServeService
+    from orchestrator.knowledge.ingest import Ingestor
+    from orchestrator.observability.metrics import ServiceMetrics
+
+    ingestor = Ingestor(pipeline.knowledge, models, settings.ingest, settings.tokenizer_file)  # type: ignore[arg-type]
+    service = ThinkServeService(settings, models, ingestor, Gateway(settings, pipeline, ServiceMetrics()), ())  # type: ignore[arg-type]
+    server = grpc.aio.server()
+    protos.pb_grpc.add_ThinkServeServicer_to_server(service, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    asked = questions[:warm_up] + questions
+    models.expect(asked)
+    try:
+        client = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "benchmarks.grpc_query_timing", f"127.0.0.1:{port}", COLLECTION, route, str(warm_up),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )
+        out, _ = await client.communicate(json.dumps([question.text for question in asked]).encode())
+        if client.returncode != 0:
+            raise RuntimeError(f"the gRPC client failed (exit {client.returncode})")
+    finally:
+        await server.stop(None)
+    timings = json.loads(out)
+    return {
+        "seen_by_client": summarize([(t["wall_ms"] - t["model_ms"]) / 1000 for t in timings]),
+        "server_own": summarize([t["orchestrator_ms"] / 1000 for t in timings]),
+        "wall": summarize([t["wall_ms"] / 1000 for t in timings]),
+    }
+
+
 async def sentences_ab(pipeline: QueryPipeline, models: InstantModels, questions: list[SyntheticQuestion]) -> dict:
     """Simple queries with the answer sentences read as stored and cut per query (as for segments written before
     they were stored), alternating question by question in this one process: the change measured apart from
@@ -255,6 +307,10 @@ async def measure_queries(
         result["routes"][route] = route_summary(finals)
         own = result["routes"][route]["own"]
         print(f"* {route}: own time p50 {own['p50_ms']:.2f} ms, p99 {own['p99_ms']:.2f} ms", flush=True)
+    for route in ("simple", "complex"):
+        result.setdefault("through_grpc", {})[route] = through = await through_server(settings, pipeline, models, questions, route)
+        print(f"* {route} through the gRPC server: own time seen by the client p50 {through['seen_by_client']['p50_ms']:.2f} ms, "
+              f"the server's {through['server_own']['p50_ms']:.2f} ms", flush=True)
     # the first question again, now that everything is warm: a question's own time depends on the question
     # (its words' postings, its evidence's sentences), so "first" is compared with the same question too
     again = [await ask(pipeline, models, first_questions[0], "simple") for _ in range(3)]
@@ -320,6 +376,7 @@ def main() -> None:
     questions = corpus.questions(args.queries + firsts)
     first_questions, questions = questions[:firsts], questions[firsts:]
     settings = Settings.load(overrides={"index": {"kind": args.index}})
+    sys.setswitchinterval(settings.server.switch_interval_ms / 1000)  # as a serving process sets it
     models = InstantModels(shape.dimension, args.model_ms / 1000)
     data_dir = Path(tempfile.mkdtemp(prefix="own-time-"))
     result: dict = {
@@ -356,7 +413,7 @@ def markdown(result: dict) -> str:
         f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores, {machine['memory_gib']} GiB, GPU: {machine['gpu'] or 'none'}  ",
         f"Collection: {result['evidence']:,} chunks in synthetic documents (after the commit), {result['index']} index; "
         f"opened in {result['open_s']:.1f} s, warmed in the background {result['warm_s']:.1f} s after. The pipeline the server runs, in process, with "
-        f"stand-in models taking {result['model_ms']:g} ms a call: the time below is everything but waiting on a model (the protobuf conversion of its events in the last column; the rest of gRPC not included). "
+        f"stand-in models taking {result['model_ms']:g} ms a call: the time below is everything but waiting on a model (the protobuf conversion of its events in the last column; through the whole gRPC service: below). "
         "Extractive answer.",
         "",
         "| route | p50 ms | p95 ms | p99 ms | max ms | goal p50 / p99 | queries | evidence cited p50 | + events to protobuf, p50 ms |",
@@ -391,6 +448,13 @@ def markdown(result: dict) -> str:
             f"{collector['collections']} collections, {collector['over_10ms']} of them 10 ms or longer, the longest "
             f"{collector['longest_ms']:.1f} ms (generation {collector['longest_generation']}), {collector['total_ms']:.0f} ms in all "
             "(a collection holds the interpreter: every query in flight waits)")
+    for route, through in result.get("through_grpc", {}).items():
+        seen, server = through["seen_by_client"], through["server_own"]
+        lines.append(
+            f"- {route.title()} through the gRPC server (this process's event loop and pipeline behind the service's gateway, a client in "
+            f"another process over a local TCP socket, one query at a time, {seen['count']} queries): the client's wall time less the time a "
+            f"model call was in flight p50 {seen['p50_ms']:.2f} ms, p99 {seen['p99_ms']:.2f}; the server's own time of the same queries p50 "
+            f"{server['p50_ms']:.2f} ms, p99 {server['p99_ms']:.2f}: gRPC, the gateway and the client add {seen['p50_ms'] - server['p50_ms']:.2f} ms at p50")
     ab = result.get("sentences_ab")
     if ab:
         lines.append(

@@ -54,3 +54,7 @@ def test_own_time_reports_every_route_the_first_queries_and_a_profile(tmp_path):
     assert result["first_after_commit_vs_same_question"] > 0
     assert all(result["sentences_ab"][variant]["count"] == 12 for variant in ("stored", "cut"))
     assert "retrieve" in result["profile_simple"]["retrieval"] and "QueryPipeline.run" in result["profile_simple"]["pipeline"]
+    for route in ("simple", "complex"):  # through the real gRPC service, from a client in another process
+        through = result["through_grpc"][route]
+        assert through["seen_by_client"]["count"] == through["server_own"]["count"] == 12
+        assert through["wall"]["p50_ms"] > through["seen_by_client"]["p50_ms"] > 0 and through["server_own"]["p50_ms"] > 0
