@@ -20,6 +20,7 @@ from ..triton.models import TritonModels
 from . import convert
 from .gateway import REQUEST_ID_HEADER, Call, Gateway, request_id_from
 from .protos import pb, pb_grpc
+from .read_ahead import read_ahead
 
 SupervisionState = Callable[[], "pb.TritonState"]
 
@@ -230,7 +231,8 @@ class ThinkServeService(pb_grpc.ThinkServeServicer):
 
     @streaming
     async def Query(self, request, context, call: Call):
-        async for event in self.gateway.query(call, convert.query_input(request)):
+        # the query goes on while each of its messages is written (read_ahead.py)
+        async for event in read_ahead(self.gateway.query(call, convert.query_input(request))):
             yield convert.query_event(event, call.request_id)
 
     @unary
