@@ -231,8 +231,10 @@ class ThinkServeService(pb_grpc.ThinkServeServicer):
 
     @streaming
     async def Query(self, request, context, call: Call):
-        # the query goes on while each of its messages is written (read_ahead.py)
-        async for event in read_ahead(self.gateway.query(call, convert.query_input(request))):
+        events = self.gateway.query(call, convert.query_input(request))
+        if context is not None:  # over gRPC: the query goes on while each message is written, and ends with the call
+            events = read_ahead(events, ended=context.add_done_callback)
+        async for event in events:
             yield convert.query_event(event, call.request_id)
 
     @unary

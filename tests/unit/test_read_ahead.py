@@ -104,3 +104,50 @@ def test_a_cancelled_consumer_cancels_the_producer():
         return cleaned
 
     assert asyncio.run(consume()) == [True]
+
+
+def test_a_call_cancelled_while_a_message_is_written_cancels_the_producer_and_closes_its_events():
+    """Real gRPC: the client stops reading, so the server's write of a large message waits on flow control; the
+    client then cancels. grpc cancels its own task inside that write, outside read_ahead, which is left suspended
+    (and kept, by a cycle through the call): the call's end (`ended`) stops the producer, and the events it read
+    run their clean-up (a query's: its model streams cancelled, its admission slot given back)."""
+    import grpc
+
+    async def scenario() -> bool:
+        stopped, kept = asyncio.Event(), []
+
+        async def many():
+            try:
+                while True:
+                    yield b"x" * 1_000_000
+                    await asyncio.sleep(0)
+            finally:
+                stopped.set()
+
+        async def handler(request, context):
+            events = read_ahead(many(), depth=4, ended=context.add_done_callback)
+            kept.append(events)  # as a cycle through the call kept it in the server (CI): never closed
+            async for message in events:
+                yield message
+
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+            "test.Stream", {"Many": grpc.unary_stream_rpc_method_handler(handler)}),))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        try:
+            call = channel.unary_stream("/test.Stream/Many")(b"")
+            await call.read()  # one message, then no more reads: the server's writes wait
+            await asyncio.sleep(0.5)
+            call.cancel()
+            try:
+                await asyncio.wait_for(stopped.wait(), 5)
+                return True
+            except asyncio.TimeoutError:
+                return False
+        finally:
+            await channel.close()
+            await server.stop(None)
+
+    assert asyncio.run(scenario())
