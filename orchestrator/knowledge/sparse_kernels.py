@@ -52,22 +52,17 @@ def gathered_columns_product(indptr: np.ndarray, columns: np.ndarray, rows: np.n
 
 def selected_rows_product(matrix: sp.csr_matrix, rows: np.ndarray, x: np.ndarray) -> np.ndarray:
     """`matrix[rows].T @ x` for a CSR matrix (`x` one value per selected row): the evidence mass of the graph nodes
-    a question reached. The rows are copied by the C++ kernel scipy's indexing uses, and multiplied by its CSC
-    one, without the two sparse matrices scipy builds (half the time at 256 of 16,000 nodes)."""
+    a question reached. The rows are copied by the C++ kernel scipy's indexing uses, then multiplied as the
+    columns of the transpose (gathered_columns_product), without the two sparse matrices scipy builds (half the
+    time at 256 of 16,000 nodes)."""
     rows = np.asarray(rows, dtype=matrix.indices.dtype)
-    indptr, indices = matrix.indptr.astype(matrix.indices.dtype, copy=False), matrix.indices
-    dtype = np.result_type(matrix.dtype, x.dtype)
-    out = np.zeros(matrix.shape[1], dtype=dtype)
-    if not len(rows):
-        return out
-    pointers = np.zeros(len(rows) + 1, dtype=indices.dtype)
-    np.cumsum(indptr[rows + 1] - indptr[rows], out=pointers[1:])
-    kept_indices = np.empty(pointers[-1], dtype=indices.dtype)
-    kept_data = np.empty(pointers[-1], dtype=matrix.data.dtype)
-    _sparsetools.csr_row_index(len(rows), rows, indptr, indices, matrix.data, kept_indices, kept_data)
-    _sparsetools.csc_matvec(matrix.shape[1], len(rows), pointers, kept_indices, kept_data.astype(dtype, copy=False),
-                            np.ascontiguousarray(x, dtype=dtype), out)
-    return out
+    indptr = matrix.indptr.astype(matrix.indices.dtype, copy=False)
+    total = int((indptr[rows + 1] - indptr[rows]).sum())
+    kept_indices = np.empty(total, dtype=matrix.indices.dtype)
+    kept_data = np.empty(total, dtype=matrix.data.dtype)
+    if len(rows):
+        _sparsetools.csr_row_index(len(rows), rows, indptr, matrix.indices, matrix.data, kept_indices, kept_data)
+    return gathered_columns_product(indptr, rows, kept_indices, kept_data, x, matrix.shape[1])
 
 
 def induced_submatrix(matrix: sp.csr_matrix, members: np.ndarray) -> sp.csr_matrix:
