@@ -19,6 +19,8 @@ Measured in one run, per route (Simple, Moderate, Complex; extractive answer, th
   at once  the Simple route again with models that take no time at all: bookkeeping the pipeline does while
            a model computes (token counts) then counts as its own; and alternating question by question, the
            answer sentences read as stored at commit time or cut per query (as before they were stored)
+  PageRank Moderate and Complex alternating question by question, a neighbourhood's PageRank compiled (numba)
+           or on the scipy path (as on a host without numba)
   start    the first query after the collection is opened (the server's start), against steady and against
            the same question asked again once everything is warm (a question's own time depends on the
            question: the first one is heavier than most, warm or not)
@@ -56,6 +58,7 @@ import numpy as np
 from orchestrator.api.convert import query_event
 from orchestrator.bench.measure import RESULTS, invocation, machine_info, summarize, uncommitted_changes, write_results
 from orchestrator.config import Settings
+from orchestrator.knowledge import graph as graph_module
 from orchestrator.knowledge.indexes import index_spec
 from orchestrator.knowledge.store import KnowledgeBase
 from orchestrator.pipeline.events import FinalAnswerEvent
@@ -273,6 +276,21 @@ async def sentences_ab(pipeline: QueryPipeline, models: InstantModels, questions
     return {variant: summarize(seconds) for variant, seconds in own.items()}
 
 
+async def pagerank_ab(pipeline: QueryPipeline, models: InstantModels, questions: list[SyntheticQuestion], route: str) -> dict:
+    """`route`'s queries with a neighbourhood's PageRank compiled (numba) and on the scipy path (as on a host
+    without numba; the same scores), alternating question by question in this one process."""
+    own: dict[str, list[float]] = {"compiled": [], "scipy": []}
+    compiled = graph_module.compiled_kernels
+    try:
+        for number, question in enumerate(questions):
+            for variant in ("compiled", "scipy") if number % 2 == 0 else ("scipy", "compiled"):
+                graph_module.compiled_kernels = compiled if variant == "compiled" else (lambda: None)
+                own[variant].append(own_ms(await ask(pipeline, models, question, route)) / 1000)
+    finally:
+        graph_module.compiled_kernels = compiled
+    return {variant: summarize(seconds) for variant, seconds in own.items()}
+
+
 async def measure(
     settings: Settings, knowledge: KnowledgeBase, models: InstantModels, corpus: SyntheticCorpus, args: argparse.Namespace,
     first_questions: list[SyntheticQuestion], questions: list[SyntheticQuestion], result: dict,
@@ -307,6 +325,11 @@ async def measure_queries(
         result["routes"][route] = route_summary(finals)
         own = result["routes"][route]["own"]
         print(f"* {route}: own time p50 {own['p50_ms']:.2f} ms, p99 {own['p99_ms']:.2f} ms", flush=True)
+    if graph_module.compiled_kernels() is not None:
+        for route in ("moderate", "complex"):
+            result.setdefault("pagerank_ab", {})[route] = ab = await pagerank_ab(pipeline, models, questions, route)
+            print(f"* {route}, PageRank compiled / scipy path, alternating: p50 {ab['compiled']['p50_ms']:.2f} / "
+                  f"{ab['scipy']['p50_ms']:.2f} ms", flush=True)
     for route in ("simple", "complex"):
         result.setdefault("through_grpc", {})[route] = through = await through_server(settings, pipeline, models, questions, route)
         print(f"* {route} through the gRPC server: own time seen by the client p50 {through['seen_by_client']['p50_ms']:.2f} ms, "
@@ -455,6 +478,12 @@ def markdown(result: dict) -> str:
             f"another process over a local TCP socket, one query at a time, {seen['count']} queries): the client's wall time less the time a "
             f"model call was in flight p50 {seen['p50_ms']:.2f} ms, p99 {seen['p99_ms']:.2f}; the server's own time of the same queries p50 "
             f"{server['p50_ms']:.2f} ms, p99 {server['p99_ms']:.2f}: gRPC, the gateway and the client add {seen['p50_ms'] - server['p50_ms']:.2f} ms at p50")
+    for route, ab in result.get("pagerank_ab", {}).items():
+        lines.append(
+            f"- {route.title()}, alternating question by question in this process (models at {result['model_ms']:g} ms): a neighbourhood's "
+            f"PageRank compiled by numba p50 {ab['compiled']['p50_ms']:.2f} ms (p99 {ab['compiled']['p99_ms']:.2f}), on the scipy path "
+            f"(as without numba; the same scores) {ab['scipy']['p50_ms']:.2f} ms (p99 {ab['scipy']['p99_ms']:.2f}): "
+            f"{ab['scipy']['p50_ms'] / ab['compiled']['p50_ms']:.2f}x")
     ab = result.get("sentences_ab")
     if ab:
         lines.append(

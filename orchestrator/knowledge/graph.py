@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import itertools
+import logging
 import math
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -29,6 +30,8 @@ import scipy.sparse as sp
 
 from .collector import building_long_lived
 from .sparse_kernels import csr_matvec, induced_submatrix, row_entries, row_sums
+
+log = logging.getLogger(__name__)
 
 ENTITY = "entity"
 UNIT = "unit"
@@ -334,12 +337,15 @@ def _pagerank_scipy(
 @functools.lru_cache(maxsize=1)
 def compiled_kernels() -> Optional[ModuleType]:
     """graph_kernels, numba's compiled PageRank of a neighbourhood, imported on first use (numba's import takes
-    0.3 s); None where numba is not installed (the GPU host's packed environment): the scipy path then, with
-    the very same scores."""
+    0.3 s); None where numba is not installed (the GPU host's packed environment) or does not import (a numba
+    older than the numpy beside it refuses to): the scipy path then, with the very same scores."""
     if importlib.util.find_spec("numba") is None:
         return None
-    from . import graph_kernels
-
+    try:
+        from . import graph_kernels
+    except ImportError as error:
+        log.warning("numba is installed but does not import (%s): PageRank runs on the scipy path", error)
+        return None
     return graph_kernels
 
 

@@ -53,6 +53,8 @@ def test_own_time_reports_every_route_the_first_queries_and_a_profile(tmp_path):
     assert result["first_question_steady_ms"] > 0 and all(r["same_question_steady_ms"] > 0 for r in result["commits"])
     assert result["first_after_commit_vs_same_question"] > 0
     assert all(result["sentences_ab"][variant]["count"] == 12 for variant in ("stored", "cut"))
+    for route in ("moderate", "complex"):  # numba is a project dependency
+        assert all(result["pagerank_ab"][route][variant]["count"] == 12 for variant in ("compiled", "scipy"))
     assert "retrieve" in result["profile_simple"]["retrieval"] and "QueryPipeline.run" in result["profile_simple"]["pipeline"]
     for route in ("simple", "complex"):  # through the real gRPC service, from a client in another process
         through = result["through_grpc"][route]

@@ -96,3 +96,22 @@ def test_the_warm_up_compiles_the_kernel_a_collections_graph_runs():
     assert typed == [numba.typeof(part) for part in kernels.TWO_NODES]
     kernels.warm_up()
     assert len(kernels._neighbourhood_pagerank.signatures) >= 1
+
+
+def test_a_numba_that_does_not_import_leaves_the_scipy_path(monkeypatch, caplog):
+    """numba installed but broken (one older than the numpy beside it refuses to import): PageRank still runs."""
+    import sys
+
+    graph = _knowledge_graph(np.random.default_rng(7))
+    expected = graph.personalized_pagerank({0: 1.0}, restrict_to=graph.neighbourhood([0], 2, 100)[0])
+    import orchestrator.knowledge
+
+    monkeypatch.delattr(orchestrator.knowledge, "graph_kernels")
+    monkeypatch.setitem(sys.modules, "orchestrator.knowledge.graph_kernels", None)  # its import raises ImportError
+    compiled_kernels.cache_clear()
+    try:
+        assert graph_module.compiled_kernels() is None
+        assert "does not import" in caplog.text
+        assert np.array_equal(graph.personalized_pagerank({0: 1.0}, restrict_to=graph.neighbourhood([0], 2, 100)[0]), expected)
+    finally:
+        compiled_kernels.cache_clear()
