@@ -336,15 +336,20 @@ def _pagerank_scipy(
 
 @functools.lru_cache(maxsize=1)
 def compiled_kernels() -> Optional[ModuleType]:
-    """graph_kernels, numba's compiled PageRank of a neighbourhood, imported on first use (numba's import takes
-    0.3 s); None where numba is not installed (the GPU host's packed environment) or does not import (a numba
-    older than the numpy beside it refuses to): the scipy path then, with the very same scores."""
+    """graph_kernels, numba's compiled PageRank of a neighbourhood, imported and its code loaded on first use (a
+    server's warm-up: 0.3-0.5 s; 3 s where numba's cache holds no code for this machine yet); None where numba is
+    not installed (the GPU host's packed environment) or fails (a numba older than the numpy beside it refuses to
+    import): the scipy path then, with the very same scores. What numba imports and loads lives as long as the
+    process, 77,000 objects the collector would walk in every full collection (35 ms): they are kept out of it."""
     if importlib.util.find_spec("numba") is None:
         return None
     try:
-        from . import graph_kernels
-    except ImportError as error:
-        log.warning("numba is installed but does not import (%s): PageRank runs on the scipy path", error)
+        with building_long_lived():
+            from . import graph_kernels
+
+            graph_kernels.warm_up()
+    except Exception as error:
+        log.warning("numba is installed but fails (%s): PageRank runs on the scipy path", error)
         return None
     return graph_kernels
 

@@ -1,9 +1,10 @@
 """A question's PageRank on its neighbourhood, compiled (numba): the same arithmetic in the same order as the
 scipy path (induced_submatrix, row_sums, _pagerank_scipy), so the scores are bit-identical (the tests check it).
 
-Why compiled: on a 500-node neighbourhood of a 100,000-chunk collection the scipy path took 1.5 ms of a
-Complex query's 8-10 ms, most of it in scipy's column selection (its branch per entry mispredicts on a third
-of 70,000 entries) and in numpy's per-call overhead over the seven rounds of a 500-element power iteration.
+Why compiled: on a 500-node neighbourhood of a 100,000-chunk collection the scipy path took 1.2-1.5 ms of a
+Complex query's 7-10 ms (this: 0.7 ms), most of it in scipy's column selection (its branch per entry
+mispredicts on a third of 70,000 entries) and in numpy's per-call overhead over the seven rounds of a
+500-element power iteration.
 The sums numpy makes pairwise (np.sum, np.add.reduceat) are made pairwise here in numpy's own blocking
 (`_pairwise_sum`), so not one bit moves.
 
@@ -173,6 +174,6 @@ TWO_NODES = (np.array([0, 1, 2], dtype=np.int32), np.array([1, 0], dtype=np.int3
 
 def warm_up() -> None:
     """Loads the compiled code from numba's cache (0.3 s; compiles it, 3 s, where there is none yet) by running it
-    on TWO_NODES: a server does this at start, in the background, so that neither its first query nor its first
-    commit's warm-up pays it."""
+    on TWO_NODES. graph.compiled_kernels() runs it with the import: a server at start, in the background, so
+    that neither its first query nor its first commit's warm-up pays it."""
     neighbourhood_pagerank(*TWO_NODES, np.array([0, 1]), np.array([1.0, 0.0]), 0.85, 100, 1e-6)

@@ -144,8 +144,7 @@ class QueryPipeline:
         route (no model is called), so that the first user's query finds the code paths and the indexes' memory
         warm: a server runs it in the background at start (on 100,000 chunks the first query was 1.5x a steady
         one)."""
-        if (kernels := compiled_kernels()) is not None:
-            kernels.warm_up()
+        compiled_kernels()
         self.knowledge.preload()
         for name in self.knowledge.names():
             try:
