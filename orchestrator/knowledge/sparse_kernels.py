@@ -50,18 +50,26 @@ def gathered_columns_product(indptr: np.ndarray, columns: np.ndarray, rows: np.n
     return out
 
 
+def _copied_rows(matrix: sp.csr_matrix, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(indptr in the indices' dtype, and the CSR pointers, indices and data of `matrix[rows]`), copied by the C++
+    kernel scipy's row indexing uses; `rows` in the indices' dtype."""
+    indptr = matrix.indptr.astype(matrix.indices.dtype, copy=False)
+    pointers = np.zeros(len(rows) + 1, dtype=matrix.indices.dtype)
+    np.cumsum(indptr[rows + 1] - indptr[rows], out=pointers[1:])
+    indices = np.empty(pointers[-1], dtype=matrix.indices.dtype)
+    data = np.empty(pointers[-1], dtype=matrix.data.dtype)
+    if len(rows):
+        _sparsetools.csr_row_index(len(rows), rows, indptr, matrix.indices, matrix.data, indices, data)
+    return indptr, pointers, indices, data
+
+
 def selected_rows_product(matrix: sp.csr_matrix, rows: np.ndarray, x: np.ndarray) -> np.ndarray:
     """`matrix[rows].T @ x` for a CSR matrix (`x` one value per selected row): the evidence mass of the graph nodes
-    a question reached. The rows are copied by the C++ kernel scipy's indexing uses, then multiplied as the
-    columns of the transpose (gathered_columns_product), without the two sparse matrices scipy builds (half the
-    time at 256 of 16,000 nodes)."""
+    a question reached. The rows are copied (_copied_rows), then multiplied as the columns of the transpose
+    (gathered_columns_product), without the two sparse matrices scipy builds (half the time at 256 of 16,000
+    nodes)."""
     rows = np.asarray(rows, dtype=matrix.indices.dtype)
-    indptr = matrix.indptr.astype(matrix.indices.dtype, copy=False)
-    total = int((indptr[rows + 1] - indptr[rows]).sum())
-    kept_indices = np.empty(total, dtype=matrix.indices.dtype)
-    kept_data = np.empty(total, dtype=matrix.data.dtype)
-    if len(rows):
-        _sparsetools.csr_row_index(len(rows), rows, indptr, matrix.indices, matrix.data, kept_indices, kept_data)
+    indptr, _, kept_indices, kept_data = _copied_rows(matrix, rows)
     return gathered_columns_product(indptr, rows, kept_indices, kept_data, x, matrix.shape[1])
 
 
@@ -73,12 +81,8 @@ def induced_submatrix(matrix: sp.csr_matrix, members: np.ndarray) -> sp.csr_matr
     size = len(members)
     if size == 0:
         return sp.csr_matrix((0, 0), dtype=matrix.dtype)
-    indptr, indices = matrix.indptr.astype(matrix.indices.dtype, copy=False), matrix.indices
-    row_pointers = np.zeros(size + 1, dtype=indices.dtype)
-    np.cumsum(indptr[members + 1] - indptr[members], out=row_pointers[1:])
-    row_indices = np.empty(row_pointers[-1], dtype=indices.dtype)
-    row_data = np.empty(row_pointers[-1], dtype=matrix.data.dtype)
-    _sparsetools.csr_row_index(size, members, indptr, indices, matrix.data, row_indices, row_data)
+    indices = matrix.indices
+    _, row_pointers, row_indices, row_data = _copied_rows(matrix, members)
     # the columns: members are sorted and distinct, so each kept entry keeps its place (indices stay sorted)
     column_offsets = np.zeros(matrix.shape[1], dtype=indices.dtype)
     pointers = np.empty(size + 1, dtype=indices.dtype)
