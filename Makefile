@@ -32,6 +32,9 @@ $(VENV)/.installed: pyproject.toml setup.py setup.cfg proto/thinkserve/v1/orches
 	$(BIN)/$(PIP) --no-deps -c requirements/project.txt nvidia-pytriton
 	# The backend code, importable here for the model compiler and the unit tests (its numpy<2 pin is for Triton only).
 	$(BIN)/$(PIP) --no-deps -e build/backend
+	# PP-OCRv4's trained ONNX graphs ship inside this wheel (the OCR role's checkpoint; its code is the unit tests'
+	# reference). Without its dependencies: it asks for opencv-python, whose cv2 would overwrite the headless one.
+	$(BIN)/$(PIP) --no-deps -c requirements/project.txt rapidocr-onnxruntime
 	touch $@
 
 # The environment Triton's python-backend stubs run in: numpy<2, onnxruntime, tokenizers, thinkserve-backend, and

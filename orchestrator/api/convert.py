@@ -86,7 +86,10 @@ def evidence_item(item: EvidenceItem) -> "pb.EvidenceItem":
 
 def regions(spans: Sequence[Span]) -> list["pb.Region"]:
     """The page regions of spans (sources without pages have none); an unknown bbox is sent empty."""
-    return [pb.Region(page=s.page, bbox=list(s.bbox) if any(s.bbox) else []) for s in spans if s.page >= 0]
+    return [
+        pb.Region(page=s.page, bbox=list(s.bbox) if any(s.bbox) else [], ocr_confidence=s.ocr_confidence)
+        for s in spans if s.page >= 0
+    ]
 
 
 def cost(report: CostReport) -> "pb.Cost":
@@ -169,6 +172,10 @@ def document_info(document: DocumentRecord) -> "pb.DocumentInfo":
         added_at=document.added_at,
         warnings=list(document.warnings),
         passages=document.passages,
+        ocr_pages=document.ocr_pages,
+        ocr_figures=document.ocr_figures,
+        ocr_lines=document.ocr_lines,
+        ocr_low_confidence_lines=document.ocr_low_confidence_lines,
     )
 
 

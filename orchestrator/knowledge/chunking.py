@@ -10,7 +10,7 @@ a word.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 from ..errors import ConfigurationError
 from ..tokens import PlainTokenizer
@@ -27,6 +27,7 @@ class Span:
     # the block's characters in the evidence text ([start, end)); 0, 0 where not recorded (chunks, units)
     start: int = 0
     end: int = 0
+    ocr_confidence: Optional[float] = None  # the block's text was read by OCR, this confidently (Block.ocr_confidence)
 
 
 @dataclass(frozen=True)

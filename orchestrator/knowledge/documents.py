@@ -37,6 +37,9 @@ class Block:
     footnote: str = ""
     level: int = 0  # heading level for titles (1 = top), 0 otherwise
     table_html: str = ""  # the table as the parser gave it, when it is a table
+    # Text read from the page's image by OCR (a page without a text layer, or a figure's words): the recogniser's
+    # confidence in its least certain line; None when all of the text came from the document itself.
+    ocr_confidence: Optional[float] = None
 
     @property
     def is_visual(self) -> bool:

@@ -35,8 +35,9 @@ from .content_list import read_content_list
 from .documents import Block, ParsedDocument
 from .extraction import CooccurrenceExtractor, Extraction, LlmExtractor, describe_fallback, normalize_entity_name
 from .mineru import FLASH_PARSER_MEMORY_MB, MineruOptions, MineruParser
+from .page_ocr import DocumentOcr, OcrOptions, OcrReport, PageImages
 from .passages import Passage, passages_of
-from .pdf import inspect_pdf, render_pages
+from .pdf import inspect_pdf, render_page_png, render_pages
 from .segments import DocumentRecord, EntityMention, EvidenceRecord, PageRecord, RelationMention, Segment
 from .store import KnowledgeBase
 from .text_source import decode_text, parse_text
@@ -82,6 +83,7 @@ class Ingestor:
         self.tokenizer = PlainTokenizer(tokenizer_file, "ingest.tokenizer")
         self.parser = MineruParser(mineru_options(settings))
         self.cooccurrence = CooccurrenceExtractor()
+        self.ocr = DocumentOcr(models, ocr_options(settings))
 
     async def ingest(
         self, collection: str, filename: str, data: bytes, media_type: str = "", timeout_s: Optional[float] = None,
@@ -104,8 +106,8 @@ class Ingestor:
         stages = _Stages()
         staging = target.staging_folder()
         try:
-            parsed = await self._parse(source, name, data, staging, stages)
-            segment = await self._build_segment(parsed, source, name, document_id, len(data), staging, stages, timeout_s)
+            parsed, ocr = await self._parse(source, name, data, staging, stages, timeout_s)
+            segment = await self._build_segment(parsed, ocr, source, name, document_id, len(data), staging, stages, timeout_s)
             async with target.write_lock:
                 if (present := _present(target.head().documents, document_id)) is not None:
                     target.discard_staging(staging)
@@ -123,14 +125,17 @@ class Ingestor:
         return IngestResult(collection, segment.document, False, replaced, time.monotonic() - started, stages.seconds,
                             visible=target.snapshot.generation >= generation)
 
-    async def _parse(self, source: sources.SourceKind, name: str, data: bytes, staging: Path, stages: _Stages) -> ParsedDocument:
-        """Parse into blocks whose assets live under staging/assets, with page renders under staging/pages."""
+    async def _parse(
+        self, source: sources.SourceKind, name: str, data: bytes, staging: Path, stages: _Stages, timeout_s: Optional[float],
+    ) -> tuple[ParsedDocument, OcrReport]:
+        """Parse into blocks whose assets live under staging/assets, with page renders under staging/pages; then
+        the text OCR reads on the pages and in the figures the parser found none in (page_ocr)."""
         work = staging / "work"
         work.mkdir()
         try:
             if source.kind in (sources.MARKDOWN, sources.TEXT):
                 with stages.timed("parse"):
-                    return parse_text(decode_text(data, name), markdown=source.kind == sources.MARKDOWN)
+                    return parse_text(decode_text(data, name), markdown=source.kind == sources.MARKDOWN), OcrReport()
             if source.kind == sources.CONTENT_LIST:
                 archive = work / "upload.zip"
                 archive.write_bytes(data)
@@ -142,7 +147,10 @@ class Ingestor:
                 parsed = _adopt_assets(parsed, staging)
                 if origin is not None and self.settings.page_images:
                     parsed.page_images = await self._origin_page_images(origin, origin_pages or 1, parsed, staging, stages)
-                return parsed
+                images = None
+                if origin is not None and parsed.page_count <= (origin_pages or 1):
+                    images = self._pdf_pages(origin) if origin.suffix.lower() == ".pdf" else _whole_image(origin)
+                return await self._read_text(parsed, images, staging, stages, timeout_s)
             suffix = ".pdf" if source.kind == sources.PDF else (".png" if source.media_type == "image/png" else ".jpg")
             original = work / _local_name(name, suffix)  # parsers name the file in their messages
             original.write_bytes(data)
@@ -170,9 +178,26 @@ class Ingestor:
                 page = staging / "pages" / f"page-0000{suffix}"
                 shutil.copyfile(original, page)
                 parsed.page_images = [page]
-            return parsed
+            images = self._pdf_pages(original) if source.kind == sources.PDF else _whole_image(original)
+            return await self._read_text(parsed, images, staging, stages, timeout_s)
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
+    def _pdf_pages(self, pdf: Path) -> PageImages:
+        return lambda page: render_page_png(pdf, page, self.settings.ocr_dpi, self.settings.ocr_max_side)
+
+    async def _read_text(
+        self, parsed: ParsedDocument, images: Optional[PageImages], staging: Path, stages: _Stages, timeout_s: Optional[float],
+    ) -> tuple[ParsedDocument, OcrReport]:
+        """The document with the text OCR read added; the page-sized pictures it replaced leave the segment."""
+        if self.settings.ocr == "off":
+            return parsed, OcrReport()
+        with stages.timed("ocr"):
+            read, report = await self.ocr.read(parsed, images, timeout_s)
+        kept = {block.asset for block in read.blocks if block.asset}
+        for asset in {block.asset for block in parsed.blocks if block.asset} - kept:
+            (staging / asset).unlink(missing_ok=True)
+        return read, report
 
     def _origin_pages(self, origin: Path, name: str) -> int:
         """Pages of the original shipped with a content list; the same checks and page limit as a PDF upload."""
@@ -209,6 +234,7 @@ class Ingestor:
     async def _build_segment(
         self,
         parsed: ParsedDocument,
+        ocr: OcrReport,
         source: sources.SourceKind,
         name: str,
         document_id: str,
@@ -235,13 +261,13 @@ class Ingestor:
             evidence.append(
                 EvidenceRecord(
                     f"{document_id}:u{n}", document_id, name, "unit", block.type, text, _section_before(parsed.blocks, index),
-                    (Span(index, block.page, block.bbox),), asset=f"{document_id}/{block.asset}" if block.asset else "",
+                    (Span(index, block.page, block.bbox, ocr_confidence=block.ocr_confidence),), asset=f"{document_id}/{block.asset}" if block.asset else "",
                     tokens=self.tokenizer.count(text),
                 )
             )
         if not evidence:
             raise InvalidRequestError(f"{name!r}: no text, table or figure was found in it ({parsed.parser})")
-        parsed.warnings.extend(_textless_pages(parsed))
+        parsed.warnings.extend(_textless_pages(parsed, self.settings.ocr))
 
         # The extractor reads chunks (and units); what it finds is filed under the passages that name it.
         unit_records = evidence[len(passages) :]
@@ -292,6 +318,10 @@ class Ingestor:
             bytes=size,
             added_at=time.time(),
             warnings=tuple(parsed.warnings),
+            ocr_pages=ocr.pages,
+            ocr_figures=ocr.figures,
+            ocr_lines=ocr.lines,
+            ocr_low_confidence_lines=ocr.low_confidence_lines,
         )
         pages = [PageRecord(document_id, n, str(path.relative_to(staging))) for n, path in enumerate(parsed.page_images)]
         segment = Segment(
@@ -379,6 +409,28 @@ class Ingestor:
 
         parts = await asyncio.gather(*(run(items[i : i + step]) for i in range(0, len(items), step)))
         return np.concatenate(parts).astype(np.float32)
+
+
+def ocr_options(settings: IngestSettings) -> OcrOptions:
+    return OcrOptions(
+        mode=settings.ocr,
+        figures=settings.ocr_figures,
+        min_confidence=settings.ocr_min_confidence,
+        concurrency=settings.ocr_concurrency,
+    )
+
+
+def _whole_image(path: Path) -> PageImages:
+    """An image document's one page: its own bytes (and its width / height)."""
+    from PIL import Image
+
+    def page(index: int) -> tuple[bytes, float]:
+        data = path.read_bytes()
+        with Image.open(path) as image:
+            width, height = image.size
+        return data, width / height if height else 1.0
+
+    return page
 
 
 def mineru_options(settings: IngestSettings) -> MineruOptions:
@@ -489,9 +541,9 @@ def _mentions(readers: Sequence[Sequence[EvidenceRecord]], extractions: Sequence
     return list(entities.values()), relations
 
 
-def _textless_pages(parsed: ParsedDocument) -> list[str]:
-    """A warning naming the pages without any text the parser could extract (scans, slides of pictures):
-    silently, they would be indexed as nothing but page images."""
+def _textless_pages(parsed: ParsedDocument, ocr: str) -> list[str]:
+    """A warning naming the pages without any text the parser could extract or OCR read (scans, slides of
+    pictures): silently, they would be indexed as nothing but page images."""
     if parsed.page_count <= 0:
         return []
     with_text = {block.page for block in parsed.blocks if block.content.strip() or block.caption.strip()}
@@ -499,8 +551,12 @@ def _textless_pages(parsed: ParsedDocument) -> list[str]:
     if not missing:
         return []
     shown = ", ".join(str(page + 1) for page in missing[:10]) + (", ..." if len(missing) > 10 else "")
-    why = ("scanned or image-only pages, and MinerU's flash tier does no OCR" if parsed.parser.endswith("/flash")
-           else f"the parser ({parsed.parser}) found none on them")
+    if ocr != "off":
+        why = "OCR found no words on them either"
+    elif parsed.parser.endswith("/flash"):
+        why = "scanned or image-only pages, MinerU's flash tier does no OCR, and ingest.ocr is off"
+    else:
+        why = f"the parser ({parsed.parser}) found none on them and ingest.ocr is off"
     found_by = ("their page images and captions" if parsed.page_images else
                 "the captions of their figures and tables (no page images: the document came without its original)")
     return [

@@ -125,7 +125,7 @@ def _passage(blocks: Sequence[Block], pieces: Sequence[_Piece], section: str) ->
             position += 2  # the "\n\n" joining blocks
         text = blocks[piece.block].content[piece.start : piece.end]
         block = blocks[piece.block]
-        spans.append(Span(piece.block, block.page, block.bbox, position, position + len(text)))
+        spans.append(Span(piece.block, block.page, block.bbox, position, position + len(text), block.ocr_confidence))
         texts.append(text)
         position += len(text)
     return Passage("\n\n".join(texts), sum(p.tokens for p in pieces), section, blocks[pieces[0].block].page, tuple(spans))

@@ -115,3 +115,29 @@ def render_pages(
                     bitmap.close()
             written.append(target)
     return written
+
+
+def render_page_png(path: Path, index: int, dpi: float, max_side: int) -> tuple[bytes, float]:
+    """Page `index` as a lossless PNG at `dpi`, its longer side capped at `max_side` pixels (what OCR reads: JPEG's
+    ringing around thin strokes costs characters), and the page's width / height."""
+    import io
+
+    with _open(path) as document:
+        with _PDFIUM_LOCK:
+            page = document[index]
+            try:
+                width, height = page.get_size()
+                scale = min(dpi / 72.0, max_side / max(width, height, 1.0))
+                bitmap = page.render(scale=scale, may_draw_forms=True)
+            finally:
+                page.close()
+        try:
+            image = bitmap.to_pil()
+            buffer = io.BytesIO()
+            image.convert("RGB").save(buffer, format="PNG", compress_level=1)
+            del image
+        finally:
+            with _PDFIUM_LOCK:
+                bitmap.warn_on_close = False
+                bitmap.close()
+    return buffer.getvalue(), (width / height if height else 1.0)

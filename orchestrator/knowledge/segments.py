@@ -70,6 +70,10 @@ class DocumentRecord:
     added_at: float
     warnings: tuple[str, ...] = ()
     passages: int = 0  # text passages indexed (0 in documents ingested before passages: their chunks are indexed)
+    ocr_pages: int = 0  # pages whose text OCR read (ingest.ocr)
+    ocr_figures: int = 0  # figure and chart crops OCR read
+    ocr_lines: int = 0  # lines OCR read on them
+    ocr_low_confidence_lines: int = 0  # ... below ingest.ocr_min_confidence (kept, marked by their confidence)
 
 
 @dataclass(frozen=True)
@@ -402,7 +406,10 @@ def _block(row: dict[str, Any]) -> Block:
 
 
 def _evidence(row: dict[str, Any]) -> EvidenceRecord:
-    row["spans"] = tuple(Span(s["block"], s["page"], tuple(s["bbox"]), s.get("start", 0), s.get("end", 0)) for s in row["spans"])
+    row["spans"] = tuple(
+        Span(s["block"], s["page"], tuple(s["bbox"]), s.get("start", 0), s.get("end", 0), s.get("ocr_confidence"))
+        for s in row["spans"]
+    )
     return EvidenceRecord(**row)
 
 

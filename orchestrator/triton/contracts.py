@@ -132,6 +132,21 @@ VLM_RELEVANCE = ModelContract(
 )
 
 
+# Text of page images (scans, slides exported as pictures) and of the figures a parser crops: PP-OCR's detector,
+# line classifier and recogniser behind one model (thinkserve_backend.models.ocr_pipeline).
+OCR = ModelContract(
+    name="ocr",
+    inputs=(Tensor("image", "BYTES", (1,)),),
+    outputs=(
+        Tensor("text", "BYTES", (-1,)),  # one recognised line per row, in reading order
+        Tensor("boxes", "FP32", (-1, 4, 2)),  # each line's corners (top-left, top-right, bottom-right, bottom-left)
+        # as (x, y) fractions of the image's width and height
+        Tensor("confidence", "FP32", (-1,)),  # mean probability of the line's characters
+    ),
+    description="Encoded PNG/JPEG in; its text lines out: detect, turn upside-down lines, recognise (CTC).",
+)
+
+
 # The models a hosted API would bill by the token (prompt and completion of the LLM and the VLM, the VLM's
 # relevance prefill included); encoders' tokens are compute, not a bill, and cost papers leave them out.
 GENERATIVE_MODELS: tuple[str, ...] = (LLM.name, VLM.name, VLM_RELEVANCE.name)
@@ -160,4 +175,4 @@ def page_image_encoder(family: str) -> ModelContract:
 def all_contracts(families: tuple[str, ...] = PAGE_ENCODER_FAMILIES) -> tuple[ModelContract, ...]:
     """Every model a complete deployment serves."""
     page = tuple(c for family in families for c in (page_text_encoder(family), page_image_encoder(family)))
-    return (TEXT_EMBEDDER, RERANKER, ROUTER, *page, LLM, VLM, VLM_RELEVANCE)
+    return (TEXT_EMBEDDER, RERANKER, ROUTER, *page, LLM, VLM, VLM_RELEVANCE, OCR)

@@ -16,9 +16,9 @@ import numpy as np
 from ..errors import TritonUnavailableError
 from . import contracts
 from .client import TritonClient
-from .protocol import GenerationChunk, GenerationOptions, GeneratorFacts
+from .protocol import GenerationChunk, GenerationOptions, GeneratorFacts, PageText
 
-__all__ = ["GenerationChunk", "GenerationOptions", "GeneratorFacts", "TritonModels"]
+__all__ = ["GenerationChunk", "GenerationOptions", "GeneratorFacts", "PageText", "TritonModels"]
 
 
 def _strings(values: Sequence[str | bytes]) -> np.ndarray:
@@ -102,6 +102,22 @@ class TritonModels:
         """The VLM's P(yes) that each image can answer the question [n] (V-RAG's relevance filter)."""
         inputs = {"question": _strings([question] * len(images)), "image": _strings(images)}
         return (await self._batched(contracts.VLM_RELEVANCE.name, inputs, "relevance", timeout_s))[:, 0]
+
+    async def read_text(self, images: Sequence[bytes], timeout_s: Optional[float] = None) -> list[PageText]:
+        """The text lines of each encoded image: one request per image (each has its own number of lines), all
+        in flight at once, so Triton batches them."""
+        c = contracts.OCR
+        outputs = [t.name for t in c.outputs]
+
+        async def one(image: bytes) -> PageText:
+            result = await self.client.infer(c.name, {"image": _strings([image])}, outputs, timeout_s)
+            return PageText(
+                lines=tuple(v.decode("utf-8", errors="replace") for v in result["text"].reshape(-1)),
+                boxes=result["boxes"].reshape(-1, 4, 2),
+                confidence=result["confidence"].reshape(-1),
+            )
+
+        return list(await asyncio.gather(*(one(image) for image in images)))
 
     @contextlib.asynccontextmanager
     async def generate(

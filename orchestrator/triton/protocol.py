@@ -49,6 +49,16 @@ class GeneratorFacts:
     chat_template_variables: tuple[tuple[str, str], ...] = ()  # the special tokens the template reads (bos_token, ...)
 
 
+@dataclass(frozen=True)
+class PageText:
+    """What the OCR model read in one image: its lines in reading order."""
+
+    lines: tuple[str, ...]
+    boxes: np.ndarray  # [n, 4, 2] each line's corners (top-left, top-right, bottom-right, bottom-left), (x, y) as
+    # fractions of the image's width and height
+    confidence: np.ndarray  # [n] mean probability of each line's characters
+
+
 def mean_entropy_nats(normalized: Sequence[float], vocabulary: int) -> float:
     """Mean token entropy in nats of tokens whose entropies were divided by ln(vocabulary), as generators
     stream them; an answer with no tokens is as uncertain as can be (the uniform distribution's ln(vocabulary))."""
@@ -77,6 +87,9 @@ class Models(Protocol):
 
     async def page_relevance(self, question: str, images: Sequence[bytes], timeout_s: Optional[float] = None) -> np.ndarray:
         """The VLM's P(yes) that each image can answer the question [n] (V-RAG's relevance filter)."""
+
+    async def read_text(self, images: Sequence[bytes], timeout_s: Optional[float] = None) -> list[PageText]:
+        """The text lines of each encoded image (OCR); a ModelExecutionError names an image that cannot be read."""
 
     def generate(
         self, prompt: str, options: GenerationOptions, images: Sequence[bytes] = (), timeout_s: Optional[float] = None,
