@@ -15,7 +15,9 @@ The dataset is a folder in MMLongBench-Doc's layout (benchmarks/qa_dataset.py): 
 3. Every question is asked in its document's collection with `Retrieve` (top_k as given, everything else
    default) and with `Query` (all defaults), one at a time.
 4. The baselines rank the same document's pages: BM25 over whole pages (`bm25s`) and dense all-MiniLM-L6-v2
-   over 254-token passages with page = best passage, embedded by the deployment's own text embedder.
+   over 254-token passages with page = best passage, embedded by the deployment's own text embedder; each over
+   MinerU's text, and again over the text the product stored (the text layer, and what OCR read where a page has
+   none: the fair baseline of OCR'd documents, read from the collections' segments after ingest).
 
 With --ablations, every question is also retrieved with one signal switched off per request (the graph, BM25
 over pages, BM25 over passages, dense search), in the same deployment. With --data-dir the collections are
@@ -23,7 +25,9 @@ kept there, and a later run with the same folder finds its documents already ing
 say so; everything else is measured again).
 
 Reported: page Recall@1/5/10 and MRR@10 (the distinct pages of the evidence items in rank order, the page each
-item names; any evidence page counts) overall and by evidence source; the first citation of the answer on an
+item names; any evidence page counts) overall, by evidence source, and on the questions whose evidence pages all
+lack a text layer (only OCR or the page images can find them); the share of pages without a text layer that got
+OCR text, and OCR's pages, lines and seconds; the first citation of the answer on an
 evidence page; extractive answer accuracy on short answers (normalised containment, see
 qa_dataset.normalize_answer); refusal precision and recall on the unanswerable questions; the routes taken;
 Retrieve and Query latency; ingest pages/s against MinerU's parse-only pages/s.
@@ -50,13 +54,15 @@ from orchestrator.bench.stats import percentile
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
 from orchestrator.deployment import running
+from orchestrator.knowledge.documents import ParsedDocument
 from orchestrator.knowledge.ingest import mineru_options
 from orchestrator.knowledge.mineru import MineruParser
+from orchestrator.knowledge.store import KnowledgeBase
 from orchestrator.tokens import PlainTokenizer
 from orchestrator.triton.client import TritonClient
 from orchestrator.triton.models import TritonModels
 
-from .page_baselines import Bm25Pages, DensePassages, page_texts
+from .page_baselines import Bm25Pages, DensePassages, page_texts, pages_without_text_layer
 from .qa_dataset import Question, contains_answer, load_questions, page_hits, refusal_scores, separation_auc
 
 NAME = "document_qa"
@@ -64,6 +70,7 @@ NAME = "document_qa"
 REFUSAL_THRESHOLDS = (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)
 DEFAULT_DATASET = Path("../shared/benchmarks/mmlongbench-dev")
 SYSTEMS = ("thinkserve", "bm25_pages", "dense_passages")
+OCR_BASELINES = ("bm25_pages_ocr", "dense_passages_ocr")  # the same baselines over the stored text (text layer + OCR)
 # Retrieve with one signal off per request (QueryOptions), against the same collections
 ABLATIONS = {
     "graph off": {"graph": False},
@@ -76,6 +83,8 @@ SYSTEM_LABELS = {
     "thinkserve_spanned": "ThinkServe, every page an item spans",
     "bm25_pages": "BM25 over whole pages (bm25s)",
     "dense_passages": "dense MiniLM, 254-token passages, page = max",
+    "bm25_pages_ocr": "BM25 over whole pages, text layer + OCR text",
+    "dense_passages_ocr": "dense MiniLM, 254-token passages, text layer + OCR text",
 }
 _CITATION_MARK = re.compile(r"\[\d{1,3}\]")
 Progress = Callable[[str], None]
@@ -114,6 +123,8 @@ async def ingest_all(client: AsyncThinkServeClient, paths: list[Path], collectio
             "relations": document.relations, "seconds": report.seconds, "warnings": list(document.warnings),
             "stages": {stage.stage: stage.milliseconds / 1000 for stage in report.stages},
             "already_present": report.already_present,
+            "ocr": {"pages": document.ocr_pages, "figures": document.ocr_figures, "lines": document.ocr_lines,
+                    "low_confidence_lines": document.ocr_low_confidence_lines},
         }
         progress(f"ingested {path.name}: {document.pages} pages, {report.passages} passages in {report.seconds:.1f} s")
 
@@ -178,31 +189,50 @@ async def ask(client: AsyncThinkServeClient, question: Question, collection: str
     }
 
 
-async def baselines(models: TritonModels, parsed: dict[str, dict], questions: list[Question], tokenizer: PlainTokenizer,
-                    timeout_s: float) -> dict[int, dict[str, list[int]]]:
-    """Each question's page ranking by each baseline, over its document's MinerU page text."""
+async def baselines(models: TritonModels, texts: dict[str, list[str]], questions: list[Question], tokenizer: PlainTokenizer,
+                    timeout_s: float, suffix: str = "") -> dict[int, dict[str, list[int]]]:
+    """Each question's page ranking by each baseline over its document's page `texts` (MinerU's, or the stored
+    text with OCR: `suffix` "_ocr" names those systems)."""
     rankings: dict[int, dict[str, list[int]]] = {}
     by_document = collections.defaultdict(list)
     for question in questions:
         by_document[question.document].append(question)
     for document, asked in by_document.items():
-        texts = parsed[document]["texts"]
-        bm25 = Bm25Pages(texts)
-        dense = DensePassages(texts, tokenizer)
+        bm25 = Bm25Pages(texts[document])
+        dense = DensePassages(texts[document], tokenizer)
         await dense.embed(lambda batch: models.embed(batch, timeout_s))
         vectors = await models.embed([q.text for q in asked], timeout_s)
         for question, vector in zip(asked, vectors):
-            rankings[question.id] = {"bm25_pages": bm25.rank(question.text), "dense_passages": dense.rank(vector)}
+            rankings[question.id] = {f"bm25_pages{suffix}": bm25.rank(question.text), f"dense_passages{suffix}": dense.rank(vector)}
     return rankings
 
 
-def score(questions: list[Question], runs: dict[int, dict], rankings: dict[int, dict[str, list[int]]]) -> dict[str, Any]:
+def stored_pages(data_dir: Path, reports: dict[str, dict]) -> dict[str, dict[str, list]]:
+    """Per document, what the product stored of each page (its blocks' text, OCR's included: page_texts) and the
+    pages holding text OCR read, from the collections' segments on disk."""
+    knowledge = KnowledgeBase(data_dir, read_only=True)
+    stored = {}
+    for name, report in reports.items():
+        segment = next(s for s in knowledge.collection(report["collection"]).snapshot.segments if s.document.name == name)
+        blocks = list(segment.blocks)
+        stored[name] = {
+            "texts": page_texts(ParsedDocument(blocks, segment.document.pages, segment.document.parser)),
+            "ocr_text_pages": sorted({b.page for b in blocks if b.ocr_confidence is not None and b.content.strip()}),
+        }
+    return stored
+
+
+def score(questions: list[Question], runs: dict[int, dict], rankings: dict[int, dict[str, list[int]]],
+          textless: Optional[dict[str, list[int]]] = None) -> dict[str, Any]:
+    """`textless`: each document's pages without a text layer (the questions on those pages only are scored apart)."""
     answerable = [q for q in questions if q.answerable and q.evidence_pages]
+    present = [s for s in OCR_BASELINES if questions and s in rankings[questions[0].id]]  # older runs have none
     systems = {
         "thinkserve": lambda q: runs[q.id]["ranked_pages"],
         "thinkserve_spanned": lambda q: runs[q.id]["spanned_pages"],
         "bm25_pages": lambda q: rankings[q.id]["bm25_pages"],
         "dense_passages": lambda q: rankings[q.id]["dense_passages"],
+        **{s: (lambda q, s=s: rankings[q.id][s]) for s in present},
         **{f"ablation: {name}": (lambda q, name=name: runs[q.id]["ablations"][name])
            for name in (runs[questions[0].id]["ablations"] if questions else {})},
     }
@@ -224,12 +254,15 @@ def score(questions: list[Question], runs: dict[int, dict], rankings: dict[int, 
     unanswerable = [not q.answerable for q in questions]
     best = [runs[q.id]["best_semantic"] or 0.0 for q in questions]
     routes = collections.Counter(runs[q.id]["route"] for q in questions)
+    without_text = [q for q in answerable if textless and set(q.evidence_pages) <= set(textless.get(q.document, ()))]
     return {
         "questions": len(questions),
         "answerable_with_pages": len(answerable),
         "retrieval": {"all": {"questions": len(answerable), **table(answerable)},
                       **{source: {"questions": len(m), **table(m)}
                          for source in sources if (m := [q for q in answerable if source in q.evidence_sources])}},
+        # questions whose every evidence page has no text layer: found by OCR's text or the page images alone
+        "retrieval_without_text_layer": {"questions": len(without_text), **table(without_text)} if without_text else {},
         "first_citation": {
             "answerable": len(answerable),
             "cited": len(cited),
@@ -292,7 +325,11 @@ async def evaluate(address: str, triton_url: str, settings: Settings, paths: lis
         reports, ingest_seconds = await ingest_all(client, paths, collections_of, concurrency, progress)
         progress("baselines")
         tokenizer = PlainTokenizer(settings.tokenizer_file, "ingest.tokenizer")
-        rankings = await baselines(TritonModels(triton), parsed, questions, tokenizer, settings.triton.call_timeout_s)
+        stored = stored_pages(settings.storage.data_dir, reports)
+        models, timeout = TritonModels(triton), settings.triton.call_timeout_s
+        rankings = await baselines(models, {d: p["texts"] for d, p in parsed.items()}, questions, tokenizer, timeout)
+        with_ocr = await baselines(models, {d: p["texts"] for d, p in stored.items()}, questions, tokenizer, timeout, "_ocr")
+        rankings = {q: {**ranked, **with_ocr[q]} for q, ranked in rankings.items()}
         progress(f"{len(questions)} questions, Retrieve then Query each")
         runs = {}
         started = time.monotonic()
@@ -304,9 +341,12 @@ async def evaluate(address: str, triton_url: str, settings: Settings, paths: lis
         query_seconds = time.monotonic() - started
     pages = sum(report["pages"] for report in reports.values())
     ingested = [report for report in reports.values() if not report["already_present"]]
+    textless = {path.name: pages_without_text_layer(path) for path in paths}
     return {
         "ingested_documents": len(ingested),
-        "documents": {path.name: {**reports[path.name], "parse_only_seconds": parsed[path.name]["seconds"]} for path in paths},
+        "documents": {path.name: {**reports[path.name], "parse_only_seconds": parsed[path.name]["seconds"],
+                                  "pages_without_text_layer": textless[path.name],
+                                  "ocr_text_pages": stored[path.name]["ocr_text_pages"]} for path in paths},
         "pages": pages,
         "ingest_seconds": ingest_seconds,
         "ingest_concurrency": concurrency,
@@ -314,7 +354,7 @@ async def evaluate(address: str, triton_url: str, settings: Settings, paths: lis
         "query_seconds": query_seconds,
         "runs": {str(k): v for k, v in runs.items()},
         "baselines": {str(k): v for k, v in rankings.items()},
-        "scores": score(questions, runs, rankings),
+        "scores": score(questions, runs, rankings, textless),
     }
 
 
@@ -361,6 +401,38 @@ def _own_time_lines(own: dict[str, Any]) -> list[str]:
         f"ingest): p50 {own['first_per_collection']['p50']:.1f} ms, p95 {own['first_per_collection']['p95']:.1f}."
     ]
 
+def _ocr_lines(stats: dict, without_text: dict, shown: tuple[str, ...]) -> list[str]:
+    """The report's section on pages without a text layer: how many got OCR text, what OCR cost, and retrieval on
+    the questions only those pages answer."""
+    documents = stats["documents"].values()
+    textless = sum(len(d.get("pages_without_text_layer", [])) for d in documents)
+    lines = ["", "## Pages without a text layer (OCR)", ""]
+    if "ocr_text_pages" in next(iter(documents), {}):
+        covered = sum(len(set(d["pages_without_text_layer"]) & set(d["ocr_text_pages"])) for d in documents)
+        ocr = [d.get("ocr", {}) for d in documents]
+        seconds = sum(d["stages"].get("ocr", 0.0) for d in documents)
+        lines.append(
+            f"- {textless} of {stats['pages']} pages have no text layer; {covered} of them ({covered / textless:.1%}) got "
+            f"OCR text. OCR read {sum(o.get('pages', 0) for o in ocr)} pages and {sum(o.get('figures', 0) for o in ocr)} "
+            f"figure crops: {sum(o.get('lines', 0) for o in ocr)} lines, {sum(o.get('low_confidence_lines', 0) for o in ocr)} "
+            f"below the confidence threshold (kept, marked); its ingest stage took {seconds:.0f} s in all."
+            if textless else f"- No page of the {stats['pages']} lacks a text layer.")
+        decks = [(name, d) for name, d in stats["documents"].items()
+                 if d["pages"] and len(d["pages_without_text_layer"]) == d["pages"] and not d["already_present"]]
+        for name, d in sorted(decks, key=lambda item: -item[1]["pages"])[:1]:
+            lines.append(f"- The largest image-only document, {name} ({d['pages']} pages), ingested end to end in "
+                         f"{d['seconds']:.0f} s ({d['pages'] / d['seconds']:.2f} pages/s), OCR {d['stages'].get('ocr', 0.0):.0f} s of it.")
+    else:
+        lines.append(f"- {textless} of {stats['pages']} pages have no text layer (this run recorded no OCR).")
+    if without_text:
+        lines += ["", f"Page retrieval on the {without_text['questions']} answerable questions whose evidence pages all lack "
+                  "a text layer:", "", "| system | R@1 | R@5 | R@10 |", "|---|---:|---:|---:|"]
+        for system in shown:
+            row = without_text[system]
+            lines.append(f"| {SYSTEM_LABELS[system]} | {row['recall@1']:.3f} | {row['recall@5']:.3f} | {row['recall@10']:.3f} |")
+    return lines
+
+
 def settings_record(settings: Settings) -> dict[str, Any]:
     """The settings a result depends on, as written into its JSON (and read back by --rescore)."""
     return {"profile": settings.profile, "ingest": settings.ingest.model_dump(mode="json"),
@@ -394,6 +466,8 @@ def report(stats: dict, settings: dict[str, Any], dataset: Path, command: str, t
     ]
     labels = {**SYSTEM_LABELS, **{name: f"Retrieve, {name.removeprefix('ablation: ')}" for name in overall if name.startswith("ablation: ")}}
     for system, label in labels.items():
+        if system not in overall:  # the OCR-text baselines, in runs recorded before them
+            continue
         row = overall[system]
         lines.append(f"| {label} | {row['recall@1']:.3f} | {row['recall@5']:.3f} | {row['recall@10']:.3f} | {row['mrr@10']:.3f} |")
     bm25 = overall["bm25_pages"]
@@ -405,14 +479,18 @@ def report(stats: dict, settings: dict[str, Any], dataset: Path, command: str, t
         "",
         "By evidence source (R@1 / R@5):",
         "",
-        "| source | n | " + " | ".join(SYSTEM_LABELS[s] for s in SYSTEMS) + " |",
-        "|---|---:|" + "---:|" * len(SYSTEMS),
+    ]
+    shown = SYSTEMS + tuple(s for s in OCR_BASELINES if s in overall)
+    lines += [
+        "| source | n | " + " | ".join(SYSTEM_LABELS[s] for s in shown) + " |",
+        "|---|---:|" + "---:|" * len(shown),
     ]
     for source, row in retrieval.items():
         if source == "all":
             continue
-        cells = [f"{row[s]['recall@1']:.2f} / {row[s]['recall@5']:.2f}" for s in SYSTEMS]
+        cells = [f"{row[s]['recall@1']:.2f} / {row[s]['recall@5']:.2f}" for s in shown]
         lines.append(f"| {source} | {row['questions']} | " + " | ".join(cells) + " |")
+    lines += _ocr_lines(stats, scores.get("retrieval_without_text_layer") or {}, shown)
     citation, accuracy, refusal = scores["first_citation"], scores["answer_accuracy"], scores["refusal"]
     declined = refusal["declined (refusal or nothing cited)"]
     lines += [
@@ -475,7 +553,10 @@ def rescore(path: Path, questions: list[Question], dataset: Path, command: str) 
     if missing:
         raise SystemExit(f"--rescore: {path} has no run of question {missing[0]} ({len(missing)} missing): "
                          "give the --dataset and --documents of that run")
-    stats = {**stats, "scores": score(questions, runs, rankings)}
+    textless = {name: pages_without_text_layer(dataset / "documents" / name) for name in {q.document for q in questions}}
+    stats = {**stats, "scores": score(questions, runs, rankings, textless)}
+    for name, document in stats["documents"].items():  # older runs did not record them
+        document.setdefault("pages_without_text_layer", textless.get(name, []))
     # the concurrency is not in older results files; 2 was the default then
     concurrency = stats.get("ingest_concurrency", 2)
     return report(stats, previous["settings"], dataset, f"{command}` (scored again; measured by `{previous['command']}",

@@ -7,10 +7,13 @@
 
 A page's text is every block MinerU found on it, in reading order: the text, and of tables, figures and
 equations their captions, content and footnotes. Running heads are left out, as the product leaves them out.
+The same baselines also read the text the product stored (`page_texts` of its blocks): the text layer where a page
+has one, and where it has none what OCR read, so they see exactly the words the product can search.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Awaitable, Callable, Sequence
 
 import bm25s
@@ -22,6 +25,26 @@ from orchestrator.tokens import PlainTokenizer
 DENSE_WINDOW_TOKENS = 254  # MiniLM reads 256 tokens, two of them its own [CLS] and [SEP]
 
 Embed = Callable[[Sequence[str]], Awaitable[np.ndarray]]
+
+
+def pages_without_text_layer(pdf: Path) -> list[int]:
+    """0-based pages of a PDF whose text layer holds no character but spaces (scans, slides exported as images):
+    what no parser without OCR can read."""
+    import pypdfium2 as pdfium
+
+    document = pdfium.PdfDocument(str(pdf))
+    try:
+        empty = []
+        for index in range(len(document)):
+            page = document[index]
+            text = page.get_textpage()
+            if not text.get_text_range().strip():
+                empty.append(index)
+            text.close()
+            page.close()
+        return empty
+    finally:
+        document.close()
 
 
 def page_texts(document: ParsedDocument) -> list[str]:

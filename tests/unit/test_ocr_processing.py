@@ -116,6 +116,16 @@ def test_a_space_goes_where_the_recogniser_gave_it_probability_between_two_chara
     assert ocr.ctc_decode(np.zeros(5, np.int32), probabilities[:5], space[:5], alphabet, 0.01) == ("", 0.0)
 
 
+def test_digits_are_split_only_where_the_space_is_likely():
+    alphabet = ocr.alphabet_of(list("0123456789"))
+    classes = np.array([alphabet.index("4"), 0, 0, alphabet.index("1"), 0, alphabet.index("2")])
+    probabilities = np.full(classes.shape, 0.9, np.float32)
+    space = np.array([0.0, 0.2, 0.0, 0.0, 0.0, 0.0], np.float32)
+    assert ocr.ctc_decode(classes, probabilities, space, alphabet, 0.01, 0.5)[0] == "412"
+    space[1] = 0.7
+    assert ocr.ctc_decode(classes, probabilities, space, alphabet, 0.01, 0.5)[0] == "4 12"
+
+
 def test_images_are_decoded_upright_and_bounded():
     page = ocr_export.sample_page()
     assert np.array_equal(ocr.decode_image(_encoded(page, "PNG"), 10**8), page)

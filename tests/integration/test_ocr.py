@@ -1,0 +1,136 @@
+"""OCR through the real tritonserver: the `ocr` pipeline (BLS over ocr_detect, ocr_classify, ocr_recognize) reads
+drawn words back where they were drawn, upright or upside down, batches pages, and names what it cannot read; and
+ingest of PDFs whose pages have no text layer, through the real orchestrator, cites those pages."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw, ImageFont
+
+from orchestrator.client import ThinkServeClient
+from orchestrator.errors import InvalidRequestError
+from orchestrator.knowledge.store import KnowledgeBase
+from tests.integration.test_models import call
+
+pytestmark = pytest.mark.integration
+
+WORDS = [("Quarterly revenue", (60, 60)), ("rose to 412 million", (60, 160)), ("Aarhus factory", (520, 400))]
+
+
+def drawn_page(upside_down: bool = False, size: tuple[int, int] = (1000, 560)) -> tuple[bytes, list[tuple[str, tuple]]]:
+    """A PNG page with WORDS drawn in Pillow's own font, and each phrase's box as fractions of the page."""
+    page = Image.new("RGB", size, "white")
+    draw = ImageDraw.Draw(page)
+    font = ImageFont.load_default(size=40)
+    boxes = []
+    for text, (x, y) in WORDS:
+        draw.text((x, y), text, fill="black", font=font)
+        x0, y0, x1, y1 = draw.textbbox((x, y), text, font=font)
+        boxes.append((text, (x0 / size[0], y0 / size[1], x1 / size[0], y1 / size[1])))
+    if upside_down:
+        page = page.rotate(180)
+        boxes = [(text, (1 - x1, 1 - y1, 1 - x0, 1 - y0)) for text, (x0, y0, x1, y1) in boxes]
+    buffer = io.BytesIO()
+    page.save(buffer, "PNG")
+    return buffer.getvalue(), boxes
+
+
+def _box_of(boxes: np.ndarray) -> tuple[float, float, float, float]:
+    return float(boxes[:, 0].min()), float(boxes[:, 1].min()), float(boxes[:, 0].max()), float(boxes[:, 1].max())
+
+
+@pytest.mark.parametrize("upside_down", [False, True])
+def test_drawn_words_are_read_back_where_they_were_drawn(triton, upside_down):
+    image, expected = drawn_page(upside_down)
+    [page] = call(triton, lambda models: models.read_text([image]))
+    assert list(page.lines) == [text for text, _ in sorted(expected, key=lambda item: (item[1][1], item[1][0]))]
+    assert page.boxes.shape == (3, 4, 2) and page.confidence.shape == (3,) and np.all(page.confidence > 0.8)
+    for text, (x0, y0, x1, y1) in expected:
+        bx0, by0, bx1, by1 = _box_of(page.boxes[page.lines.index(text)])
+        # the detector's box holds the drawn text with a margin of about half its height
+        assert bx0 <= x0 + 0.01 and by0 <= y0 + 0.01 and bx1 >= x1 - 0.01 and by1 >= y1 - 0.01
+        assert bx1 - bx0 < (x1 - x0) * 1.3 and by1 - by0 < (y1 - y0) * 2.5
+
+
+def test_pages_sent_together_are_batched_and_read_as_alone(triton):
+    pages = [drawn_page(i % 2 == 1)[0] for i in range(4)]
+
+    async def work(models):
+        together = await models.read_text(pages)
+        alone = [(await models.read_text([page]))[0] for page in pages]
+        statistics = await models.client.model_statistics("ocr_recognize")
+        return together, alone, statistics
+
+    together, alone, statistics = call(triton, work)
+    assert [p.lines for p in together] == [p.lines for p in alone]
+    assert all(np.allclose(a.boxes, b.boxes) for a, b in zip(together, alone))
+    batches = statistics["model_stats"][0]["batch_stats"]
+    assert any(int(entry["batch_size"]) > 1 for entry in batches)  # crops of several lines and pages per call
+
+
+def test_blank_pages_read_as_nothing_and_bad_images_are_named(triton):
+    blank = io.BytesIO()
+    Image.new("RGB", (800, 600), "white").save(blank, "PNG")
+
+    async def work(models):
+        [empty] = await models.read_text([blank.getvalue()])
+        with pytest.raises(InvalidRequestError, match="ocr.*not a readable image"):
+            await models.read_text([b"\x89PNG\r\n\x1a\n truncated"])
+        return empty
+
+    empty = call(triton, work)
+    assert empty.lines == () and empty.boxes.shape == (0, 4, 2) and empty.confidence.shape == (0,)
+
+
+def _scanned_pdf(path: Path) -> Path:
+    """A two-page PDF: page 1 has a text layer, page 2 is only a picture of words (a scan)."""
+    from reportlab.lib.pagesizes import A4
+    from reportlab.lib.utils import ImageReader
+    from reportlab.pdfgen import canvas
+
+    scan = Image.new("RGB", (1240, 1754), "white")
+    draw = ImageDraw.Draw(scan)
+    font = ImageFont.load_default(size=44)
+    draw.text((120, 140), "Warehouse inspection", fill="black", font=ImageFont.load_default(size=80))
+    draw.text((120, 300), "The Aarhus warehouse passed its", fill="black", font=font)
+    draw.text((120, 360), "fire inspection on 14 March 2024.", fill="black", font=font)
+    buffer = io.BytesIO()
+    scan.save(buffer, "PNG")
+    pdf = canvas.Canvas(str(path), pagesize=A4)
+    pdf.setFont("Helvetica", 12)
+    pdf.drawString(72, 760, "Northwind annual summary")
+    pdf.drawString(72, 740, "Revenue for 2024 was 412 million euros, up from 380 million.")
+    pdf.showPage()
+    pdf.drawImage(ImageReader(io.BytesIO(buffer.getvalue())), 0, 0, width=A4[0], height=A4[1])
+    pdf.showPage()
+    pdf.save()
+    return path
+
+
+def test_an_image_only_page_is_ingested_as_text_and_cited_with_its_region(running_orchestrator, tmp_path):
+    path = _scanned_pdf(tmp_path / "inspection.pdf")
+    with ThinkServeClient(running_orchestrator.address, timeout_s=300) as client:
+        report = client.ingest_file("scans", path)
+        document = report.document
+        assert document.pages == 2 and document.ocr_pages == 1 and document.ocr_lines == 3
+        assert "ocr" in {stage.stage for stage in report.stages}
+        assert not any("no extractable text" in w for w in document.warnings)
+        events = list(client.query("scans", "When did the Aarhus warehouse pass its fire inspection?"))
+    final = next(e.final for e in events if e.WhichOneof("event") == "final")
+    assert "14 March 2024" in final.text
+    citation = final.citations[0]
+    assert citation.page == 1 and "14 March 2024" in citation.quote
+    [region] = citation.regions
+    assert region.page == 1 and region.HasField("ocr_confidence") and region.ocr_confidence > 0.8
+    x0, y0, x1, y1 = region.bbox
+    assert 60 <= x0 < 200 and 130 <= y0 < 260 and 500 < x1 < 950 and y1 < 300  # the paragraph, where it was drawn
+
+    segment = KnowledgeBase(running_orchestrator.data_dir, read_only=True).collection("scans").snapshot.segments[0]
+    page_two = [b for b in segment.blocks if b.page == 1]
+    assert [b.type for b in page_two] == ["title", "text"] and all(b.ocr_confidence > 0.8 for b in page_two)
+    assert not any(b.type == "image" for b in segment.blocks)  # the page-sized picture gave way to its text
+    assert all(b.ocr_confidence is None for b in segment.blocks if b.page == 0)
