@@ -417,6 +417,13 @@ class IngestSettings(_Section):
     ocr_figures: bool = True
     ocr_min_confidence: float = Field(0.5, ge=0, le=1)
     ocr_concurrency: int = Field(4, ge=1)  # page images in flight (each rendered when its turn comes)
+    # A page with more drawing objects than this is not given to the parser (OCR reads its image instead): the one
+    # parse blow-up measured took 45 KB of parse memory per object (187,176 objects past 8 GiB); at 50,000 a page
+    # stays within a third of the flash tier's budget, and the dev PDFs' busiest page has 7,817. 0: no limit.
+    parser_max_page_objects: int = Field(50_000, ge=0)
+    # When the parse of a whole PDF fails (memory, time, a crash), it is parsed again in ranges of this many pages,
+    # a failing range one page at a time; a page that still fails is read by OCR (orchestrator/knowledge/page_ranges.py).
+    parser_range_pages: int = Field(8, ge=1)
     # MinerU: the offline "flash" tier by default; "basic" / "standard" / "advanced" need their model folders.
     parser_tier: str = "flash"
     parser_mode: Literal["subprocess", "inprocess"] = "subprocess"

@@ -176,6 +176,7 @@ def document_info(document: DocumentRecord) -> "pb.DocumentInfo":
         ocr_figures=document.ocr_figures,
         ocr_lines=document.ocr_lines,
         ocr_low_confidence_lines=document.ocr_low_confidence_lines,
+        unparsed_pages=list(document.unparsed_pages),
     )
 
 

@@ -56,3 +56,4 @@ class ParsedDocument:
     asset_root: Optional[Path] = None  # folder the blocks' asset paths are relative to
     page_images: list[Path] = field(default_factory=list)  # one render per page (PNG), in page order
     warnings: list[str] = field(default_factory=list)  # things skipped or repaired, reported to the user
+    unparsed_pages: list[int] = field(default_factory=list)  # pages the parser failed on or was not given (page_ranges)

@@ -36,8 +36,9 @@ from .documents import Block, ParsedDocument
 from .extraction import CooccurrenceExtractor, Extraction, LlmExtractor, describe_fallback, normalize_entity_name
 from .mineru import FLASH_PARSER_MEMORY_MB, MineruOptions, MineruParser
 from .page_ocr import DocumentOcr, OcrOptions, OcrReport, PageImages
+from .page_ranges import parse_pages
 from .passages import Passage, passages_of
-from .pdf import inspect_pdf, render_page_png, render_pages
+from .pdf import inspect_pdf, page_object_counts, render_page_png, render_pages
 from .segments import DocumentRecord, EntityMention, EvidenceRecord, PageRecord, RelationMention, Segment
 from .store import KnowledgeBase
 from .text_source import decode_text, parse_text
@@ -165,7 +166,10 @@ class Ingestor:
                     renders = asyncio.ensure_future(self._render(original, staging / "pages", stages))
             try:
                 with stages.timed("parse"):
-                    parsed = await asyncio.to_thread(self.parser.parse, original, work / "mineru")
+                    if source.kind == sources.PDF:
+                        parsed = await asyncio.to_thread(self._parse_pdf, original, work / "mineru")
+                    else:
+                        parsed = await asyncio.to_thread(self.parser.parse, original, work / "mineru")
             except BaseException:
                 if renders is not None:  # let the render thread finish before the staging folder goes
                     await asyncio.gather(renders, return_exceptions=True)
@@ -182,6 +186,21 @@ class Ingestor:
             return await self._read_text(parsed, images, staging, stages, timeout_s)
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
+    def _parse_pdf(self, pdf: Path, work: Path) -> ParsedDocument:
+        """MinerU on the PDF, a page that breaks it costing that page only (page_ranges): pages with too many drawing
+        objects are not given to it, and a failed parse is done again in ranges."""
+        counts = page_object_counts(pdf)
+        limit = self.settings.parser_max_page_objects
+        heavy = {
+            page: f"{count:,} drawing objects, more than ingest.parser_max_page_objects = {limit:,}"
+            for page, count in enumerate(counts) if limit and count > limit
+        }
+        parsed, failed = parse_pages(self.parser, pdf, work, len(counts), heavy, self.settings.parser_range_pages)
+        then = "OCR reads its page image" if self.settings.ocr != "off" else "it has no text (ingest.ocr is off)"
+        parsed.warnings += [f"page {page + 1} was not parsed ({why}): {then}" for page, why in sorted(failed.items())]
+        parsed.unparsed_pages = sorted(failed)
+        return parsed
 
     def _pdf_pages(self, pdf: Path) -> PageImages:
         return lambda page: render_page_png(pdf, page, self.settings.ocr_dpi, self.settings.ocr_max_side)
@@ -322,6 +341,7 @@ class Ingestor:
             ocr_figures=ocr.figures,
             ocr_lines=ocr.lines,
             ocr_low_confidence_lines=ocr.low_confidence_lines,
+            unparsed_pages=tuple(parsed.unparsed_pages),
         )
         pages = [PageRecord(document_id, n, str(path.relative_to(staging))) for n, path in enumerate(parsed.page_images)]
         segment = Segment(

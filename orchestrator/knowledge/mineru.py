@@ -38,6 +38,7 @@ land in the server process, so isolation wins.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ipaddress
 import json
 import os
@@ -136,8 +137,13 @@ class MineruParser:
     def version(self) -> str:
         return metadata.version("mineru")
 
-    def parse(self, source: Path, work_dir: Path) -> ParsedDocument:
-        """Parse `source` (PDF, PNG or JPEG); MinerU's content list and images end up in `work_dir`."""
+    def with_timeout(self, timeout_s: float) -> "MineruParser":
+        """The same parser with another time limit (a range of pages gets its share of the document's)."""
+        return MineruParser(dataclasses.replace(self.options, timeout_s=timeout_s))
+
+    def parse(self, source: Path, work_dir: Path, page_range: str = "") -> ParsedDocument:
+        """Parse `source` (PDF, PNG or JPEG); MinerU's content list and images end up in `work_dir`. `page_range`
+        ("3-5", 1-based, MinerU's syntax) parses those pages only; blocks keep their page in the whole document."""
         source = Path(source)
         page_count = _check_input(source)
         work_dir = Path(work_dir)
@@ -146,9 +152,9 @@ class MineruParser:
             (work_dir / name).unlink(missing_ok=True)  # a reused folder must not hand back an earlier parse
         started = time.monotonic()
         if self.options.mode == "subprocess":
-            self._run_subprocess(source, work_dir)
+            self._run_subprocess(source, work_dir, page_range)
         else:
-            self._run_inprocess(source, work_dir)
+            self._run_inprocess(source, work_dir, page_range)
         document = read_content_list(work_dir / CONTENT_LIST_NAME, page_count=page_count)
         document.parser = f"mineru-{self.version}/{self.options.tier}"
         if not document.blocks:
@@ -156,7 +162,7 @@ class MineruParser:
         _record_seconds(work_dir, time.monotonic() - started)
         return document
 
-    def _run_inprocess(self, source: Path, work_dir: Path) -> None:
+    def _run_inprocess(self, source: Path, work_dir: Path, page_range: str = "") -> None:
         if self.options.tier != "flash":
             from mineru.config import config
 
@@ -166,13 +172,13 @@ class MineruParser:
                     "set MINERU_MODEL_SOURCE before the process starts, or use subprocess mode"
                 )
         try:
-            parse_to_folder(source, work_dir, self.options.tier, self.options.effective_ocr_mode)
+            parse_to_folder(source, work_dir, self.options.tier, self.options.effective_ocr_mode, page_range)
         except Exception as error:  # MinerU raises anything from ValueError to pypdfium2 and pydantic errors
             if _is_mineru_invalid_request(error):
                 raise InvalidRequestError(f"{source.name}: MinerU rejected the input: {error}") from None
             raise MineruError(f"MinerU failed on {source.name}: {type(error).__name__}: {error}") from error
 
-    def _run_subprocess(self, source: Path, work_dir: Path) -> None:
+    def _run_subprocess(self, source: Path, work_dir: Path, page_range: str = "") -> None:
         command = [
             sys.executable,
             "-m",
@@ -186,6 +192,8 @@ class MineruParser:
         ]
         if self.options.memory_limit_mb is not None:
             command += ["--memory-limit-mb", str(self.options.memory_limit_mb)]
+        if page_range:
+            command += ["--page-range", page_range]
         started = time.monotonic()
         process = subprocess.Popen(
             command,
@@ -260,7 +268,7 @@ def _check_input(source: Path) -> int:
     )
 
 
-def parse_to_folder(source: Path, out_dir: Path, tier: str, ocr_mode: str) -> dict[str, Any]:
+def parse_to_folder(source: Path, out_dir: Path, tier: str, ocr_mode: str, page_range: str = "") -> dict[str, Any]:
     """Run MinerU and write `middle_json.json`, `images/` and `content_list.json` (V1) into `out_dir`.
 
     The content list is rendered from the middle JSON as saved, after the images became files, so its
@@ -285,7 +293,7 @@ def parse_to_folder(source: Path, out_dir: Path, tier: str, ocr_mode: str) -> di
             target.write_bytes(data)
 
     started = time.monotonic()
-    result = parse(Path(source), tier=tier, ocr_mode=ocr_mode)  # type: ignore[arg-type]
+    result = parse(Path(source), tier=tier, ocr_mode=ocr_mode, page_range=page_range)  # type: ignore[arg-type]
     ParseResult(middle_json=result.middle_json).save(FolderWriter())  # without the model output (~35 KB/page)
     saved = ParseResult.from_json((root / MIDDLE_JSON_NAME).read_text(encoding="utf-8"))
     content_list = render(saved.middle_json, RenderFormat.CONTENT_LIST)
@@ -362,13 +370,14 @@ def _worker(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--tier", default="flash")
     parser.add_argument("--ocr-mode", default="txt")
     parser.add_argument("--memory-limit-mb", type=int, help="the address space this process (and each process it starts) may use")
+    parser.add_argument("--page-range", default="", help="1-based pages to parse, MinerU's syntax (e.g. 3-5); all when empty")
     args = parser.parse_args(argv)
     if args.memory_limit_mb is not None:  # before MinerU is imported: the limit holds for all of it
         limit = args.memory_limit_mb * 2**20
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     _refuse_network()
     try:
-        parse_to_folder(args.source, args.out_dir, args.tier, args.ocr_mode)
+        parse_to_folder(args.source, args.out_dir, args.tier, args.ocr_mode, args.page_range)
     except MemoryError:
         traceback.print_exc()
         return EXIT_OUT_OF_MEMORY

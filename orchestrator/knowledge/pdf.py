@@ -141,3 +141,19 @@ def render_page_png(path: Path, index: int, dpi: float, max_side: int) -> tuple[
                 bitmap.warn_on_close = False
                 bitmap.close()
     return buffer.getvalue(), (width / height if height else 1.0)
+
+
+def page_object_counts(path: Path) -> list[int]:
+    """The number of drawing objects (text runs, paths, images) on each page: what a parser's memory grows with."""
+    with _open(path) as document:
+        with _PDFIUM_LOCK:
+            count = len(document)
+        counts = []
+        for index in range(count):
+            with _PDFIUM_LOCK:
+                page = document[index]
+                try:
+                    counts.append(int(pdfium_c.FPDFPage_CountObjects(page.raw)))
+                finally:
+                    page.close()
+        return counts

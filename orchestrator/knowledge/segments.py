@@ -74,6 +74,7 @@ class DocumentRecord:
     ocr_figures: int = 0  # figure and chart crops OCR read
     ocr_lines: int = 0  # lines OCR read on them
     ocr_low_confidence_lines: int = 0  # ... below ingest.ocr_min_confidence (kept, marked by their confidence)
+    unparsed_pages: tuple[int, ...] = ()  # 0-based pages the parser failed on or was not given (read by OCR instead)
 
 
 @dataclass(frozen=True)
@@ -266,6 +267,7 @@ class Segment:
     def load(cls, folder: Path) -> "Segment":
         document = json.loads((folder / DOCUMENT_FILE).read_text(encoding="utf-8"))
         document["warnings"] = tuple(document.get("warnings", ()))
+        document["unparsed_pages"] = tuple(document.get("unparsed_pages", ()))
         keys = json.loads((folder / "keys.json").read_text(encoding="utf-8"))
         page_vectors = {
             path.stem.removeprefix("pages-"): _mapped(path) for path in sorted(folder.glob("pages-*.npy"))

@@ -134,3 +134,40 @@ def test_an_image_only_page_is_ingested_as_text_and_cited_with_its_region(runnin
     assert [b.type for b in page_two] == ["title", "text"] and all(b.ocr_confidence > 0.8 for b in page_two)
     assert not any(b.type == "image" for b in segment.blocks)  # the page-sized picture gave way to its text
     assert all(b.ocr_confidence is None for b in segment.blocks if b.page == 0)
+
+
+def test_a_page_the_parser_is_not_given_is_read_by_ocr(triton, tmp_path):
+    """A page of too many drawing objects (here a lowered ingest.parser_max_page_objects) is parsed around by the
+    real MinerU, and its rendered image read by OCR: the document keeps every page."""
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfgen import canvas
+
+    from orchestrator.config import IngestSettings
+    from orchestrator.knowledge.ingest import Ingestor
+    from tests.conftest import MODEL_REPOSITORY
+
+    path = tmp_path / "vector-chart.pdf"
+    pdf = canvas.Canvas(str(path), pagesize=A4)
+    pdf.setFont("Helvetica", 12)
+    pdf.drawString(72, 760, "Northwind quarterly figures, see the chart overleaf.")
+    pdf.showPage()
+    pdf.setFont("Helvetica-Bold", 28)
+    pdf.drawString(72, 740, "Regional sales by quarter")
+    for i in range(1500):  # a chart drawn as many small vector marks
+        pdf.rect(72 + (i % 50) * 9, 300 + (i // 50) * 9, 6, 6, stroke=0, fill=1)
+    pdf.showPage()
+    pdf.save()
+    settings = IngestSettings(parser_max_page_objects=1000)
+    tokenizer = MODEL_REPOSITORY / "text_embedder_tokenize" / "1" / "tokenizer.json"
+
+    async def work(models):
+        ingestor = Ingestor(KnowledgeBase(tmp_path / "data"), models, settings, tokenizer)
+        return await ingestor.ingest("charts", path.name, path.read_bytes())
+
+    document = call(triton, work).document
+    assert document.pages == 2 and document.unparsed_pages == (1,) and document.ocr_pages == 1
+    assert any(w.startswith("page 2 was not parsed (1,50") and "OCR reads its page image" in w for w in document.warnings)
+    segment = KnowledgeBase(tmp_path / "data", read_only=True).collection("charts").snapshot.segments[0]
+    assert [b.content for b in segment.blocks if b.page == 0] == ["Northwind quarterly figures, see the chart overleaf."]
+    page_two = [b for b in segment.blocks if b.page == 1]
+    assert any("Regional sales by quarter" in b.content and b.ocr_confidence > 0.8 for b in page_two)
