@@ -50,7 +50,8 @@ class QueryPrinter:
         write(f"\n   [{final.answer_source}, finish: {final.finish_reason}{flags}, request {request_id}]\n")
         if final.citations:
             cites = ", ".join(
-                f"[{c.evidence_rank}] {c.document_name}" + (f" p.{c.page + 1}" if c.page >= 0 else "") for c in final.citations
+                f"[{c.evidence_rank}] {c.document_name}" + (f" p.{c.page + 1}" if c.page >= 0 else "") + ocr_mark(c.regions)
+                for c in final.citations
             )
             write(f"   cites: {cites}\n")
         if final.HasField("uncertainty"):
@@ -64,6 +65,7 @@ class QueryPrinter:
                 where += f", page {item.page + 1}"
             if item.block_type != "text":
                 where += f" [{item.block_type}]"
+            where += ocr_mark(item.regions)
             write(f"  [{item.rank}] {item.score:.3f}  {where}\n")
             if self.signals:
                 s = item.signals
@@ -88,6 +90,13 @@ class QueryPrinter:
         if own:
             write(f"      own time by stage (ms): {'  '.join(f'{stage} {ms:.1f}' for stage, ms in own)}\n")
         self.out.flush()
+
+
+def ocr_mark(regions) -> str:
+    """" (OCR, confidence 0.93)" when text of these regions was read from the page's image, "" when all of it is
+    the document's own."""
+    read = [region.ocr_confidence for region in regions if region.HasField("ocr_confidence")]
+    return f" (OCR, confidence {min(read):.2f})" if read else ""
 
 
 def print_query(question: str, events: Iterable["pb.QueryEvent"], out: TextIO = sys.stdout) -> None:

@@ -32,7 +32,7 @@ def _jobs(profile: Profile, log: Log):
     yield "llm", profile.llm, partial(export.export_llm, spec=profile.llm)
     yield "vlm", profile.vlm, partial(export.export_vlm, spec=profile.vlm)
     # every target serves PP-OCR's ONNX graphs (onnxruntime, or TensorRT through it): one format
-    yield "ocr", profile.ocr, lambda location, out, formats: ocr_export.export_ocr(location, profile.ocr, out, log)
+    yield "ocr", profile.ocr, partial(ocr_export.export_ocr, spec=profile.ocr, log=log)
 
 
 def compile_repository(

@@ -36,8 +36,9 @@ SAMPLE_LINES = ("Quarterly revenue rose 12% to $4.2 billion", "Table 3: Operatin
 SAMPLE_WORDS = ("quarterly revenue rose", "operating income by region", "upside down line 2024")
 
 
-def export_ocr(location: str, spec: OcrSpec, out: Path, log: Log = print) -> dict:
-    """Write the three served graphs and the alphabet into `out`; returns the artifact's facts."""
+def export_ocr(location: str, spec: OcrSpec, out: Path, log: Log = print, formats: frozenset[str] = frozenset({"onnx"})) -> dict:
+    """Write the three served graphs and the alphabet into `out`; returns the artifact's facts. Every target serves
+    these ONNX graphs (`formats` is always {"onnx"}: targets.OCR_FORMATS)."""
     sources = {name: _checkpoint_file(location, file) for name, file in (
         (DETECTOR, spec.detector), (CLASSIFIER, spec.classifier), (RECOGNIZER, spec.recognizer),
     )}

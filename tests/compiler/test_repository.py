@@ -131,7 +131,7 @@ def test_every_model_queue_is_bounded(repository):
 def test_the_torch_repository_runs_every_network_and_generator_in_pytorch():
     parsed = configs(TORCH_REPOSITORY)
     for name, config in parsed.items():
-        if config.platform == "ensemble" or name.endswith(("_tokenize", "_preprocess")):
+        if config.platform == "ensemble" or name.endswith(("_tokenize", "_preprocess")) or name.startswith("ocr"):
             continue
         parameters = {key: value.string_value for key, value in config.parameters.items()}
         assert parameters["runtime"] == "torch" and parameters["device"] == "cpu", name
@@ -140,7 +140,46 @@ def test_the_torch_repository_runs_every_network_and_generator_in_pytorch():
 
 
 def encoder_networks(parsed: dict[str, mc.ModelConfig]) -> dict[str, mc.ModelConfig]:
-    return {name: config for name, config in parsed.items() if config.backend == "onnxruntime"}
+    return {name: config for name, config in parsed.items() if config.backend == "onnxruntime" and not name.startswith("ocr")}
+
+
+OCR_NETWORKS = ("ocr_detect", "ocr_classify", "ocr_recognize")
+
+
+@pytest.mark.parametrize("target", ["cpu", "torch"])
+def test_the_python_targets_run_the_ocr_graphs_in_onnxruntime_batching_equal_shapes_only(target, model_repository):
+    """PaddleOCR ships no PyTorch definition of its networks: both python targets run its ONNX graphs; padding a
+    crop changes what the recogniser reads, so Triton batches only requests of one shape."""
+    parsed = configs(model_repository if target == "cpu" else TORCH_REPOSITORY)
+    for name in OCR_NETWORKS:
+        config = parsed[name]
+        assert config.backend == "python" and not any(t.allow_ragged_batch for t in config.input), name
+        assert config.parameters["onnx_file"].string_value.endswith(".onnx"), name
+    pipeline = parsed["ocr"]
+    assert pipeline.backend == "python" and [t.name for t in pipeline.output] == ["text", "boxes", "confidence"]
+    assert {pipeline.parameters[key].string_value for key in ("detector_model", "classifier_model", "recognizer_model")} == set(OCR_NETWORKS)
+
+
+def test_the_gpu_repository_serves_the_ocr_graphs_on_onnxruntime_with_tensorrt_profiles(gpu_repository):
+    parsed = configs(gpu_repository)
+    reading = json.loads(parsed["ocr"].parameters["reading"].string_value)
+    widths = reading["recognizer_widths"]
+    expected_max = {
+        "ocr_detect": "image:4x3x2016x2016",  # the detector's input never exceeds max_side (2000, to a multiple of 32)
+        "ocr_classify": "image:16x3x48x192",
+        "ocr_recognize": f"image:16x3x48x{widths[-1]}",
+    }
+    for name, maximum in expected_max.items():
+        config = parsed[name]
+        assert config.backend == "onnxruntime" and [g.kind for g in config.instance_group] == [mc.ModelInstanceGroup.KIND_GPU]
+        assert not any(t.allow_ragged_batch for t in config.input), name
+        (accelerator,) = config.optimization.execution_accelerators.gpu_execution_accelerator
+        assert accelerator.name == "tensorrt" and accelerator.parameters["precision_mode"] == "FP16"
+        assert accelerator.parameters["trt_profile_max_shapes"] == maximum, name
+        assert {key for sample in config.model_warmup for key in sample.inputs} == {"image"}, name
+    assert parsed["ocr_recognize"].optimization.execution_accelerators.gpu_execution_accelerator[0].parameters[
+        "trt_profile_min_shapes"] == f"image:1x3x48x{widths[0]}"
+    assert parsed["ocr"].backend == "python" and [g.kind for g in parsed["ocr"].instance_group] == [mc.ModelInstanceGroup.KIND_CPU]
 
 
 def test_the_gpu_repository_serves_fp16_encoders_on_onnxruntime_with_tensorrt(gpu_repository):

@@ -5,6 +5,7 @@ ingest of PDFs whose pages have no text layer, through the real orchestrator, ci
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from PIL import Image, ImageDraw, ImageFont
 from orchestrator.client import ThinkServeClient
 from orchestrator.errors import InvalidRequestError
 from orchestrator.knowledge.store import KnowledgeBase
+from orchestrator.presentation import print_query
 from tests.integration.test_models import call
 
 pytestmark = pytest.mark.integration
@@ -122,6 +124,9 @@ def test_an_image_only_page_is_ingested_as_text_and_cited_with_its_region(runnin
         events = list(client.query("scans", "When did the Aarhus warehouse pass its fire inspection?"))
     final = next(e.final for e in events if e.WhichOneof("event") == "final")
     assert "14 March 2024" in final.text
+    printed = io.StringIO()
+    print_query("When?", events, printed)  # what `thinkserve ask` prints: the quote came from OCR
+    assert re.search(r"cites: \[\d+\] inspection\.pdf p\.2 \(OCR, confidence 0\.\d\d\)", printed.getvalue())
     citation = final.citations[0]
     assert citation.page == 1 and "14 March 2024" in citation.quote
     [region] = citation.regions

@@ -826,7 +826,7 @@
     const item = el("li", { class: "citation" },
       el("p", { class: "cite-head" },
         card.evidence.has(rank) ? markerLink(card, rank, `[${rank}]`, "citation-ref") : `[${rank}]`, " ",
-        el("strong", { text: name }), page >= 0 ? ` · page ${page + 1}` : ""),
+        el("strong", { text: name }), page >= 0 ? ` · page ${page + 1}` : "", ocrBadge(citation.regions || [])),
       citation.quote ? el("blockquote", { class: "quote", text: citation.quote }) : null,
       slot);
     item.querySelector(".cite-head").addEventListener("click", (event) => followMarker(card, event));
@@ -888,11 +888,21 @@
     }
   }
 
-  /** Highlight boxes for the regions on `page`: bbox is on a 0-1000 scale of the page, so /10 gives percent. */
+  /** " · OCR 0.93" when text of the regions was read from the page's image (its least certain line), else nothing. */
+  function ocrBadge(regions) {
+    const read = regions.filter((region) => region.ocr_confidence !== undefined).map((region) => num(region.ocr_confidence));
+    if (!read.length) return null;
+    const lowest = Math.min(...read);
+    return el("span", { class: "ocr-badge", title: "read from the page image by OCR; the recogniser's confidence in its least certain line",
+      text: ` · OCR ${lowest.toFixed(2)}` });
+  }
+
+  /** Highlight boxes for the regions on `page`: bbox is on a 0-1000 scale of the page, so /10 gives percent. OCR
+   * regions are outlined apart (their text was read from the image, not the document's own). */
   function regionBoxes(regions, page) {
     return regions.filter((region) => num(region.page) === page && (region.bbox || []).length >= 4).map((region) => {
       const [x0, y0, x1, y1] = region.bbox.map(num);
-      const box = el("div", { class: "bbox", "aria-hidden": "true" });
+      const box = el("div", { class: region.ocr_confidence !== undefined ? "bbox ocr" : "bbox", "aria-hidden": "true" });
       box.style.left = `${x0 / 10}%`; // CSSOM styles: the console's CSP forbids style attributes, not these
       box.style.top = `${y0 / 10}%`;
       box.style.width = `${Math.max(0, x1 - x0) / 10}%`;
