@@ -29,7 +29,7 @@ from .observability.metrics import ServiceMetrics
 from .observability.tracing import Tracing, setup_tracing
 from .pipeline.query import QueryPipeline
 from .triton.client import TritonClient
-from .triton.contracts import ModelContract, all_contracts
+from .triton.contracts import OCR, ModelContract, all_contracts
 from .triton.launcher import TritonServer
 from .triton.supervisor import TritonSupervisor
 from .triton.models import TritonModels
@@ -37,13 +37,20 @@ from .triton.models import TritonModels
 log = logging.getLogger("thinkserve.deployment")
 
 
+def required_for(settings: Settings) -> tuple[ModelContract, ...]:
+    """Every contract the settings use: all of them, less the OCR model when ingest reads no text from images."""
+    return tuple(c for c in all_contracts() if not (c.name == OCR.name and settings.ingest.ocr == "off"))
+
+
 class Deployment:
     def __init__(
-        self, settings: Settings, required_models: tuple[ModelContract, ...] = all_contracts(), span_exporter=None
+        self, settings: Settings, required_models: Optional[tuple[ModelContract, ...]] = None, span_exporter=None
     ):
+        """`required_models`: the models that must be ready (default: every contract, the OCR model unless
+        ingest.ocr is "off": a repository built with `thinkserve-build --no-ocr` serves without it)."""
         check_exposure(settings)
         self.settings = settings
-        self.required_models = required_models
+        self.required_models = required_models if required_models is not None else required_for(settings)
         self.triton: Optional[TritonServer] = None
         self.triton_client: Optional[TritonClient] = None
         # restarts our Triton / reloads a model whose stub died (with triton.url: watches readiness only)

@@ -257,8 +257,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.repository is None:
             cache = args.cache or args.work / "cache"
             run.log(f"building the {args.profile} repository (torch target, {args.device}) into {repository}")
+            # without the OCR models: their pipeline needs OpenCV, which the GPU machine lacks and the pack cannot carry
             code = run.stream([sys.executable, "-m", "thinkserve_build", "--profile", args.profile, "--target", "torch",
-                               "--device", args.device, "--output", str(repository), "--cache", str(cache)],
+                               "--device", args.device, "--output", str(repository), "--cache", str(cache), "--no-ocr"],
                               env, max(60.0, deadline - time.time()))
             run.step("build", began, repository=str(repository), status=code)
             if code != 0:

@@ -32,12 +32,12 @@ class Artifact:
 
 
 def fingerprint(role: str, spec, checkpoint: ResolvedCheckpoint, formats: frozenset[str] = frozenset({"onnx"})) -> str:
-    from thinkserve_backend import decoding, generator_runtime, images, ocr, relevance, torch_decoding, torch_modules
+    from thinkserve_backend import decoding, generator_runtime, images, relevance, torch_decoding, torch_modules
 
     from orchestrator import prompts
     from orchestrator.triton import chat_template
 
-    from . import calibration, decoder_graph, export, ocr_export, onnx_tools
+    from . import calibration, decoder_graph, export, onnx_tools
 
     material = {
         "role": role,
@@ -46,11 +46,22 @@ def fingerprint(role: str, spec, checkpoint: ResolvedCheckpoint, formats: frozen
         "formats": sorted(formats),
         "code": source_hash(
             export, decoder_graph, onnx_tools, calibration, decoding, generator_runtime, images, relevance, torch_modules, torch_decoding,
-            prompts, chat_template, ocr_export, ocr,
+            prompts, chat_template, *_ocr_code(role),
         ),
         "versions": {name: importlib.metadata.version(name) for name in TOOL_PACKAGES},
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _ocr_code(role: str) -> tuple:
+    """The OCR role's own code (it imports OpenCV, which a build without the role need not have)."""
+    if role != "ocr":
+        return ()
+    from thinkserve_backend import ocr, ocr_settings
+
+    from . import ocr_export
+
+    return (ocr_export, ocr, ocr_settings)
 
 
 def build(

@@ -32,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch target: cuda or cpu (auto: a CUDA GPU when torch sees one)")
     parser.add_argument("--embedder-precision", choices=("fp32", "int8"), default="fp32")
     parser.add_argument("--router-checkpoint", help="serve this fine-tuned 3-way classifier (folder or hub id) as the router")
+    parser.add_argument("--no-ocr", action="store_true",
+                        help="leave the OCR models out (serve with ingest.ocr = \"off\"; a machine without OpenCV)")
     parser.add_argument("--force", action="store_true", help="re-export even when nothing changed")
     parser.add_argument("--verbose", action="store_true", help="show tracebacks")
     args = parser.parse_args(argv)
@@ -39,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     profile = load_profile(args.profile).with_embedder_precision(args.embedder_precision)
     if args.router_checkpoint:
         profile = profile.with_router_checkpoint(args.router_checkpoint)
+    if args.no_ocr:
+        profile = profile.without_ocr()
     if profile.name == "tiny":
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the tiny profile never touches the network
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")

@@ -7,7 +7,7 @@ from functools import partial
 from pathlib import Path
 from typing import Callable
 
-from . import artifacts, checkpoints, export, ocr_export, repository
+from . import artifacts, checkpoints, export, repository
 from .model_config import PlannedModel
 from .profiles import ClassifierSpec, Profile
 from .targets import select_target
@@ -31,8 +31,10 @@ def _jobs(profile: Profile, log: Log):
         yield f"page_{spec.family}", spec, partial(export.export_page_encoder, spec=spec)
     yield "llm", profile.llm, partial(export.export_llm, spec=profile.llm)
     yield "vlm", profile.vlm, partial(export.export_vlm, spec=profile.vlm)
-    # every target serves PP-OCR's ONNX graphs (onnxruntime, or TensorRT through it): one format
-    yield "ocr", profile.ocr, partial(ocr_export.export_ocr, spec=profile.ocr, log=log)
+    if profile.ocr is not None:  # every target serves PP-OCR's ONNX graphs (onnxruntime, or TensorRT through it)
+        from . import ocr_export  # OpenCV: only where the OCR role is built
+
+        yield "ocr", profile.ocr, partial(ocr_export.export_ocr, spec=profile.ocr, log=log)
 
 
 def compile_repository(

@@ -9,7 +9,8 @@ PaddleOCR exports its networks to ONNX already, so nothing is traced here. What 
 - the dictionary the recogniser's metadata holds becomes `alphabet.json` beside it.
 Then each exported graph runs beside the original in onnxruntime on a page drawn here (known words, one line
 upside down): the detector's map and the classifier's probabilities must match, the recogniser's classes must be
-the original's argmax, and the whole pipeline (thinkserve_backend.ocr) must read the drawn words back.
+the original's argmax, and the whole pipeline (thinkserve_backend.ocr) must read the drawn words back, from the
+page upright and turned upside down.
 """
 
 from __future__ import annotations
@@ -135,19 +136,20 @@ def _save(model: onnx.ModelProto, path: Path) -> None:
 # ---------------------------------------------------------------- checks against the originals
 
 
-def sample_page(width: int = 900, height: int = 420) -> np.ndarray:
-    """A white BGR page with SAMPLE_LINES drawn in Pillow's own scalable font (no system font needed), the last
-    line upside down, so the classifier's 180-degree verdict is exercised too."""
+def sample_page(mixed: bool = True, width: int = 900, height: int = 420) -> np.ndarray:
+    """A white BGR page with SAMPLE_LINES drawn in Pillow's own scalable font (no system font needed); `mixed`: the
+    last line upside down, so the classifier's 180-degree verdict shows in its outputs."""
     from PIL import Image, ImageDraw, ImageFont
 
     page = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(page)
     font = ImageFont.load_default(size=34)
-    for row, line in enumerate(SAMPLE_LINES[:-1]):
-        draw.text((40, 40 + row * 90), line, fill="black", font=font)
-    upside = Image.new("RGB", (width - 80, 70), "white")
-    ImageDraw.Draw(upside).text((10, 10), SAMPLE_LINES[-1], fill="black", font=font)
-    page.paste(upside.rotate(180), (40, 40 + 2 * 90 + 40))
+    for row, line in enumerate(SAMPLE_LINES[:-1] if mixed else SAMPLE_LINES):
+        draw.text((40, 40 + row * 90 + (40 if row == 2 else 0)), line, fill="black", font=font)
+    if mixed:
+        upside = Image.new("RGB", (width - 80, 70), "white")
+        ImageDraw.Draw(upside).text((10, 10), SAMPLE_LINES[-1], fill="black", font=font)
+        page.paste(upside.rotate(180), (40, 40 + 2 * 90 + 40))
     return np.ascontiguousarray(np.asarray(page)[:, :, ::-1])
 
 
@@ -179,11 +181,13 @@ def check_against_originals(sources: dict[str, Path], out: Path, settings: ocr.O
     check_close("ocr recognizer", softmax.max(axis=2), probabilities, atol=1e-6)
     check_close("ocr recognizer's space", softmax[:, :, -1], space, atol=1e-6)
 
-    lines = read_with_sessions(page, out, settings)
-    text = " ".join(line.text for line in lines).casefold()
-    missing = [word for word in SAMPLE_WORDS if word not in text]
-    if missing:
-        raise ExportMismatchError(f"ocr: the check page read back as {[line.text for line in lines]}, without {missing}")
+    upright = sample_page(mixed=False)
+    for what, image in (("upright", upright), ("upside down", np.ascontiguousarray(upright[::-1, ::-1]))):
+        lines = read_with_sessions(image, out, settings)
+        text = " ".join(line.text for line in lines).casefold()
+        missing = [word for word in SAMPLE_WORDS if word not in text]
+        if missing:
+            raise ExportMismatchError(f"ocr: the {what} check page read back as {[line.text for line in lines]}, without {missing}")
     return [line.text for line in lines]
 
 

@@ -9,8 +9,9 @@ offline (for measuring a GPU deployment where no hub is reachable).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Optional
 
-from thinkserve_backend.ocr import OcrSettings
+from thinkserve_backend.ocr_settings import OcrSettings
 
 
 @dataclass(frozen=True)
@@ -122,11 +123,15 @@ class Profile:
     vlm: GeneratorSpec
     page_encoders: tuple[PageEncoderSpec, ...]
     serving: ServingOptions = field(default_factory=ServingOptions)
-    ocr: OcrSpec = field(default_factory=lambda: OcrSpec(PP_OCR_V4))
+    # None: a repository without the OCR models (served with ingest.ocr = "off"; what a machine without OpenCV builds)
+    ocr: Optional[OcrSpec] = field(default_factory=lambda: OcrSpec(PP_OCR_V4))
 
     def with_router_checkpoint(self, location: str) -> "Profile":
         """The router as the fine-tuned 3-way classifier in `location` (e.g. from `thinkserve-build train-router`)."""
         return replace(self, router=ClassifierSpec(Checkpoint(hub_id=location), max_length=256))
+
+    def without_ocr(self) -> "Profile":
+        return replace(self, ocr=None)
 
     def with_embedder_precision(self, precision: str) -> "Profile":
         if precision not in ("fp32", "int8"):

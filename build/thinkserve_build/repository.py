@@ -111,7 +111,7 @@ OCR_DETECT, OCR_CLASSIFY, OCR_RECOGNIZE = "ocr_detect", "ocr_classify", "ocr_rec
 
 def _ocr(spec: OcrSpec, artifact: Artifact, target: Target, serving: ServingOptions) -> list[PlannedModel]:
     """The three networks (backend chosen by the target) and the `ocr` pipeline that calls them through BLS."""
-    from thinkserve_backend.ocr import CLASSIFIER_SHAPE, RECOGNIZER_HEIGHT, detection_limit
+    from thinkserve_backend.ocr_settings import CLASSIFIER_SHAPE, RECOGNIZER_HEIGHT, detection_limit
 
     reading = spec.reading
     image, batch = "image", spec.max_batch_size
@@ -177,7 +177,8 @@ def plan(profile: Profile, artifacts: dict[str, Artifact], target: Target) -> li
     models.append(target.generator(contracts.LLM, artifacts["llm"], serving))
     models.append(target.generator(contracts.VLM, artifacts["vlm"], serving))
     models.append(target.relevance(contracts.VLM_RELEVANCE, artifacts["vlm"], serving))
-    models += _ocr(profile.ocr, artifacts["ocr"], target, serving)
+    if profile.ocr is not None:
+        models += _ocr(profile.ocr, artifacts["ocr"], target, serving)
     return models + target.engines(profile, artifacts)
 
 

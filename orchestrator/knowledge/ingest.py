@@ -286,7 +286,7 @@ class Ingestor:
             )
         if not evidence:
             raise InvalidRequestError(f"{name!r}: no text, table or figure was found in it ({parsed.parser})")
-        parsed.warnings.extend(_textless_pages(parsed, self.settings.ocr))
+        parsed.warnings.extend(_textless_pages(parsed, ocr.read_pages))
 
         # The extractor reads chunks (and units); what it finds is filed under the passages that name it.
         unit_records = evidence[len(passages) :]
@@ -561,9 +561,10 @@ def _mentions(readers: Sequence[Sequence[EvidenceRecord]], extractions: Sequence
     return list(entities.values()), relations
 
 
-def _textless_pages(parsed: ParsedDocument, ocr: str) -> list[str]:
+def _textless_pages(parsed: ParsedDocument, ocr_read_pages: bool = False) -> list[str]:
     """A warning naming the pages without any text the parser could extract or OCR read (scans, slides of
-    pictures): silently, they would be indexed as nothing but page images."""
+    pictures): silently, they would be indexed as nothing but page images. `ocr_read_pages`: OCR read the pages
+    (it was on, and the document had page images to read)."""
     if parsed.page_count <= 0:
         return []
     with_text = {block.page for block in parsed.blocks if block.content.strip() or block.caption.strip()}
@@ -571,12 +572,12 @@ def _textless_pages(parsed: ParsedDocument, ocr: str) -> list[str]:
     if not missing:
         return []
     shown = ", ".join(str(page + 1) for page in missing[:10]) + (", ..." if len(missing) > 10 else "")
-    if ocr != "off":
+    if ocr_read_pages:
         why = "OCR found no words on them either"
     elif parsed.parser.endswith("/flash"):
-        why = "scanned or image-only pages, MinerU's flash tier does no OCR, and ingest.ocr is off"
+        why = "scanned or image-only pages, MinerU's flash tier does no OCR, and OCR did not read them"
     else:
-        why = f"the parser ({parsed.parser}) found none on them and ingest.ocr is off"
+        why = f"the parser ({parsed.parser}) found none on them, and OCR did not read them"
     found_by = ("their page images and captions" if parsed.page_images else
                 "the captions of their figures and tables (no page images: the document came without its original)")
     return [

@@ -50,6 +50,7 @@ class OcrReport:
     figures: int = 0  # figure and chart crops read
     lines: int = 0
     low_confidence_lines: int = 0
+    read_pages: bool = False  # OCR was on and had the document's pages to read (False: off, or no page images)
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
 
@@ -69,6 +70,7 @@ class DocumentOcr:
         if self.options.mode == "off":
             return parsed, report
         started = time.monotonic()
+        report.read_pages = page_images is not None
         if pages is None:
             pages = self.pages_to_read(parsed) if page_images is not None else []
         limit = asyncio.Semaphore(self.options.concurrency)

@@ -21,7 +21,7 @@ from typing import AsyncIterator, Awaitable, Callable, Optional, Sequence, TypeV
 import numpy as np
 
 from ..triton import contracts
-from ..triton.protocol import GenerationChunk, GenerationOptions, GeneratorFacts, Models
+from ..triton.protocol import GenerationChunk, GenerationOptions, GeneratorFacts, Models, PageText
 from .timing import StageTimer
 from .usage import CostReport, ModelUsage
 
@@ -167,6 +167,9 @@ class StageModels:
     async def page_relevance(self, question: str, images: Sequence[bytes], timeout_s: Optional[float] = None) -> np.ndarray:
         return await self._counted(contracts.VLM_RELEVANCE.name, len(images), self.models.page_relevance(question, images, timeout_s),
                                    lambda: self.count_tokens([question]) * len(images))
+
+    async def read_text(self, images: Sequence[bytes], timeout_s: Optional[float] = None) -> list[PageText]:
+        return await self._counted(contracts.OCR.name, len(images), self.models.read_text(images, timeout_s), lambda: 0)
 
     async def generator_facts(self, model: str) -> GeneratorFacts:
         return await self.models.generator_facts(model)  # the deployed config, read once: not a model call

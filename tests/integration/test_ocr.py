@@ -88,7 +88,7 @@ def test_blank_pages_read_as_nothing_and_bad_images_are_named(triton):
     assert empty.lines == () and empty.boxes.shape == (0, 4, 2) and empty.confidence.shape == (0,)
 
 
-def _scanned_pdf(path: Path) -> Path:
+def scanned_pdf(path: Path) -> Path:
     """A two-page PDF: page 1 has a text layer, page 2 is only a picture of words (a scan)."""
     from reportlab.lib.pagesizes import A4
     from reportlab.lib.utils import ImageReader
@@ -114,7 +114,7 @@ def _scanned_pdf(path: Path) -> Path:
 
 
 def test_an_image_only_page_is_ingested_as_text_and_cited_with_its_region(running_orchestrator, tmp_path):
-    path = _scanned_pdf(tmp_path / "inspection.pdf")
+    path = scanned_pdf(tmp_path / "inspection.pdf")
     with ThinkServeClient(running_orchestrator.address, timeout_s=300) as client:
         report = client.ingest_file("scans", path)
         document = report.document

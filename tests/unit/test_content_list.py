@@ -458,3 +458,5 @@ def test_textless_pages_are_named_with_what_can_still_find_them(tmp_path):
     with_renders = ParsedDocument(blocks, page_count=3, parser="mineru-4.0.12/flash", page_images=[tmp_path] * 3)
     (warning,) = _textless_pages(with_renders)
     assert "MinerU's flash tier does no OCR" in warning and warning.endswith("only their page images and captions can be found")
+    (warning,) = _textless_pages(with_renders, ocr_read_pages=True)
+    assert "(page 2): OCR found no words on them either; only their page images" in warning

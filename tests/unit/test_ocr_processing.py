@@ -149,12 +149,12 @@ def test_images_are_decoded_upright_and_bounded():
 
 def test_the_served_pipeline_reads_what_rapidocr_reads(tmp_path):
     """The exported graphs, run by the served pipeline's code, read the sample page as RapidOCR itself does (the
-    space rule off, as the reference has none)."""
+    space rule off and each line turned on its own verdict, as the reference reads)."""
     spec = profiles.tiny().ocr
     ocr_export.export_ocr(str(checkpoints.package_folder(spec.checkpoint)), spec, tmp_path, log=lambda _: None)
     assert json.loads((tmp_path / ocr_export.ALPHABET).read_text(encoding="utf-8"))[:3] == _alphabet_head()
     page = ocr_export.sample_page()
-    ours = ocr_export.read_with_sessions(page, tmp_path, ocr.OcrSettings(space_threshold=0.0))
+    ours = ocr_export.read_with_sessions(page, tmp_path, ocr.OcrSettings(space_threshold=0.0, orientation="line"))
     reference, _ = RapidOCR()(page)
     assert [line.text for line in ours] == [text for _, text, _ in reference]
     for line, (box, _, score) in zip(ours, reference):
@@ -187,3 +187,19 @@ def _config(section: str) -> dict:
     import yaml
 
     return yaml.safe_load((checkpoints.package_folder(profiles.PP_OCR_V4).parent / "config.yaml").read_text())[section]
+
+
+def test_a_page_turns_upside_down_as_a_whole_and_vertical_lines_each_on_their_own():
+    crops = [np.zeros((48, width, 3), np.uint8) for width in (960, 480, 200, 48)]
+    vertical = [False, False, False, True]
+    upright, turned = [0.99, 0.01], [0.03, 0.97]
+    settings = ocr.OcrSettings()
+    # the two narrow lines wrongly say upside down: the line holding most of the text outvotes them
+    votes = np.array([upright, turned, turned, turned])
+    assert ocr.upside_down(votes, crops, vertical, settings) == [3]
+    assert ocr.upside_down(votes, crops, vertical, ocr.OcrSettings(orientation="line")) == [1, 2, 3]
+    # most of the text upside down: every horizontal line is turned
+    votes = np.array([turned, turned, upright, upright])
+    assert ocr.upside_down(votes, crops, vertical, settings) == [0, 1, 2]
+    # an unsure verdict (below rotated_threshold) is no vote
+    assert ocr.upside_down(np.array([[0.2, 0.8]] * 4), crops, vertical, settings) == []

@@ -23,38 +23,9 @@ import cv2
 import numpy as np
 import pyclipper
 
-# What every network reads: (pixel / 255 - 0.5) / 0.5, channels first.
-DETECTION_MULTIPLE = 32  # the detector's input sides are multiples of its stride
-CLASSIFIER_SHAPE = (48, 192)  # height, width of the 0/180 classifier's input
-RECOGNIZER_HEIGHT = 48
-ROTATED_LABEL = 1  # the classifier's labels: 0 degrees, 180 degrees
+from .ocr_settings import CLASSIFIER_SHAPE, DETECTION_MULTIPLE, RECOGNIZER_HEIGHT, ROTATED_LABEL, OcrSettings, detection_limit
 
-
-@dataclass(frozen=True)
-class OcrSettings:
-    """How pages are read. The defaults are RapidOCR's (config.yaml of rapidocr_onnxruntime 1.4.4) unless noted."""
-
-    max_side: int = 2000  # the long side of the image the boxes are found and cropped in (larger ones are shrunk)
-    detection_min_side: int = 736  # the detector's input is enlarged until its short side is at least this
-    binary_threshold: float = 0.3  # a pixel of the probability map is text above this
-    box_threshold: float = 0.5  # a box is kept when its mean probability is at least this
-    max_candidates: int = 1000
-    unclip_ratio: float = 1.6  # how far a box grows past the shrunk text kernel the detector marks
-    dilation: bool = True
-    rotated_threshold: float = 0.9  # a line is turned 180 degrees when the classifier says so this surely
-    # Recognition crops are padded to the smallest of these widths that holds them (Triton batches equal shapes);
-    # the reference pads each batch to its widest crop, at least 320. A crop wider than the last is squeezed to it.
-    recognizer_widths: tuple[int, ...] = (320, 640, 960, 1280, 1920, 2560)
-    # A space is put between two characters when, in a column from the first's last to the second's first, the
-    # recogniser gave the space more than this probability (0: only where it decoded one, as the reference). Its
-    # Chinese-English model leaves most spaces between English words undecoded: on 64 dev pages with a text layer
-    # (150 dpi) 0.01 took the character error rate from 4.6% to 1.4% and whole-word recall from 65% to 92%;
-    # thresholds 0.005-0.02 are within 0.1 points of it, while rules on column gaps reached 73% at best.
-    space_threshold: float = 0.01
-    # ... between two digits: a number split in two ("4 12") is a wrong answer; on the same pages 0.5 here changed
-    # no character against 0.01
-    digit_space_threshold: float = 0.5
-    max_image_pixels: int = 100_000_000  # an encoded image with more pixels is refused (decompression bombs)
+__all__ = ["CLASSIFIER_SHAPE", "RECOGNIZER_HEIGHT", "OcrLine", "OcrSettings", "detection_limit"]
 
 
 @dataclass(frozen=True)
@@ -115,11 +86,6 @@ def detection_input(image: np.ndarray, min_side: int, max_side: int) -> np.ndarr
     resized_h = max(DETECTION_MULTIPLE, int(round(int(height * ratio) / DETECTION_MULTIPLE) * DETECTION_MULTIPLE))
     resized_w = max(DETECTION_MULTIPLE, int(round(int(width * ratio) / DETECTION_MULTIPLE) * DETECTION_MULTIPLE))
     return _normalized(cv2.resize(image, (resized_w, resized_h)))
-
-
-def detection_limit(max_side: int) -> int:
-    """The largest side of a detector input made from an image of at most `max_side` pixels a side."""
-    return max(DETECTION_MULTIPLE, math.ceil(max_side / DETECTION_MULTIPLE) * DETECTION_MULTIPLE)
 
 
 # ---------------------------------------------------------------- detection: probability map -> boxes
@@ -228,13 +194,23 @@ def reading_order(boxes: np.ndarray, same_line_px: float = 10.0) -> list[int]:
 # ---------------------------------------------------------------- lines: crops, classifier and recogniser inputs
 
 
+def _crop_size(points: np.ndarray) -> tuple[int, int]:
+    width = int(max(np.linalg.norm(points[0] - points[1]), np.linalg.norm(points[2] - points[3])))
+    height = int(max(np.linalg.norm(points[0] - points[3]), np.linalg.norm(points[1] - points[2])))
+    return max(width, 1), max(height, 1)
+
+
+def is_vertical(quad: np.ndarray) -> bool:
+    """Whether crop_line reads the box a quarter turned (a crop 1.5 times taller than wide: vertical text)."""
+    width, height = _crop_size(quad.astype(np.float32))
+    return height / width >= 1.5
+
+
 def crop_line(image: np.ndarray, quad: np.ndarray) -> np.ndarray:
     """The box's pixels straightened by a perspective warp; a crop 1.5 times taller than wide is turned a quarter
     (vertical text read sideways), as RapidOCR's get_rotate_crop_image."""
     points = quad.astype(np.float32)
-    width = int(max(np.linalg.norm(points[0] - points[1]), np.linalg.norm(points[2] - points[3])))
-    height = int(max(np.linalg.norm(points[0] - points[3]), np.linalg.norm(points[1] - points[2])))
-    width, height = max(width, 1), max(height, 1)
+    width, height = _crop_size(points)
     target = np.array([[0, 0], [width, 0], [width, height], [0, height]], dtype=np.float32)
     warped = cv2.warpPerspective(
         image, cv2.getPerspectiveTransform(points, target), (width, height),
@@ -345,14 +321,27 @@ async def read_image(image: np.ndarray, networks: Networks, alphabet: Sequence[s
     verdicts = await asyncio.gather(*(
         networks.classify(np.stack(rows[i : i + networks.batch])) for i in range(0, len(rows), networks.batch)
     ))
-    probabilities = np.concatenate(verdicts)
-    for i, scores in enumerate(probabilities):
-        if int(np.argmax(scores)) == ROTATED_LABEL and float(np.max(scores)) > settings.rotated_threshold:
-            crops[i] = cv2.rotate(crops[i], cv2.ROTATE_180)
+    for i in upside_down(np.concatenate(verdicts), crops, [is_vertical(box) for box in boxes], settings):
+        crops[i] = cv2.rotate(crops[i], cv2.ROTATE_180)
 
     texts = await recognize_crops(crops, networks, alphabet, settings)
     quads = boxes / scale
     return [OcrLine(text, quad, confidence) for (text, confidence), quad in zip(texts, quads)]
+
+
+def upside_down(
+    probabilities: np.ndarray, crops: Sequence[np.ndarray], vertical: Sequence[bool], settings: OcrSettings
+) -> list[int]:
+    """The lines to turn 180 degrees before recognition, from the classifier's [n, 2] probabilities: with
+    orientation "line" each line it says is upside down; with "page" the page's horizontal lines all or none, as
+    the lines holding most of their text (crop width) vote, and each vertical line by its own verdict."""
+    votes = (probabilities.argmax(axis=1) == ROTATED_LABEL) & (probabilities.max(axis=1) > settings.rotated_threshold)
+    if settings.orientation == "line":
+        return [int(i) for i in np.flatnonzero(votes)]
+    horizontal = [i for i in range(len(crops)) if not vertical[i]]
+    weights = np.array([crops[i].shape[1] / crops[i].shape[0] for i in horizontal])
+    page_turned = bool(horizontal) and float(weights[votes[horizontal]].sum()) > 0.5 * float(weights.sum())
+    return sorted((horizontal if page_turned else []) + [i for i in range(len(crops)) if vertical[i] and votes[i]])
 
 
 async def recognize_crops(
