@@ -57,12 +57,14 @@ class OcrPipelineModel:
 
     async def _call(self, model: str, batch: np.ndarray, outputs: list[str]) -> list[np.ndarray]:
         request = pb_utils.InferenceRequest(
-            model_name=model, requested_output_names=outputs, inputs=[pb_utils.Tensor("image", np.ascontiguousarray(batch))]
+            model_name=model, requested_output_names=outputs, inputs=[pb_utils.Tensor("image", np.ascontiguousarray(batch))],
+            # the post-processing runs here on the CPU: a network on a GPU hands its outputs over in host memory
+            preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0),
         )
         response = await request.async_exec()
         if response.has_error():
             raise RuntimeError(f"{model}: {response.error().message()}")
-        return [_numpy(pb_utils.get_output_tensor_by_name(response, name)) for name in outputs]
+        return [pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in outputs]
 
     async def _detect(self, batch: np.ndarray) -> np.ndarray:
         return (await self._call(self.detector, batch, ["probability"]))[0]
@@ -74,11 +76,3 @@ class OcrPipelineModel:
         classes, probabilities, space = await self._call(self.recognizer, batch, ["classes", "probabilities", "space_probability"])
         return classes, probabilities, space
 
-
-def _numpy(tensor) -> np.ndarray:
-    """A BLS output as numpy, wherever the network left it (a native backend on a GPU returns device memory)."""
-    if tensor.is_cpu():
-        return tensor.as_numpy()
-    from torch.utils.dlpack import from_dlpack
-
-    return from_dlpack(tensor.to_dlpack()).cpu().numpy()
