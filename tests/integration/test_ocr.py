@@ -58,6 +58,16 @@ def test_drawn_words_are_read_back_where_they_were_drawn(triton, upside_down):
         assert bx1 - bx0 < (x1 - x0) * 1.3 and by1 - by0 < (y1 - y0) * 2.5
 
 
+@pytest.mark.parametrize("turn", [Image.Transpose.ROTATE_90, Image.Transpose.ROTATE_270])
+def test_a_page_turned_a_quarter_is_read_line_by_line(triton, turn):
+    """A scan fed in sideways: every line is vertical, read a quarter turned, each by its own 0/180 verdict."""
+    image, _ = drawn_page()
+    turned = io.BytesIO()
+    Image.open(io.BytesIO(image)).transpose(turn).save(turned, "PNG")
+    [page] = call(triton, lambda models: models.read_text([turned.getvalue()]))
+    assert sorted(page.lines) == sorted(text for text, _ in WORDS)
+
+
 def test_pages_sent_together_are_batched_and_read_as_alone(triton):
     pages = [drawn_page(i % 2 == 1)[0] for i in range(4)]
 

@@ -140,6 +140,12 @@ def test_images_are_decoded_upright_and_bounded():
         ocr.decode_image(_encoded(page, "PNG"), 1000)
     with pytest.raises(ValueError, match="not a readable image"):
         ocr.decode_image(b"%PDF-1.7 not an image", 10**8)
+    # a 24 MP photo of a page: its JPEG decoded at half scale, still covering 2,000 pixels
+    photo = io.BytesIO()
+    Image.new("RGB", (6000, 4000), "white").save(photo, format="JPEG")
+    assert ocr.decode_image(photo.getvalue(), 10**7, max_side=2000).shape == (2000, 3000, 3)
+    with pytest.raises(ValueError, match="6000 x 4000 pixels"):
+        ocr.decode_image(photo.getvalue(), 10**7)
     big = np.zeros((50, 5000, 3), np.uint8)
     bounded, scale = ocr.bounded(big, 2000)
     assert bounded.shape[:2] == (20, 2000) and scale == pytest.approx(0.4)

@@ -41,13 +41,16 @@ class OcrLine:
 # ---------------------------------------------------------------- images in
 
 
-def decode_image(data: bytes, max_pixels: int) -> np.ndarray:
-    """Encoded PNG/JPEG/... bytes -> BGR uint8, upright (EXIF orientation applied). ValueError for bytes that are
-    no image and for images over `max_pixels` (checked from the header, before anything is decoded)."""
+def decode_image(data: bytes, max_pixels: int, max_side: int = 0) -> np.ndarray:
+    """Encoded PNG/JPEG/... bytes -> BGR uint8, upright (EXIF orientation applied). A JPEG is decoded at the
+    smallest of 1/1, 1/2, 1/4, 1/8 scale that still covers `max_side` (its decoder does that for free). ValueError
+    for bytes that are no image and for images over `max_pixels` as decoded (checked before decoding)."""
     from PIL import Image, ImageOps, UnidentifiedImageError
 
     try:
         with Image.open(io.BytesIO(data)) as image:
+            if image.format == "JPEG" and max_side:
+                image.draft("RGB", (max_side, max_side))
             width, height = image.size
             if width * height > max_pixels:
                 raise ValueError(f"the image is {width} x {height} pixels; at most {max_pixels:,} are read")

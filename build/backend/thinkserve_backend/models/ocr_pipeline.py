@@ -46,7 +46,7 @@ class OcrPipelineModel:
         data = input_array(request, "image")
         if data is None or data.size != 1:
             raise ValueError("input image must hold exactly one encoded image per request")
-        image = decode_image(bytes(data.reshape(-1)[0]), self.settings.max_image_pixels)
+        image = decode_image(bytes(data.reshape(-1)[0]), self.settings.max_image_pixels, self.settings.max_side)
         lines = await read_image(image, self.networks, self.alphabet, self.settings)
         texts, boxes, confidence = as_arrays(lines, image.shape[1], image.shape[0])
         return pb_utils.InferenceResponse([
