@@ -1,7 +1,7 @@
 """OCR through Triton on real PDF pages that have a text layer: how right it reads, and how fast, against RapidOCR.
 
     python -m benchmarks.ocr_quality [--dataset ../shared/benchmarks/mmlongbench-dev] [--pages 60] [--dpi 150]
-                                     [--concurrency 4] [--output DIR] [--name NAME]
+                                     [--concurrency 4] [--config FILE] [--set KEY=VALUE ...] [--output DIR] [--name NAME]
 
 Pages with a text layer are rendered as ingest renders them for OCR (orchestrator.knowledge.pdf.render_page_png,
 ingest.ocr_dpi) and read twice, on this machine, one engine after the other:
@@ -16,6 +16,10 @@ character error rate with and without spaces (edits / reference characters over 
 reference), the share of the page's words of 4+ letters found whole in the OCR text, and detection coverage (the
 share of text-layer characters inside some OCR box); then pages/s of each engine and their ratio.
 
+Then the dataset's largest document without a text layer on any page (a slide deck exported as pictures) is
+ingested end to end through the same Triton (MinerU, OCR of every page, passages, embeddings, commit: the
+product's Ingestor with default settings): seconds, pages/s and the OCR stage's share.
+
 Pages are chosen without looking at them: every document of the dataset with a text layer gives pages at evenly
 spaced positions until `--pages` are taken. Page types come from the page itself: "slide" (landscape), "dense
 text" (2,000+ characters), "figures" (an embedded image or 300+ vector paths), else "sparse text".
@@ -29,6 +33,7 @@ import collections
 import math
 import re
 import sys
+import tempfile
 import time
 import unicodedata
 from pathlib import Path
@@ -178,6 +183,34 @@ async def read_through_triton(url: str, images: list[bytes], concurrency: int, t
         return results, time.monotonic() - started
 
 
+def image_only_deck(documents: list[Path]) -> Optional[Path]:
+    """The document with the most pages of those with no text layer on any page."""
+    from .page_baselines import pages_without_text_layer
+
+    import pypdfium2 as pdfium
+
+    decks = []
+    for path in documents:
+        pdf = pdfium.PdfDocument(str(path))
+        pages = len(pdf)
+        pdf.close()
+        if len(pages_without_text_layer(path)) == pages:
+            decks.append((pages, path))
+    return max(decks)[1] if decks else None
+
+
+async def ingest_deck(url: str, deck: Path, settings: Settings, work: Path) -> dict[str, Any]:
+    from orchestrator.knowledge.ingest import Ingestor
+    from orchestrator.knowledge.store import KnowledgeBase
+
+    async with TritonClient(url, settings.triton.call_timeout_s) as client:
+        ingestor = Ingestor(KnowledgeBase(work), TritonModels(client), settings.ingest, settings.tokenizer_file)
+        result = await ingestor.ingest("deck", deck.name, deck.read_bytes(), timeout_s=settings.triton.call_timeout_s * 10)
+    document = result.document
+    return {"document": deck.name, "pages": document.pages, "seconds": result.seconds, "stages": result.stage_seconds,
+            "ocr_pages": document.ocr_pages, "ocr_lines": document.ocr_lines, "passages": document.passages}
+
+
 def read_with_rapidocr(images: list[bytes]) -> tuple[list, float]:
     import cv2
     from rapidocr_onnxruntime import RapidOCR
@@ -194,8 +227,9 @@ def read_with_rapidocr(images: list[bytes]) -> tuple[list, float]:
     return results, time.monotonic() - started
 
 
-def measure(settings: Settings, dataset: Path, wanted: int, dpi: float, concurrency: int, progress) -> dict[str, Any]:
+def measure(settings: Settings, dataset: Path, wanted: int, dpi: float, concurrency: int, work: Path, progress) -> dict[str, Any]:
     documents = sorted((dataset / "documents").glob("*.pdf"))
+    deck = image_only_deck(documents)
     pages = choose_pages(documents, wanted)
     progress(f"{len(pages)} pages with a text layer from {len({p for p, _ in pages})} documents; rendering at {dpi:g} dpi")
     images = [render_page_png(path, index, dpi, settings.ingest.ocr_max_side)[0] for path, index in pages]
@@ -203,6 +237,10 @@ def measure(settings: Settings, dataset: Path, wanted: int, dpi: float, concurre
     progress("OCR through Triton")
     with TritonServer(settings.triton) as server:
         ours, ours_seconds = asyncio.run(read_through_triton(server.endpoints.grpc, images, concurrency, settings.triton.call_timeout_s * 10))
+        ingested = None
+        if deck is not None:
+            progress(f"ingesting {deck.name} end to end")
+            ingested = asyncio.run(ingest_deck(server.endpoints.grpc, deck, settings, work / "deck"))
     progress("RapidOCR in this process")
     theirs, theirs_seconds = read_with_rapidocr(images)
     per_page = []
@@ -210,7 +248,7 @@ def measure(settings: Settings, dataset: Path, wanted: int, dpi: float, concurre
         per_page.append({"document": path.name, "page": index, "kind": fact["kind"], "lines": len(mine),
                          "thinkserve": score_page(fact, mine), "rapidocr": score_page(fact, reference)})
     return {"pages": per_page, "dpi": dpi, "concurrency": concurrency,
-            "seconds": {"thinkserve": ours_seconds, "rapidocr": theirs_seconds}}
+            "seconds": {"thinkserve": ours_seconds, "rapidocr": theirs_seconds}, "deck": ingested}
 
 
 def summary(stats: dict[str, Any]) -> dict[str, Any]:
@@ -258,6 +296,15 @@ def report(stats: dict[str, Any], command: str, wall_seconds: float) -> tuple[di
         f"{speed['rapidocr']:.3f} pages/s: ratio {result['ratio']:.2f}.",
         "",
     ]
+    deck = stats.get("deck")
+    if deck:
+        stages = ", ".join(f"{stage} {seconds:.1f}" for stage, seconds in deck["stages"].items() if seconds >= 0.05)
+        lines += [
+            f"Ingest of {deck['document']}, {deck['pages']} pages without a text layer, end to end through the same "
+            f"Triton: {deck['seconds']:.1f} s ({deck['pages'] / deck['seconds']:.2f} pages/s); {deck['ocr_pages']} pages "
+            f"read by OCR ({deck['ocr_lines']} lines), {deck['passages']} passages. Stages (s): {stages}.",
+            "",
+        ]
     payload = {"benchmark": NAME, "command": command, "machine": machine, "uncommitted_changes": uncommitted_changes(),
                "wall_seconds": wall_seconds, "stats": stats, "summary": result}
     return payload, "\n".join(lines)
@@ -269,13 +316,19 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--pages", type=int, default=60, help="pages with a text layer to read")
     parser.add_argument("--dpi", type=float, default=None, help="render resolution (default: ingest.ocr_dpi)")
     parser.add_argument("--concurrency", type=int, default=None, help="pages in flight through Triton (default: ingest.ocr_concurrency)")
+    parser.add_argument("--config", type=Path, help="settings file (TOML); default: the built-in tiny profile")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a setting over the config (repeatable)")
     parser.add_argument("--output", type=Path, default=RESULTS, help="results folder")
     parser.add_argument("--name", default=NAME, help="result file name")
     args = parser.parse_args(argv)
-    settings = Settings()
+    if any("=" not in item for item in args.set):
+        parser.error("--set takes KEY=VALUE")
+    settings = Settings.load(args.config, dict(item.split("=", 1) for item in args.set))
     started = time.monotonic()
-    stats = measure(settings, args.dataset, args.pages, args.dpi or settings.ingest.ocr_dpi,
-                    args.concurrency or settings.ingest.ocr_concurrency, lambda m: print(f"* {m}", file=sys.stderr, flush=True))
+    with tempfile.TemporaryDirectory(prefix="thinkserve-ocr-") as work:
+        stats = measure(settings, args.dataset, args.pages, args.dpi or settings.ingest.ocr_dpi,
+                        args.concurrency or settings.ingest.ocr_concurrency, Path(work),
+                        lambda m: print(f"* {m}", file=sys.stderr, flush=True))
     payload, markdown = report(stats, invocation(NAME, argv if argv is not None else sys.argv[1:]), time.monotonic() - started)
     write_and_show(args.name, payload, markdown, args.output)
     return 0
