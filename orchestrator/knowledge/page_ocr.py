@@ -104,9 +104,7 @@ class DocumentOcr:
             lines = page_lines(text.lines, text.boxes, text.confidence)
             report.pages += 1
             self._count(report, lines)
-            if not lines:
-                report.warnings.append(f"page {page + 1}: OCR found no text (a blank page, or a picture without words)")
-            by_page[page] = (lines, aspect)
+            by_page[page] = (lines, aspect)  # none: a blank page (ingest's warning on pages without text names it)
         if by_page:
             blocks = self._with_page_text(blocks, by_page)
         report.seconds = time.monotonic() - started
