@@ -186,3 +186,26 @@ def test_a_page_the_parser_is_not_given_is_read_by_ocr(triton, tmp_path):
     assert [b.content for b in segment.blocks if b.page == 0] == ["Northwind quarterly figures, see the chart overleaf."]
     page_two = [b for b in segment.blocks if b.page == 1]
     assert any("Regional sales by quarter" in b.content and b.ocr_confidence > 0.8 for b in page_two)
+
+
+def test_a_whole_parse_that_fails_is_done_again_in_ranges_by_the_real_mineru(triton, tmp_path):
+    """The whole document's parse killed (a one-second limit), its pages parsed again as a range (each range gets
+    at least two minutes): nothing is lost, and the warning says what happened."""
+    from orchestrator.bench.generated import pdf_factory
+    from orchestrator.config import IngestSettings
+    from orchestrator.knowledge.ingest import Ingestor
+    from tests.conftest import MODEL_REPOSITORY
+
+    report = pdf_factory.write_sample_report(tmp_path / "report.pdf")
+    tokenizer = MODEL_REPOSITORY / "text_embedder_tokenize" / "1" / "tokenizer.json"
+
+    async def work(models):
+        ingestor = Ingestor(KnowledgeBase(tmp_path / "data"), models, IngestSettings(parser_timeout_s=1.0), tokenizer)
+        return await ingestor.ingest("ranges", report.path.name, report.path.read_bytes())
+
+    document = call(triton, work).document
+    assert document.pages == 3 and document.unparsed_pages == () and document.units == 2 and document.passages >= 3
+    assert document.warnings[0] == (
+        "the parse of the whole document failed (MinerU did not finish report.pdf within 1 s (killed)): "
+        "it was parsed in ranges of pages"
+    )
