@@ -287,7 +287,8 @@ def test_relations_are_embedded_when_relation_seeds_reads_them(triton, tmp_path,
 
 def test_a_content_list_with_its_original_takes_pages_and_page_images_from_it(client, running_orchestrator, tmp_path):
     """MinerU output folders that carry `<name>_origin.pdf` (MinerU 1.x-3.x, `ingest --ray`): the PDF gives the
-    page count (blank last pages included) and the page images; an original that does not fit is not used."""
+    page count (blank last pages included), the page images, and to OCR the pages the content list says nothing
+    of; an original that does not fit is not used."""
     origin = pdf_factory.write_long_pdf(tmp_path / "long.pdf", 3).read_bytes()
     items = [{"type": "text", "text": "Section 1 of the long document.", "bbox": [100, 100, 900, 140], "page_idx": 0}]
 
@@ -301,10 +302,9 @@ def test_a_content_list_with_its_original_takes_pages_and_page_images_from_it(cl
 
     report = client.ingest("origins", archive(items, origin), "long")
     assert report.document.pages == 3
-    assert list(report.document.warnings) == [  # the content list says nothing of the original's last two pages
-        "2 of 3 pages have no extractable text (page 2, 3): the parser (content_list_v1) found none on them; "
-        "only their page images and captions can be found"
-    ]
+    # the content list says nothing of the original's last two pages: OCR reads them from the original
+    assert list(report.document.warnings) == [] and report.document.ocr_pages == 2
+    assert any("Section 3" in b.content and b.ocr_confidence for b in stored(running_orchestrator, "origins").segments[0].blocks)
     snapshot = stored(running_orchestrator, "origins")
     assert [p.page for p in snapshot.pages] == [0, 1, 2]
     assert {family: index.size for family, index in snapshot.page_indexes.items()} == {"clip": 3, "siglip": 3, "openclip": 3}

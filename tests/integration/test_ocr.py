@@ -209,3 +209,49 @@ def test_a_whole_parse_that_fails_is_done_again_in_ranges_by_the_real_mineru(tri
         "the parse of the whole document failed (MinerU did not finish report.pdf within 1 s (killed)): "
         "it was parsed in ranges of pages"
     )
+
+
+def test_a_corrupt_figure_image_and_a_blank_page_cost_warnings_and_the_document_still_ingests(triton, tmp_path):
+    """A content list made elsewhere whose figure image is corrupt, and a PDF with a blank page: each ingests,
+    the figure keeps its caption, and the warnings say what OCR could not read."""
+    import json
+    import zipfile
+
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfgen import canvas
+
+    from orchestrator.config import IngestSettings
+    from orchestrator.knowledge.ingest import Ingestor
+    from tests.conftest import MODEL_REPOSITORY
+
+    items = [
+        {"type": "text", "text": "Freight volumes rose in the third quarter.", "bbox": [100, 100, 900, 140], "page_idx": 0},
+        {"type": "image", "img_path": "images/chart.jpg", "image_caption": ["Figure 1: Freight by month"],
+         "bbox": [100, 200, 900, 600], "page_idx": 0},
+    ]
+    bundle = io.BytesIO()
+    with zipfile.ZipFile(bundle, "w") as archive:
+        archive.writestr("freight/freight_content_list.json", json.dumps(items))
+        archive.writestr("freight/images/chart.jpg", b"\xff\xd8\xff\xe0 not really a JPEG")
+    blank = tmp_path / "blank.pdf"
+    pdf = canvas.Canvas(str(blank), pagesize=A4)
+    pdf.setFont("Helvetica", 12)
+    pdf.drawString(72, 700, "The only page with words on it.")
+    pdf.showPage()
+    pdf.showPage()  # nothing drawn: a blank page
+    pdf.save()
+    tokenizer = MODEL_REPOSITORY / "text_embedder_tokenize" / "1" / "tokenizer.json"
+
+    async def work(models):
+        ingestor = Ingestor(KnowledgeBase(tmp_path / "data"), models, IngestSettings(), tokenizer)
+        freight = await ingestor.ingest("bad", "freight.zip", bundle.getvalue())
+        empty = await ingestor.ingest("bad", blank.name, blank.read_bytes())
+        return freight.document, empty.document
+
+    freight, empty = call(triton, work)
+    assert freight.units == 1 and freight.ocr_figures == 0
+    assert any(w.startswith("page 1: a figure could not be read by OCR (model ocr rejected the request") and
+               "not a readable image" in w for w in freight.warnings)
+    assert empty.pages == 2 and empty.ocr_pages == 1 and empty.ocr_lines == 0
+    assert any(w.startswith("1 of 2 pages have no extractable text (page 2): OCR found no words on them either")
+               for w in empty.warnings)
