@@ -11,7 +11,7 @@ from orchestrator.triton import contracts
 from orchestrator.triton.launcher import TritonServer
 from orchestrator.triton.models import GenerationOptions
 from tests.conftest import ROOT
-from tests.integration import test_models
+from tests.integration import test_models, test_ocr
 from tests.integration.test_models import TEXTS, call, png
 
 pytestmark = pytest.mark.integration
@@ -20,6 +20,8 @@ TORCH_REPOSITORY = ROOT / "model_repository" / "tiny-torch"
 
 # The model tests of the cpu target, run as they are against the torch target's server.
 SHARED_MODEL_TESTS = [
+    test_ocr.test_pages_sent_together_are_batched_and_read_as_alone,
+    test_ocr.test_blank_pages_read_as_nothing_and_bad_images_are_named,
     test_models.test_every_public_model_is_ready,
     test_models.test_encoders_answer_with_the_contract_shapes_and_dtypes,
     test_models.test_embedder_matches_the_pytorch_reference,
@@ -50,7 +52,8 @@ def test_the_torch_repository_runs_pytorch_models():
     assert "torch_runner import TorchRunnerModel" in (TORCH_REPOSITORY / "text_embedder_encode" / "1" / "model.py").read_text()
     assert '"runtime"' in config and "KIND_CPU" in config
     assert (TORCH_REPOSITORY / "llm" / "1" / "model.safetensors").is_file()
-    assert not list(TORCH_REPOSITORY.glob("*/1/*.onnx"))  # nothing of it runs on onnxruntime
+    # nothing of it runs on onnxruntime but PP-OCR's graphs (PaddleOCR ships no PyTorch definition of them)
+    assert {path.parent.parent.name for path in TORCH_REPOSITORY.glob("*/1/*.onnx")} == {"ocr_detect", "ocr_classify", "ocr_recognize"}
 
 
 @pytest.mark.parametrize("model_test", SHARED_MODEL_TESTS, ids=lambda test: test.__name__.removeprefix("test_"))
