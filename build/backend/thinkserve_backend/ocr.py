@@ -6,7 +6,8 @@ probability map becomes boxes (threshold, contours, minimum-area rectangles, a p
 box a perspective crop, and each line's per-column best class a string (CTC: repeats merged, blanks dropped).
 This follows RapidOCR's implementation (rapidocr_onnxruntime 1.4.4, Apache-2.0) step for step; the unit tests
 compare the two on the same inputs. What differs is said where it differs: crops of recognition are padded to a
-few fixed widths (so requests batch), and a space may be put where the recogniser left a word gap blank.
+few fixed widths (so requests batch), a space may be put where the recogniser left a word gap blank, and a page's
+horizontal lines are turned upside down all or none (settings in ocr_settings.py, with what each was measured at).
 
 Only numpy, OpenCV and pyclipper: it runs in Triton's model environment (and in the project's, for the tests).
 Images are BGR uint8 arrays, as OpenCV and PaddleOCR's training read them.
