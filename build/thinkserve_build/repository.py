@@ -117,6 +117,7 @@ def _ocr(spec: OcrSpec, artifact: Artifact, target: Target, serving: ServingOpti
     image, batch = "image", spec.max_batch_size
     side = detection_limit(reading.max_side)
     widths = reading.recognizer_widths
+    # opt shapes: a portrait letter page at ingest's 150 dpi (1275 x 1650, to multiples of 32), crops of 640 pixels
     networks = [
         (OCR_DETECT, "detector_file", [Tensor(image, "FP32", (3, -1, -1))], [Tensor("probability", "FP32", (1, -1, -1))],
          spec.detector_batch, ((1, 3, 32, 32), (1, 3, min(1664, side), min(1280, side)), (spec.detector_batch, 3, side, side))),
