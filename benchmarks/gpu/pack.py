@@ -69,6 +69,7 @@ DEVICE_IMPORTS = frozenset({
     "onnxscript", "grpc", "google", "PIL", "jinja2", "markupsafe", "ml_dtypes", "packaging", "yaml", "regex", "tqdm",
     "filelock", "fsspec", "requests", "urllib3", "certifi", "idna", "charset_normalizer", "typing_extensions",
     "sympy", "mpmath", "networkx", "psutil", "scipy", "sentencepiece", "hf_xet",
+    "cupy", "cupyx", "numba",  # the graph's PageRank (benchmarks.gpu_graph); numba only where the graph compiles kernels
 })
 # Wheel platform tags a GPU machine (glibc 2.39) and this machine kind (2.36) both run.
 PLATFORMS = ("manylinux1_x86_64", "manylinux2010_x86_64", "manylinux2014_x86_64", "manylinux_2_17_x86_64",

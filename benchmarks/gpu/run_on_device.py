@@ -16,9 +16,12 @@ Only the standard library is imported here, so it runs on the machine's python3 
    numpy), and the stub finds its libpython (Ubuntu ships it apart, in libpython3.12t64);
 4. thinkserve_build builds the torch-target repository of --profile (standin: the hf architectures with random
    weights; tiny for the dry run), its cache under --work, so a warm machine rebuilds nothing;
-5. measure.py starts the real tritonserver on it and measures (--parts, --quick and the rest pass through).
+5. measure.py starts the real tritonserver on it and measures (--parts, --quick and the rest pass through);
+6. benchmarks.gpu_graph: the graph's PageRank on CuPy against the scipy path (--pagerank sizes; its time is held
+   back from the measurements' budget, so a slow measurement cannot crowd it out).
 
-$OUT (or --out) receives gpu-setup.json, measure.py's JSON and Markdown, and gpu-run.log (this command's output).
+$OUT (or --out) receives gpu-setup.json, measure.py's JSON and Markdown, gpu-run.log (this command's output) and
+gpu_graph.json / .md.
 """
 
 from __future__ import annotations
@@ -231,6 +234,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--repository", type=Path, help="serve this torch-target repository as it is (no build)")
     parser.add_argument("--budget-s", type=float, default=560.0,
                         help="the whole command's time: the measurements stop starting new work past it (default fits a 600 s device call)")
+    parser.add_argument("--pagerank", help="graph sizes (nodes:edges, comma-separated) for benchmarks.gpu_graph after the "
+                                           "measurements (default on cuda 262144:1000000; on cpu none: it needs CuPy and a GPU)")
+    parser.add_argument("--pagerank-reserve-s", type=float, default=50.0,
+                        help="seconds of the budget kept for the PageRank step (a 1M-edge graph: ~30 s to build)")
     args, measure_args = parser.parse_known_args(argv)
     run = Run(args.out)
     run.setup.update(profile=args.profile, device=args.device, argv=sys.argv[1:] if argv is None else argv)
@@ -265,13 +272,22 @@ def main(argv: Optional[list[str]] = None) -> int:
             if code != 0:
                 raise SetupError(f"thinkserve_build failed (status {code}): see gpu-run.log")
 
+        pagerank = args.pagerank if args.pagerank is not None else ("262144:1000000" if args.device == "cuda" else "")
+        sizes = [size for size in pagerank.split(",") if size.strip()]
+        reserve = args.pagerank_reserve_s if sizes else 0.0
         began = time.monotonic()
         command = [sys.executable, "-m", "benchmarks.gpu.measure", "--repository", str(repository),
                    "--install-root", str(runtime / "triton" / "pytriton" / "tritonserver"), "--model-env", str(prefix),
                    "--device", args.device, "--out", str(args.out), "--work", str(args.work),
-                   "--deadline", f"{deadline:.0f}", *measure_args]
-        code = run.stream(command, env, max(30.0, deadline + 30 - time.time()))
+                   "--deadline", f"{deadline - reserve:.0f}", *measure_args]
+        code = run.stream(command, env, max(30.0, deadline - reserve + 30 - time.time()))
         run.step("measure", began, status=code)
+        if sizes:
+            began = time.monotonic()
+            run.log(f"PageRank on the GPU against the CPU: {', '.join(sizes)}")
+            graph = run.stream([sys.executable, "-m", "benchmarks.gpu_graph", "--sizes", *sizes, "--repeat", "5",
+                                "--out", str(args.out)], env, max(20.0, deadline - time.time()))
+            run.step("pagerank", began, status=graph)
         return code
     except (SetupError, subprocess.CalledProcessError, OSError) as error:
         run.setup["error"] = f"{type(error).__name__}: {error}"

@@ -80,7 +80,7 @@ PACKED = {"tritonclient", "rapidjson", "google", "pydantic", "pydantic_core", "a
 # Entry points of the driver on the GPU machine, and modules it loads by name (the stubs' python classes run in
 # the model environment, whose packages are the machine's own).
 DRIVER_ENTRIES = ["benchmarks.gpu.measure", "benchmarks.gpu.run_on_device", "thinkserve_build.cli", "thinkserve_build.__main__",
-                  "thinkserve_build.compiler", "orchestrator.bench.modes.ceiling"]
+                  "thinkserve_build.compiler", "orchestrator.bench.modes.ceiling", "benchmarks.gpu_graph"]
 
 
 def _module_file(name: str) -> Path | None:
@@ -163,7 +163,7 @@ class Refuse(importlib.abc.MetaPathFinder):
         raise ModuleNotFoundError(f"not on the GPU machine: {{name}}")
 sys.meta_path.insert(0, Refuse())
 import orchestrator.triton.launcher, orchestrator.triton.models, orchestrator.bench.prices, orchestrator.bench.modes.ceiling
-import benchmarks.gpu.report
+import benchmarks.gpu.report, benchmarks.gpu_graph
 print("ok")
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
