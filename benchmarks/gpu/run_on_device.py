@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import json
 import os
 import shutil
@@ -39,24 +40,61 @@ import tarfile
 import threading
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_SITE_PTH = "thinkserve-gpu.pth"
-# Run in the model environment: what the stubs will import, and torch <-> numpy 1 both ways.
+# Run in the model environment: what the stubs will import (transformers' lazy Auto classes too: their imports
+# reach the machine's optional packages, one of which may not run on numpy 1), and torch <-> numpy 1 both ways.
 MODEL_ENV_PROBE = r"""
 import json, sys, sysconfig
 import numpy, torch, transformers, tokenizers, onnxruntime, PIL, thinkserve_backend
 round_trip = torch.from_numpy(numpy.arange(6.0)).mul(2).numpy().tolist()
+failures = {}
+for name in AUTO_CLASSES:
+    try:
+        getattr(transformers, name)
+    except Exception as error:
+        failures[name] = import_failure(error, PROTECTED)
 print(json.dumps({
     "python": "%d.%d.%d" % sys.version_info[:3], "prefix": sys.prefix, "libdir": sysconfig.get_config_var("LIBDIR"),
     "numpy": numpy.__version__, "numpy_file": numpy.__file__, "torch": torch.__version__,
     "cuda": torch.cuda.is_available(), "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "",
     "transformers": transformers.__version__, "tokenizers": tokenizers.__version__,
     "onnxruntime": onnxruntime.__version__, "pillow": PIL.__version__, "thinkserve_backend": thinkserve_backend.__file__,
-    "round_trip_ok": round_trip == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0],
+    "round_trip_ok": round_trip == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0], "auto_class_failures": failures,
 }))
 """
+
+
+# The Auto classes the served models load (thinkserve_backend.torch_modules)
+AUTO_CLASSES = ("AutoModel", "AutoModelForCausalLM", "AutoModelForSequenceClassification", "AutoModelForImageTextToText")
+# Packages the model environment cannot do without: never hidden from it
+PROTECTED = frozenset({"numpy", "torch", "transformers", "tokenizers", "safetensors", "huggingface_hub", "PIL",
+                       "onnxruntime", "thinkserve_backend", "jinja2", "markupsafe", "yaml", "regex", "packaging",
+                       "filelock", "fsspec", "tqdm", "typing_extensions", "sympy", "mpmath", "networkx"})
+HIDE_ROUNDS = 6
+
+
+def import_failure(error: BaseException, protected) -> dict:
+    """What broke an import: the innermost exception of the chain, and the package whose code raised it (the last
+    frame inside a site-packages folder), unless that is a protected one. transformers' lazy module hides the cause
+    behind "Could not import module 'AutoModel'"; the cause is chained."""
+    import traceback
+
+    inner = error
+    while (inner.__cause__ or inner.__context__) is not None:
+        inner = inner.__cause__ or inner.__context__
+    culprit = None
+    for frame in traceback.extract_tb(inner.__traceback__):
+        parts = frame.filename.replace("\\", "/").split("/")
+        if "site-packages" in parts[:-1]:
+            top = parts[parts.index("site-packages") + 1]
+            culprit = top[:-3] if top.endswith(".py") else top
+    missing = getattr(inner, "name", None) if isinstance(inner, ImportError) else None
+    return {"error": f"{type(inner).__name__}: {inner}"[:500],
+            "culprit": culprit if culprit and culprit not in protected else None, "missing": missing,
+            "traceback": "".join(traceback.format_exception(inner))[-1500:]}
 
 
 class SetupError(RuntimeError):
@@ -131,20 +169,58 @@ def site_packages(prefix: Path) -> Path:
     return prefix / "lib" / ("python%d.%d" % sys.version_info[:2]) / "site-packages"
 
 
-def model_environment(work: Path, runtime: Path) -> Path:
-    """A venv whose site-packages reads numpy 1 (the pack's), thinkserve_backend, then this Python's own packages."""
+def model_environment(work: Path, runtime: Path, hidden: frozenset[str] = frozenset(),
+                      bases: Optional[list[str]] = None) -> Path:
+    """A venv whose site-packages reads numpy 1 (the pack's), thinkserve_backend, then this Python's own packages
+    (less the `hidden` ones: see filtered_site)."""
     prefix = work / "model-env"
     if not (prefix / "bin" / "python3").exists():
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True)
-    bases = [path for path in site.getsitepackages() if Path(path).is_dir()]
+    if bases is None:
+        bases = [path for path in site.getsitepackages() if Path(path).is_dir()]
+    if hidden:
+        bases = [str(filtered_site(Path(base), work / "model-env-sites" / str(number), hidden))
+                 for number, base in enumerate(bases)]
     lines = [str(runtime / "model-env"), str(ROOT / "build" / "backend")]
     lines += [f"import site; site.addsitedir({path!r})" for path in bases]
     (site_packages(prefix) / BASE_SITE_PTH).write_text("\n".join(lines) + "\n")
     return prefix
 
 
+def filtered_site(base: Path, destination: Path, hidden: frozenset[str]) -> Path:
+    """`base` seen through links, less the packages `hidden` (import names) and their metadata, so that an optional
+    import (transformers asks find_spec and importlib.metadata) finds them absent rather than broken."""
+    shutil.rmtree(destination, ignore_errors=True)
+    destination.mkdir(parents=True)
+    for entry in base.iterdir():
+        if _provides(entry) & hidden:
+            continue
+        (destination / entry.name).symlink_to(entry)
+    return destination
+
+
+def _provides(entry: Path) -> set[str]:
+    """The import names a site-packages entry is, or (a .dist-info) installs."""
+    name = entry.name
+    if name.endswith(".dist-info"):
+        record = entry / "RECORD"
+        tops = set()
+        if record.is_file():
+            for line in record.read_text(errors="replace").splitlines():
+                top = line.split(",", 1)[0].split("/", 1)[0]
+                if top and not top.endswith((".dist-info", ".data")) and top != "..":
+                    tops.add(top[:-3] if top.endswith(".py") else top.removesuffix(".libs"))
+        return tops
+    for suffix in (".py", ".libs"):
+        name = name.removesuffix(suffix)
+    return {name.split(".", 1)[0]}
+
+
 def probe_model_environment(prefix: Path) -> dict:
-    result = subprocess.run([str(prefix / "bin" / "python3"), "-c", MODEL_ENV_PROBE], capture_output=True, text=True,
+    """The probe's facts; raises where an import the stubs need fails outright."""
+    script = "\n".join([inspect.getsource(import_failure), f"AUTO_CLASSES = {AUTO_CLASSES!r}",
+                        f"PROTECTED = {sorted(PROTECTED)!r}", MODEL_ENV_PROBE])
+    result = subprocess.run([str(prefix / "bin" / "python3"), "-c", script], capture_output=True, text=True,
                             cwd="/", timeout=300)
     if result.returncode != 0:
         raise SetupError(f"the model environment {prefix} cannot import what the stubs need: "
@@ -155,6 +231,30 @@ def probe_model_environment(prefix: Path) -> dict:
     if not facts["round_trip_ok"]:
         raise SetupError("torch <-> numpy 1 round trip gave wrong values in the model environment")
     return facts
+
+
+def working_model_environment(work: Path, runtime: Path, log: Callable[[str], None],
+                              bases: Optional[list[str]] = None) -> tuple[Path, dict]:
+    """The model environment, with the machine's optional packages that break transformers' imports under numpy 1
+    hidden from it, one round at a time (a package built for numpy 2 only, say): the served models never use them,
+    but transformers imports what is installed. A failure raised in a protected package is not hidden: it is raised."""
+    hidden: frozenset[str] = frozenset()
+    for _ in range(HIDE_ROUNDS):
+        prefix = model_environment(work, runtime, hidden, bases)
+        facts = probe_model_environment(prefix)
+        failures = facts["auto_class_failures"]
+        if not failures:
+            facts["hidden_packages"] = sorted(hidden)
+            return prefix, facts
+        culprits = {failure["culprit"] for failure in failures.values()} - {None}
+        if not culprits or culprits <= hidden:
+            first = next(iter(failures.values()))
+            raise SetupError(f"transformers cannot import {', '.join(failures)} in the model environment: "
+                             f"{first['error']} (hidden so far: {sorted(hidden) or 'none'})\n{first['traceback']}")
+        for name, failure in failures.items():
+            log(f"  transformers.{name}: {failure['error']} (raised in {failure['culprit']}): hiding it")
+        hidden |= culprits
+    raise SetupError(f"still failing after hiding {sorted(hidden)} from the model environment")
 
 
 def stub_libraries(runtime: Path, libdir: str) -> tuple[dict, list[str]]:
@@ -249,8 +349,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         run.step("unpack", began, pack_bytes=manifest["archive_bytes"], python=manifest["python"])
 
         began = time.monotonic()
-        prefix = model_environment(args.work, runtime)
-        facts = probe_model_environment(prefix)
+        prefix, facts = working_model_environment(args.work, runtime, run.log)
         run.log(f"model environment {prefix}: numpy {facts['numpy']}, torch {facts['torch']} (cuda: {facts['cuda']}), "
                 f"transformers {facts['transformers']}, onnxruntime {facts['onnxruntime']}")
         if args.device == "cuda" and not facts["cuda"]:

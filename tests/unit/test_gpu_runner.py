@@ -382,3 +382,77 @@ def test_the_report_states_the_goals_and_labels_a_dry_run():
     assert "NOT GPU figures" not in text
     dry = report.markdown([_result(dry_run=True)])
     assert dry.startswith("# CPU dry run of the GPU device runner (tooling check, NOT GPU figures)")
+
+
+# ---------------------------------------------------------------- the model environment on the GPU machine
+
+
+def _broken_site(tmp_path: Path) -> Path:
+    """A site-packages folder holding a package that fails on import (as one built for numpy 2 fails under numpy 1),
+    its metadata, and a healthy module."""
+    base = tmp_path / "lib" / "site-packages"
+    (base / "brokenpkg").mkdir(parents=True)
+    (base / "brokenpkg" / "__init__.py").write_text("from . import core\n")
+    (base / "brokenpkg" / "core.py").write_text("raise ImportError('numpy.core.multiarray failed to import')\n")
+    (base / "brokenpkg.libs").mkdir()
+    info = base / "broken_pkg-1.0.dist-info"
+    info.mkdir()
+    (info / "RECORD").write_text("brokenpkg/__init__.py,,\nbrokenpkg/core.py,,\nbroken_pkg-1.0.dist-info/RECORD,,\n")
+    (base / "healthy.py").write_text("VALUE = 1\n")
+    return base
+
+
+def test_an_import_failure_names_the_package_whose_code_raised_it(tmp_path):
+    from benchmarks.gpu import run_on_device
+
+    base = _broken_site(tmp_path)
+    sys.path.insert(0, str(base))
+    try:
+        try:  # as transformers' lazy module does: the cause chained behind a generic message
+            try:
+                import brokenpkg  # noqa: F401
+            except ImportError as error:
+                raise ModuleNotFoundError("Could not import module 'AutoModel'") from error
+        except ModuleNotFoundError as outer:
+            failure = run_on_device.import_failure(outer, run_on_device.PROTECTED)
+            protected = run_on_device.import_failure(outer, run_on_device.PROTECTED | {"brokenpkg"})
+    finally:
+        sys.path.remove(str(base))
+        sys.modules.pop("brokenpkg", None)
+    assert failure["culprit"] == "brokenpkg"
+    assert failure["error"] == "ImportError: numpy.core.multiarray failed to import"
+    assert "brokenpkg/core.py" in failure["traceback"]
+    assert protected["culprit"] is None  # a protected package is never offered for hiding
+
+
+def test_a_hidden_package_is_absent_from_the_filtered_site_with_its_metadata(tmp_path):
+    from benchmarks.gpu import run_on_device
+
+    base = _broken_site(tmp_path)
+    filtered = run_on_device.filtered_site(base, tmp_path / "filtered", frozenset({"brokenpkg"}))
+    assert sorted(entry.name for entry in filtered.iterdir()) == ["healthy.py"]
+    assert (filtered / "healthy.py").resolve() == (base / "healthy.py").resolve()
+    script = ("import importlib.util, importlib.metadata as m, healthy; print(importlib.util.find_spec('brokenpkg'), "
+              "[d.metadata['Name'] for d in m.distributions(path=[%r])])" % str(filtered))
+    result = subprocess.run([sys.executable, "-S", "-c", script], capture_output=True, text=True,
+                            env={"PYTHONPATH": str(filtered)})
+    assert result.stdout.split() == ["None", "[]"], result.stderr
+
+
+def test_the_model_environment_hides_what_breaks_transformers_and_stops_at_a_protected_package(tmp_path, monkeypatch):
+    from benchmarks.gpu import run_on_device
+
+    built, logged = [], []
+    monkeypatch.setattr(run_on_device, "model_environment", lambda work, runtime, hidden, bases: built.append(hidden) or work)
+    broken = {"AutoModel": {"error": "ImportError: x", "culprit": "sklearn", "traceback": ""},
+              "AutoModelForCausalLM": {"error": "ImportError: y", "culprit": "pandas", "traceback": ""}}
+    answers = iter([{"auto_class_failures": broken}, {"auto_class_failures": {}}])
+    monkeypatch.setattr(run_on_device, "probe_model_environment", lambda prefix: next(answers))
+    _, facts = run_on_device.working_model_environment(tmp_path, tmp_path, logged.append)
+    assert built == [frozenset(), frozenset({"sklearn", "pandas"})]
+    assert facts["hidden_packages"] == ["pandas", "sklearn"] and len(logged) == 2
+
+    unhideable = {"AutoModel": {"error": "AttributeError: numpy has no dtypes", "culprit": None, "traceback": "tb"}}
+    monkeypatch.setattr(run_on_device, "probe_model_environment", lambda prefix: {"auto_class_failures": unhideable})
+    with pytest.raises(run_on_device.SetupError, match="numpy has no dtypes"):
+        run_on_device.working_model_environment(tmp_path, tmp_path, logged.append)
