@@ -179,7 +179,8 @@ def model_environment(work: Path, runtime: Path, hidden: frozenset[str] = frozen
     if bases is None:
         bases = [path for path in site.getsitepackages() if Path(path).is_dir()]
     if hidden:
-        bases = [str(filtered_site(Path(base), work / "model-env-sites" / str(number), hidden))
+        # each named site-packages, as import_failure reads a frame's package from the folder after that name
+        bases = [str(filtered_site(Path(base), work / "model-env-sites" / str(number) / "site-packages", hidden))
                  for number, base in enumerate(bases)]
     lines = [str(runtime / "model-env"), str(ROOT / "build" / "backend")]
     lines += [f"import site; site.addsitedir({path!r})" for path in bases]
