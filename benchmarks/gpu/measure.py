@@ -694,19 +694,23 @@ def plans_from_cost(cost: dict, config: str, source_image_tokens: int, image_tok
 
 
 async def replay_level(models: TritonModels, plans: Sequence[object], images: list[bytes], concurrency: int,
-                       warmup_s: float, window_s: float) -> dict:
+                       warmup_s: float, window_s: float, until: float = math.inf, min_completed: int = 3) -> dict:
     """Closed loop of `concurrency` workers replaying `plans` in turn (the ceiling's replay): queries/s and model
-    time per query over the window after the warm-up."""
+    time per query over the window after the warm-up.
+
+    The window lasts `window_s`, and longer, until `min_completed` queries have ended inside it (or `until`, epoch
+    seconds, passes): on the first H200 run a Complex query's LLM answer outlasted a 3 s window and the level
+    counted nothing. Queries still running when it closes are cancelled and not counted."""
     from orchestrator.bench.modes.ceiling import ReplayTally, replay
 
     cycle = itertools.cycle(plans)
     ended: list[tuple[float, float]] = []
     errors: list[str] = []
     tally = ReplayTally()
-    stop_at = time.monotonic() + warmup_s + window_s
+    closed = asyncio.Event()
 
     async def worker() -> None:
-        while time.monotonic() < stop_at:
+        while not closed.is_set():
             began = time.monotonic()
             try:
                 await replay(models, next(cycle), images, tally)
@@ -717,9 +721,18 @@ async def replay_level(models: TritonModels, plans: Sequence[object], images: li
     workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
     await asyncio.sleep(warmup_s)
     t0 = time.monotonic()
-    await asyncio.sleep(max(0.0, stop_at - t0))
+    hard_stop = t0 + max(window_s, until - time.time())
+    while True:
+        now = time.monotonic()
+        inside = sum(1 for end, _ in ended if end >= t0)
+        if (now - t0 >= window_s and inside >= min_completed) or now >= hard_stop:
+            break
+        await asyncio.sleep(min(0.05, max(0.0, hard_stop - now)))
     t1 = time.monotonic()
-    await asyncio.gather(*workers)
+    closed.set()
+    for task in workers:
+        task.cancel()
+    await asyncio.gather(*workers, return_exceptions=True)
     inside = [latency for end, latency in ended if t0 <= end <= t1]
     return {"concurrency": concurrency, "window_s": t1 - t0, "completed": len(inside), "errors": len(errors),
             "error_messages": sorted(set(errors))[:3], "queries_per_s": len(inside) / (t1 - t0) if t1 > t0 else None,
@@ -767,6 +780,7 @@ async def measure_mix(client: TritonClient, repository: Path, options: Options, 
                       "source_image_tokens": options.source_image_tokens, "image_tokens": image_tokens,
                       "rates_usd_per_hour": rates,
                       "routes": {r: len(v) for r, v in sorted(routes.items())}})
+    units_left = len(routes) * len(options.mix_concurrency)
     for route, items in sorted(routes.items()):
         plans = [plan for plan, _ in items]
         own = sorted(ms for _, ms in items)
@@ -774,8 +788,13 @@ async def measure_mix(client: TritonClient, repository: Path, options: Options, 
         for concurrency in options.mix_concurrency:
             if options.left() < options.mix_warmup_s + options.mix_window_s + 15:
                 levels.append({"concurrency": concurrency, "skipped": "out of time"})
+                units_left -= 1
                 continue
-            level = await replay_level(models, plans, images, concurrency, options.mix_warmup_s, options.mix_window_s)
+            # a level may stretch its window to count a few slow queries, but leaves every later level its minimum
+            units_left -= 1
+            until = options.deadline - 15 - units_left * (options.mix_warmup_s + options.mix_window_s + 15)
+            level = await replay_level(models, plans, images, concurrency, options.mix_warmup_s, options.mix_window_s,
+                                       until=until)
             level["cost"] = costs(level["queries_per_s"], rates)
             levels.append(level)
             progress(f"  {route} at concurrency {concurrency}: {level['queries_per_s'] or 0:.2f} q/s, model time p50 "

@@ -456,3 +456,21 @@ def test_the_model_environment_hides_what_breaks_transformers_and_stops_at_a_pro
     monkeypatch.setattr(run_on_device, "probe_model_environment", lambda prefix: {"auto_class_failures": unhideable})
     with pytest.raises(run_on_device.SetupError, match="numpy has no dtypes"):
         run_on_device.working_model_environment(tmp_path, tmp_path, logged.append)
+
+
+def test_a_replay_level_stretches_its_window_until_slow_queries_are_counted(monkeypatch):
+    """Queries longer than the window (a Complex query's LLM answer on the first H200 run) are still counted: the
+    window lasts until three have ended inside it, unless the level's time runs out first."""
+    import asyncio
+
+    from orchestrator.bench.modes import ceiling
+
+    async def slow_replay(models, plan, images, tally):
+        await asyncio.sleep(0.2)
+
+    monkeypatch.setattr(ceiling, "replay", slow_replay)
+    level = asyncio.run(measure.replay_level(None, ["plan"], [], 1, warmup_s=0.0, window_s=0.05))
+    assert level["completed"] == 3 and 0.55 <= level["window_s"] < 1.0
+    assert level["p50_ms"] == pytest.approx(200, abs=60)
+    cut = asyncio.run(measure.replay_level(None, ["plan"], [], 1, warmup_s=0.0, window_s=0.05, until=time.time() + 0.3))
+    assert cut["completed"] == 1 and cut["window_s"] < 0.45
