@@ -698,14 +698,16 @@ async def replay_level(models: TritonModels, plans: Sequence[object], images: li
     """Closed loop of `concurrency` workers replaying `plans` in turn (the ceiling's replay): queries/s and model
     time per query over the window after the warm-up.
 
-    The window lasts `window_s`, and longer, until `min_completed` queries have ended inside it (or `until`, epoch
-    seconds, passes): on the first H200 run a Complex query's LLM answer outlasted a 3 s window and the level
-    counted nothing. Queries still running when it closes are cancelled and not counted."""
+    The window lasts `window_s`, and longer, until `min_completed` queries have ended inside it (answered or
+    failed), at most 10 windows or 60 s, and never past `until` (epoch seconds): on the first H200 run a Complex
+    query's LLM answer outlasted a 3 s window and the level counted nothing. Queries still running when it closes
+    are cancelled and not counted."""
     from orchestrator.bench.modes.ceiling import ReplayTally, replay
 
     cycle = itertools.cycle(plans)
     ended: list[tuple[float, float]] = []
     errors: list[str] = []
+    failed_at: list[float] = []
     tally = ReplayTally()
     closed = asyncio.Event()
 
@@ -717,14 +719,15 @@ async def replay_level(models: TritonModels, plans: Sequence[object], images: li
                 ended.append((time.monotonic(), time.monotonic() - began))
             except Exception as error:  # noqa: BLE001 - counted and reported, the level goes on
                 errors.append(f"{type(error).__name__}: {error}")
+                failed_at.append(time.monotonic())
 
     workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
     await asyncio.sleep(warmup_s)
     t0 = time.monotonic()
-    hard_stop = t0 + max(window_s, until - time.time())
+    hard_stop = t0 + max(window_s, min(until - time.time(), max(60.0, 10 * window_s)))
     while True:
         now = time.monotonic()
-        inside = sum(1 for end, _ in ended if end >= t0)
+        inside = sum(1 for end, _ in ended if end >= t0) + sum(1 for end in failed_at if end >= t0)
         if (now - t0 >= window_s and inside >= min_completed) or now >= hard_stop:
             break
         await asyncio.sleep(min(0.05, max(0.0, hard_stop - now)))

@@ -474,3 +474,18 @@ def test_a_replay_level_stretches_its_window_until_slow_queries_are_counted(monk
     assert level["p50_ms"] == pytest.approx(200, abs=60)
     cut = asyncio.run(measure.replay_level(None, ["plan"], [], 1, warmup_s=0.0, window_s=0.05, until=time.time() + 0.3))
     assert cut["completed"] == 1 and cut["window_s"] < 0.45
+
+
+def test_a_replay_level_whose_queries_all_fail_still_ends(monkeypatch):
+    import asyncio
+
+    from orchestrator.bench.modes import ceiling
+
+    async def failing_replay(models, plan, images, tally):
+        await asyncio.sleep(0.01)
+        raise RuntimeError("Triton is down")
+
+    monkeypatch.setattr(ceiling, "replay", failing_replay)
+    level = asyncio.run(measure.replay_level(None, ["plan"], [], 2, warmup_s=0.0, window_s=0.05))
+    assert level["completed"] == 0 and level["errors"] >= 3 and level["window_s"] < 0.5
+    assert level["error_messages"] == ["RuntimeError: Triton is down"]
