@@ -306,7 +306,11 @@ class RetrievalSettings(_Section):
 class PageSettings(_Section):
     """Page-image retrieval (V-RAG): every encoder family's similarities averaged, then the VLM filter."""
 
-    enabled: bool = True
+    enabled: bool = True  # the server switch: off, no request can run the stage
+    # Whether a request that does not say runs it. None: the profile's default (tiny: no, since its page encoders
+    # and VLM have random weights: on real PDFs they added random pages and a second of VLM calls to every Moderate
+    # and Complex question; otherwise yes). A request can still ask (page_images=true), to measure the stage's cost.
+    run_by_default: Optional[bool] = None
     top_m: int = Field(60, ge=1)  # pages the VLM relevance filter looks at
     top_k: int = Field(5, ge=0)  # pages kept
     max_top_m: int = Field(200, ge=1)  # upper limit of top_m a request may ask for
@@ -318,7 +322,9 @@ class PerceptionSettings(_Section):
 
     # dpr: the VLM describes each selected image, table and page, the answerer reasons over text;
     # end_to_end: the VLM answers from the images itself (the paper's baseline, for comparison); off.
-    mode: Literal["dpr", "end_to_end", "off"] = "dpr"
+    # None: the profile's default (tiny: off, since its VLM has random weights: its descriptions took 0.98 s of a
+    # 1.01 s Retrieve on real PDFs and said nothing; otherwise dpr). A request can still ask for a mode.
+    mode: Optional[Literal["dpr", "end_to_end", "off"]] = None
     max_tokens: int = Field(96, ge=1)
 
 
@@ -453,16 +459,20 @@ class GenerationSettings(_Section):
     vlm_tokenizer: Optional[Path] = None
 
 
-# Settings left unset (None) take their value from the profile: the tiny profile's router, cross-encoder and
-# LLM have random weights, so it decides routes by features, gives the reranker no say and answers
-# extractively; every other profile serves trained models and uses them. Either way every path is real.
+# Settings left unset (None) take their value from the profile: the tiny profile's router, cross-encoder, LLM,
+# VLM and page encoders have random weights, so it decides routes by features, gives the reranker no say, runs
+# neither page-image retrieval nor perception unless a request asks, and answers extractively; every other
+# profile serves trained models and uses them. Either way every path is real.
 TRAINED_MODEL_DEFAULTS: tuple[tuple[str, str, Any], ...] = (
     ("router", "mode", "model"),
     ("retrieval", "rerank_weight", 1.0),
     ("answer", "answerer", "llm"),
+    ("pages", "run_by_default", True),
+    ("perception", "mode", "dpr"),
 )
 PROFILE_DEFAULTS: dict[str, tuple[tuple[str, str, Any], ...]] = {
-    "tiny": (("router", "mode", "features"), ("retrieval", "rerank_weight", 0.0), ("answer", "answerer", "extractive")),
+    "tiny": (("router", "mode", "features"), ("retrieval", "rerank_weight", 0.0), ("answer", "answerer", "extractive"),
+             ("pages", "run_by_default", False), ("perception", "mode", "off")),
 }
 
 

@@ -143,7 +143,7 @@ def make_plan(route: str, options: QueryOptions, settings: Settings) -> QueryPla
     def switch(requested: Optional[bool], server: bool, route_allows: bool = True) -> bool:
         return route_allows and server and (requested is None or requested)
 
-    perception = options.perception or settings.perception.mode
+    perception = options.perception or settings.perception.mode or "off"
     # A cross-encoder with no say (weight 0: the tiny profile's, whose cross-encoder has random weights) cannot
     # change the ranking, so it is not called unless the request asks for it (rerank=true: a benchmark of its cost).
     rerank_weight = retrieval.rerank_weight if retrieval.rerank_weight is not None else 1.0
@@ -162,7 +162,9 @@ def make_plan(route: str, options: QueryOptions, settings: Settings) -> QueryPla
         graph=switch(options.graph, retrieval.graph, policy.graph),
         rerank=switch(options.rerank, retrieval.rerank, policy.rerank) and (rerank_weight > 0 or options.rerank is True),
         rerank_weight=rerank_weight,
-        page_images=switch(options.page_images, pages.enabled, policy.page_images),
+        # a stage whose models have no say in this profile (pages.run_by_default false) runs only when asked
+        page_images=switch(options.page_images if options.page_images is not None else pages.run_by_default,
+                           pages.enabled, policy.page_images),
         page_top_m=options.page_top_m or pages.top_m,
         page_top_k=pages.top_k if options.page_top_k is None else options.page_top_k,
         perception=perception,

@@ -9,7 +9,8 @@ def test_the_route_policy_decides_unless_the_request_or_server_say_otherwise():
     settings = Settings()
     simple, complex_ = make_plan("simple", QueryOptions(), settings), make_plan("complex", QueryOptions(), settings)
     assert (simple.evidence_k, simple.chunk_top_k, simple.graph_hops, simple.page_images) == (3, 10, 1, False)
-    assert (complex_.evidence_k, complex_.chunk_top_k, complex_.graph_hops, complex_.page_images) == (8, 20, 2, True)
+    assert (complex_.evidence_k, complex_.chunk_top_k, complex_.graph_hops) == (8, 20, 2)
+    assert make_plan("complex", QueryOptions(), Settings(profile="hf")).page_images
     # the tiny profile answers extractively, so the uncertainty loop (which needs the LLM's entropies) is off
     assert complex_.answerer == "extractive" and not complex_.uncertainty
     assert make_plan("complex", QueryOptions(answerer="llm"), settings).uncertainty
@@ -29,6 +30,26 @@ def test_the_route_policy_decides_unless_the_request_or_server_say_otherwise():
     assert (chosen.evidence_k, chosen.chunk_top_k, chosen.entity_top_k, chosen.graph_hops, chosen.page_top_m) == (2, 7, 0, 3, 9)
 
 
+def test_stages_whose_models_are_random_in_the_profile_run_only_when_a_request_asks():
+    """The tiny profile's page encoders and VLM have random weights: page-image retrieval (with the VLM's filter) and
+    perception do not run by default, a request may still ask for them, and the server switch still wins."""
+    tiny, trained = Settings(), Settings(profile="hf")
+    assert (tiny.pages.run_by_default, tiny.perception.mode) == (False, "off")
+    assert (trained.pages.run_by_default, trained.perception.mode) == (True, "dpr")
+    for route in ("simple", "moderate", "complex"):
+        plan = make_plan(route, QueryOptions(), tiny)
+        assert not plan.page_images and plan.perception == "off"
+    asked = make_plan("complex", QueryOptions(page_images=True, perception="dpr"), tiny)
+    assert asked.page_images and asked.perception == "dpr"
+    assert not make_plan("simple", QueryOptions(page_images=True), tiny).page_images  # the route still decides
+    assert not make_plan("complex", QueryOptions(page_images=True), Settings.load(None, {"pages.enabled": False})).page_images
+    assert make_plan("complex", QueryOptions(), trained).page_images and make_plan("complex", QueryOptions(), trained).perception == "dpr"
+    assert not make_plan("complex", QueryOptions(page_images=False), trained).page_images
+    # an operator may run them in the tiny profile all the same (a benchmark of their cost says so)
+    costed = Settings.load(None, {"pages.run_by_default": True, "perception.mode": "dpr"})
+    assert make_plan("complex", QueryOptions(), costed).page_images and make_plan("complex", QueryOptions(), costed).perception == "dpr"
+
+
 def test_a_cross_encoder_without_weight_runs_only_when_the_request_asks_for_it():
     tiny = Settings()  # rerank_weight 0: its cross-encoder has random weights
     assert make_plan("complex", QueryOptions(), tiny).rerank_weight == 0.0
@@ -43,7 +64,8 @@ def test_a_cross_encoder_without_weight_runs_only_when_the_request_asks_for_it()
 
 
 def test_perception_is_off_where_the_route_says_so_but_end_to_end_stays_a_choice():
-    settings = Settings.load(None, {"routes.simple": {**Settings().routes.simple.model_dump(), "perception": False}})
+    settings = Settings.load(None, {"routes.simple": {**Settings().routes.simple.model_dump(), "perception": False},
+                                    "perception.mode": "dpr"})
     assert make_plan("simple", QueryOptions(), settings).perception == "off"
     assert make_plan("simple", QueryOptions(perception="end_to_end"), settings).perception == "end_to_end"
     assert make_plan("complex", QueryOptions(), settings).perception == "dpr"
