@@ -64,6 +64,7 @@ def test_every_model_the_complex_route_configures_is_called(client, report, trit
     events = list(client.query(
         COLLECTION, "Compare the revenue of the regions in the table and explain why East leads.",
         router="model", answerer="llm", max_tokens=8, page_top_m=3, page_top_k=3, rerank=True,
+        page_images=True, perception="dpr",  # the tiny profile runs its random page encoders and VLM only when asked
     ))
     called = {name for name, count in model_counts(triton).items() if count > before[name]}
 
@@ -90,7 +91,8 @@ def test_every_model_the_complex_route_configures_is_called(client, report, trit
 
 
 def test_the_fixed_complex_route_runs_the_page_filter_and_the_uncertainty_loop(client, report):
-    events = list(client.query(COLLECTION, "What does the chart show?", route="complex", answerer="llm", max_tokens=4, page_top_m=3))
+    events = list(client.query(COLLECTION, "What does the chart show?", route="complex", answerer="llm", max_tokens=4, page_top_m=3,
+                               page_images=True, perception="dpr"))
     route, final = event_of(events, "route"), event_of(events, "final")
     assert (route.label, route.source) == ("complex", "fixed")
     stages = {u.stage: u for u in final.cost.models}
@@ -102,6 +104,20 @@ def test_the_fixed_complex_route_runs_the_page_filter_and_the_uncertainty_loop(c
     assert loop.evidence_used >= 1 + len(pages)  # every page the filter kept reaches the answerer
     assert loop.threshold == pytest.approx(threshold, rel=1e-6)
     assert len(loop.entropies) == loop.iterations + 1 and (loop.iterations == 2 or loop.entropies[-1] <= threshold)
+
+
+def test_the_tiny_profiles_random_page_encoders_and_vlm_are_not_called_unless_asked(client, report, triton):
+    """Its page encoders and VLM have random weights: by default a Complex question calls only the embedder (Triton's
+    statistics say so), runs no page-image, page-filter or perception stage, and keeps no page as evidence."""
+    before = model_counts(triton)
+    events = list(client.query(COLLECTION, "What does the chart show about revenue by region?", route="complex"))
+    called = {name for name, count in model_counts(triton).items() if count > before[name]}
+    final = event_of(events, "final")
+    assert called == {"text_embedder"}
+    assert not {"page_images", "vlm_filter", "perception"} & {t.stage for t in final.timings}
+    evidence = event_of(events, "evidence").items
+    assert evidence and not [item for item in evidence if item.kind == "page" or item.perception]
+    assert final.answer_source == "extractive" and not final.degraded
 
 
 def test_a_unit_brings_the_text_next_to_it_on_its_page(client, report):
@@ -189,7 +205,8 @@ def partial(triton_settings, tmp_path_factory):
 def test_with_models_down_stages_are_skipped_and_the_answer_is_extractive_and_flagged(partial, report):
     with ThinkServeClient(partial, timeout_s=120) as client:
         client.ingest_file("reports", report.path)
-        events = list(client.query("reports", "How much did annual revenue grow in 2024?", answerer="llm", route="complex"))
+        events = list(client.query("reports", "How much did annual revenue grow in 2024?", answerer="llm", route="complex",
+                                   page_images=True))
     final = event_of(events, "final")
     assert final.answer_source == "extractive" and final.degraded
     reasons = final.degraded_reason.split("; ")

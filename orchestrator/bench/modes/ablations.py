@@ -22,16 +22,17 @@ from typing import Any, Optional, Sequence
 from ..record import QueryRecord, page_recall
 from ..session import BenchSession
 from ..summary import paired_ok, recall_summary, summarize
-from ..workload import WorkloadQuestion
+from ..workload import VISUAL_STAGES, WorkloadQuestion
 
 RECALL_K = 5
 DEPLOYMENT_VARIANTS = ("dynamic batching off", "int8 embedder")  # orchestrator/bench/variants.py
 BASELINE = "complex (all stages)"
-# rerank=True: a profile that gives its cross-encoder no weight (tiny) would not call it otherwise
-ALL_STAGES: dict[str, Any] = {"route": "complex", "rerank": True}
+# rerank=True and the visual stages: a profile whose cross-encoder, page encoders and VLM have no say (tiny) would
+# not run them otherwise
+ALL_STAGES: dict[str, Any] = {"route": "complex", "rerank": True, **VISUAL_STAGES}
 ABLATIONS: dict[str, dict[str, Any]] = {
     BASELINE: ALL_STAGES,
-    "router decides": {},
+    "router decides": {key: value for key, value in ALL_STAGES.items() if key != "route"},
     "no graph": {**ALL_STAGES, "graph": False},
     "no sparse": {**ALL_STAGES, "sparse": False},
     "dense only": {**ALL_STAGES, "sparse": False, "graph": False},

@@ -14,14 +14,14 @@ from typing import Any, Sequence
 from ..cost import savings
 from ..session import BenchSession
 from ..summary import paired_ok, summarize
-from ..workload import WorkloadQuestion
+from ..workload import VISUAL_STAGES, WorkloadQuestion
 
 CONFIGS: dict[str, dict[str, Any]] = {"routed": {}, "complex": {"route": "complex"}}
 
 
 async def run_cost(session: BenchSession, questions: Sequence[WorkloadQuestion], rounds: int = 1,
                    common: dict[str, Any] | None = None) -> dict:
-    options = {label: {**(common or {}), **overrides} for label, overrides in CONFIGS.items()}
+    options = {label: {**VISUAL_STAGES, **(common or {}), **overrides} for label, overrides in CONFIGS.items()}
     for label in CONFIGS:
         await session.warm_up(questions, options[label])
     records: dict[str, list] = {label: [] for label in CONFIGS}
