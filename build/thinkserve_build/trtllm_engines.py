@@ -64,6 +64,14 @@ ENGINE_OUTPUTS = (
 RAGGED = ("input_ids", "prompt_embedding_table")
 
 
+def reshaped_to_scalar(tensor: Tensor) -> bool:
+    """Whether the config declares `reshape: { shape: [ ] }` for this input, as the backend's template does for every
+    one-value input: with more than one request in a batch the backend splits the batch by input_lengths and checks
+    that tensor's rank is 1 (`splitBatchInputsTensors`, triton_backend/inflight_batcher_llm/src/utils.cc), so a
+    [batch, 1] tensor fails every batched call (the VLM page filter's, the router's under load)."""
+    return tensor.dims == (1,) and tensor.name not in RAGGED
+
+
 @dataclass(frozen=True)
 class EngineSpec:
     """One TensorRT-LLM engine: the model that serves it, the checkpoint it is built from, its limits."""
@@ -84,6 +92,8 @@ def engine_config(spec: EngineSpec, engines_mount: str, queue: QueueLimits) -> P
     inputs = ENGINE_INPUTS + (PROMPT_TABLE_INPUTS if spec.prompt_table_rows else ())
     for tensor in inputs:
         add_tensor(config.input, tensor, ragged=tensor.name in RAGGED)
+        if reshaped_to_scalar(tensor):
+            config.input[-1].reshape.SetInParent()  # an empty shape: the batch dimension alone
     for tensor in ENGINE_OUTPUTS:
         add_tensor(config.output, tensor)
     # The backend schedules on the GPU itself: its Triton instance is a CPU one (as NVIDIA's template has it).

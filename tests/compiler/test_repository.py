@@ -217,12 +217,15 @@ def test_the_gpu_repository_declares_the_engine_tensors_the_adapter_sends(gpu_re
     for engine in ("llm_engine", "vlm_engine"):
         config = parsed[engine]
         assert config.backend == "tensorrtllm" and config.model_transaction_policy.decoupled
-        declared = {t.name: (mc.DataType.Name(t.data_type), list(t.dims)) for t in config.input}
-        expected = {name: (t["data_type"], t["dims"]) for name, t in recorded["inputs"].items()}
+        # data type, dims and reshape, as the backend's template has them (a missing reshape fails batched calls)
+        declared = {t.name: (mc.DataType.Name(t.data_type), list(t.dims), list(t.reshape.shape) if t.HasField("reshape") else None)
+                    for t in config.input}
+        expected = {name: (t["data_type"], t["dims"], t.get("reshape")) for name, t in recorded["inputs"].items()}
         if engine == "llm_engine":
             expected = {name: value for name, value in expected.items() if not name.startswith("prompt_")}
         else:
-            expected["prompt_embedding_table"] = ("TYPE_BF16", [-1, -1])  # the engine's dtype: bfloat16
+            expected["prompt_embedding_table"] = ("TYPE_BF16", [-1, -1], None)  # the engine's dtype: bfloat16
+        assert declared["input_lengths"][2] == [] and declared["request_output_len"][2] == []
         assert declared == expected, engine
         outputs = {t.name: (mc.DataType.Name(t.data_type), list(t.dims)) for t in config.output}
         assert outputs == {name: (t["data_type"], t["dims"]) for name, t in recorded["outputs"].items()}, engine
