@@ -187,6 +187,20 @@ def gpu_visible() -> bool:
     return Path("/dev/nvidiactl").exists() or Path("/proc/driver/nvidia/gpus").is_dir()
 
 
+def repository_uses_gpu(repository: Path) -> bool:
+    """Whether any model of the repository runs on a GPU: KIND_GPU instances, a TensorRT accelerator, or the
+    TensorRT-LLM backend (whose instances are KIND_CPU by NVIDIA's template while its engine runs on the GPU)."""
+    for path in sorted(repository.glob("*/config.pbtxt")):
+        try:
+            config = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+        except text_format.ParseError:
+            continue  # check_repository names it
+        if (config.backend == "tensorrtllm" or config.optimization.execution_accelerators.gpu_execution_accelerator
+                or any(group.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU for group in config.instance_group)):
+            return True
+    return False
+
+
 def model_backend(config: model_config_pb2.ModelConfig) -> Optional[str]:
     """The backend a model config runs on: its `backend`, else the one its `platform` maps to; None for an
     ensemble (Triton's core runs it) or a platform this module does not know (Triton decides)."""

@@ -42,7 +42,7 @@ from typing import Optional
 from ..config import TritonSettings
 from ..errors import TritonSetupError
 from .contracts import ModelContract, all_contracts
-from .installation import ModelEnvironment, TritonInstallation, check_repository
+from .installation import ModelEnvironment, TritonInstallation, check_repository, repository_uses_gpu
 
 LOOPBACK = "127.0.0.1"
 PYTHON_ENV_GLOB = "/tmp/python_env_*"  # the python backend ignores TMPDIR for these
@@ -224,8 +224,7 @@ class TritonServer:
             f"--http-port={ports['http_port']}",
             f"--grpc-port={ports['grpc_port']}",
             f"--metrics-port={ports['metrics_port']}",
-            "--allow-gpu-metrics=false",
-            "--pinned-memory-pool-byte-size=0",
+            *gpu_flags(repository_uses_gpu(settings.model_repository)),
             "--metrics-interval-ms=100",  # the 2000 ms default delays shutdown by up to 2 s
             f"--exit-timeout-secs={settings.exit_timeout_s}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
@@ -376,6 +375,15 @@ def _group_members(pgid: int) -> set[int]:
         if int(fields[2]) == pgid:  # fields after "(comm)": state, ppid, pgrp, ...
             members.add(int(stat.split("/")[2]))
     return members
+
+
+def gpu_flags(uses_gpu: bool) -> list[str]:
+    """A repository with GPU models gets Triton's GPU metrics (utilisation, memory, power: the scrape and the dashboard
+    read them) and its default pinned host memory pool (staging of tensors between host and device); on the CPU
+    both are off (no GPU to read, and nothing to stage)."""
+    if uses_gpu:
+        return ["--allow-gpu-metrics=true"]
+    return ["--allow-gpu-metrics=false", "--pinned-memory-pool-byte-size=0"]
 
 
 def _port_free(port: int) -> bool:

@@ -118,3 +118,22 @@ def test_the_project_model_environment_reports_torch_for_the_torch_target():
     from tests.conftest import MODEL_ENVIRONMENT
 
     assert {"torch", "transformers"} <= ModelEnvironment.inspect(MODEL_ENVIRONMENT).optional
+
+
+@pytest.mark.parametrize("config, uses_gpu", [
+    ('backend: "python"\ninstance_group { kind: KIND_CPU count: 1 }', False),
+    ('backend: "python"\ninstance_group { kind: KIND_GPU count: 1 }', True),
+    ('backend: "tensorrtllm"\ninstance_group { kind: KIND_CPU count: 1 }', True),  # NVIDIA's template: a CPU instance
+    ('backend: "onnxruntime"\noptimization { execution_accelerators { gpu_execution_accelerator { name: "tensorrt" } } }', True),
+])
+def test_triton_gets_gpu_metrics_and_pinned_memory_only_for_a_repository_with_gpu_models(tmp_path, config, uses_gpu):
+    from orchestrator.triton.installation import repository_uses_gpu
+    from orchestrator.triton.launcher import gpu_flags
+
+    repository = tmp_path / "repository"
+    write_model(repository, "tokenize", 'backend: "python"')
+    write_model(repository, "model", config)
+    assert repository_uses_gpu(repository) is uses_gpu
+    flags = gpu_flags(uses_gpu)
+    assert ("--allow-gpu-metrics=true" in flags) is uses_gpu
+    assert ("--pinned-memory-pool-byte-size=0" in flags) is not uses_gpu
