@@ -107,6 +107,11 @@ def engine_config(spec: EngineSpec, engines_mount: str, queue: QueueLimits) -> P
         "kv_cache_free_gpu_mem_fraction": KV_CACHE_FREE_GPU_MEMORY_FRACTION,
         "exclude_input_in_output": True,
         "enable_chunked_context": True,
+        # The router's and the answer's prompts share long prefixes (instructions, the evidence of one question): their
+        # KV blocks are reused across requests. Not on an engine fed a prompt table: images enter as the same
+        # placeholder ids, so two pages' prompts would look alike and one would reuse the other's cache (telling them
+        # apart needs prompt_table_extra_ids per image, which the adapter does not send).
+        "enable_kv_cache_reuse": spec.prompt_table_rows == 0,
         "cancellation_check_period_ms": 10,
         "executor_worker_path": EXECUTOR_WORKER,
     })
@@ -148,7 +153,7 @@ convert {trtllm_class} "$here/checkpoints/{folder}" "$here/converted/{folder}"
 trtllm-build --checkpoint_dir "$here/converted/{folder}" --output_dir "$here/{folder}" \\
   --max_batch_size {max_batch_size} --max_seq_len {max_seq_len} --max_input_len {max_input_len} \\
   --max_num_tokens {max_num_tokens} --gather_generation_logits --logits_dtype float32 \\
-  --gemm_plugin auto --remove_input_padding enable --kv_cache_type paged{prompt_table}
+  --gemm_plugin auto --remove_input_padding enable --kv_cache_type paged --use_paged_context_fmha enable{prompt_table}
 """
 
 

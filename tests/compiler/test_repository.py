@@ -230,6 +230,9 @@ def test_the_gpu_repository_declares_the_engine_tensors_the_adapter_sends(gpu_re
         outputs = {t.name: (mc.DataType.Name(t.data_type), list(t.dims)) for t in config.output}
         assert outputs == {name: (t["data_type"], t["dims"]) for name, t in recorded["outputs"].items()}, engine
         assert config.parameters["gpt_model_path"].string_value == f"/engines/{engine.removesuffix('_engine')}"
+        # KV blocks are reused across requests on the LLM's engine only: the VLM's image placeholders look alike
+        reuse = config.parameters["enable_kv_cache_reuse"].string_value
+        assert reuse == ("true" if engine == "llm_engine" else "false"), (engine, reuse)
     for adapter, engine in (("llm", "llm_engine"), ("vlm", "vlm_engine"), ("vlm_relevance", "vlm_engine")):
         parameters = parsed[adapter].parameters
         assert parameters["engine_model"].string_value == engine, adapter
@@ -250,6 +253,7 @@ def test_the_gpu_repository_writes_the_engine_build_beside_it(gpu_repository):
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     text = script.read_text()
     assert text.count("trtllm-build --checkpoint_dir") == 2 and "--gather_generation_logits" in text
+    assert text.count("--use_paged_context_fmha enable") == 2  # chunked context and KV reuse need it
     assert "--max_prompt_embedding_table_size" in text.split("vlm: converting")[1]
     outside = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
     assert outside.returncode == 1 and "trtllm-build is not on PATH" in outside.stderr.strip()
