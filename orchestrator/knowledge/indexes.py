@@ -141,6 +141,14 @@ def _budget(device: int, limit_mb: int) -> _DeviceBudget:
 
 
 @functools.cache
+def device_lock(device: int) -> threading.Lock:
+    """One lock per GPU, held around every use of its FAISS indexes: they share the device's StandardGpuResources
+    (scratch memory, CUDA streams), which FAISS documents as not safe for concurrent use, while the retrieval pool
+    searches from several threads at once (the question and its sub-questions, concurrent queries)."""
+    return threading.Lock()
+
+
+@functools.cache
 def _gpu_resources(device: int, temp_memory_mb: int):
     """One StandardGpuResources per device and process (each holds its own scratch memory and CUDA streams)."""
     resources = faiss.StandardGpuResources()
@@ -170,7 +178,8 @@ def place(index: faiss.Index, spec: IndexSpec, kind: str) -> tuple[faiss.Index, 
                   warning=True)
         return index, None
     try:
-        on_gpu = faiss.index_cpu_to_gpu(_gpu_resources(where.device, spec.gpu_temp_memory_mb), where.device, index)
+        with device_lock(where.device):
+            on_gpu = faiss.index_cpu_to_gpu(_gpu_resources(where.device, spec.gpu_temp_memory_mb), where.device, index)
     except BaseException:
         budget.release(nbytes)
         raise
@@ -302,7 +311,10 @@ class VectorIndex:
 
     def _cpu_index(self) -> faiss.Index:
         """The main index on the CPU: itself, or a copy of it from its GPU."""
-        return self._index if self.device is None else faiss.index_gpu_to_cpu(self._index)
+        if self.device is None:
+            return self._index
+        with device_lock(self.device):
+            return faiss.index_gpu_to_cpu(self._index)
 
     def _main_vectors(self) -> np.ndarray:
         cpu = self._cpu_index()
@@ -367,7 +379,14 @@ class VectorIndex:
         return main if self._tail_vectors is None else np.concatenate([main, self._tail_vectors])
 
     def _search_main(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The main index's best k among its live ids, as rows of the table (removed ids skipped)."""
+        """The main index's best k among its live ids, as rows of the table (removed ids skipped); a GPU index under
+        its device's lock."""
+        if self.device is not None:
+            with device_lock(self.device):
+                return self._search_index(queries, k)
+        return self._search_index(queries, k)
+
+    def _search_index(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         if self._selector is None:
             return self._index.search(queries, k)
         if self.kind == "hnsw":

@@ -266,3 +266,26 @@ def test_on_a_gpu_the_results_are_the_cpu_results(kind, tmp_path):
     held = [VectorIndex.build(dataclasses.replace(spec, gpu_memory_mb=1), vectors, 16) for _ in range(6)]
     assert [index.device for index in held] == [0] * 5 + [None]
     assert np.array_equal(held[-1].search(queries, 10)[1], cpu_rows)
+
+
+def test_searches_of_indexes_on_one_gpu_are_serialised_by_its_lock():
+    """FAISS's GPU resources are not safe for concurrent use: a search of an index on device 0 waits while another
+    holds that device's lock (here a CPU index stands in for the GPU copy; the lock is what is checked)."""
+    import threading
+
+    import faiss
+
+    from orchestrator.knowledge.indexes import device_lock
+
+    vectors = np.eye(4, dtype=np.float32)
+    cpu = faiss.IndexFlatIP(4)
+    cpu.add(vectors)
+    on_device = VectorIndex(IndexSpec(), 4, cpu, device=0)
+    done = threading.Event()
+    with device_lock(0):
+        worker = threading.Thread(target=lambda: (on_device.search(vectors[:1], 1), done.set()))
+        worker.start()
+        assert not done.wait(0.3)  # blocked behind the lock
+    worker.join(5)
+    assert done.is_set()
+    assert VectorIndex(IndexSpec(), 4, cpu).search(vectors[:1], 1)[1].tolist() == [[0]]  # a CPU index takes no lock
