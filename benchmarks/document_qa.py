@@ -58,6 +58,7 @@ from orchestrator.knowledge.documents import ParsedDocument
 from orchestrator.knowledge.ingest import mineru_options
 from orchestrator.knowledge.mineru import MineruParser
 from orchestrator.knowledge.store import KnowledgeBase
+from orchestrator.pipeline.answer_types import expected_type
 from orchestrator.tokens import PlainTokenizer
 from orchestrator.triton.client import TritonClient
 from orchestrator.triton.models import TritonModels
@@ -180,6 +181,7 @@ async def ask(client: AsyncThinkServeClient, question: Question, collection: str
         "own_ms_by_stage": dict(final.cost.orchestrator_ms_by_stage) if final is not None else {},
         "answer": final.text if final is not None else "",
         "answer_source": final.answer_source if final is not None else "",
+        "short_answer": final.short_answer.text if final is not None and final.HasField("short_answer") else "",
         "degraded": bool(final.degraded) if final is not None else False,
         "citations": [
             {"page": citation.page, "passage": citation.passage_id,
@@ -249,6 +251,11 @@ def score(questions: list[Question], runs: dict[int, dict], rankings: dict[int, 
     first_on_evidence = [runs[q.id]["citations"][0]["page"] in q.evidence_pages for q in cited]
     short = [q for q in questions if q.short_answer]
     correct = [contains_answer(_CITATION_MARK.sub(" ", runs[q.id]["answer"]), q.answer) for q in short]
+    # the short answer field (runs before it existed have none): given, and holding the gold answer
+    given = [bool(runs[q.id].get("short_answer")) for q in short]
+    short_correct = [contains_answer(runs[q.id].get("short_answer", ""), q.answer) for q in short]
+    types = [expected_type(q.text) for q in short]
+    contained_all = [contains_answer(_CITATION_MARK.sub(" ", runs[q.id]["answer"]), q.answer) for q in answerable]
     declined = [runs[q.id]["answer_source"] == "refusal" or not runs[q.id]["citations"] for q in questions]
     refused = [runs[q.id]["answer_source"] == "refusal" for q in questions]
     unanswerable = [not q.answerable for q in questions]
@@ -274,6 +281,19 @@ def score(questions: list[Question], runs: dict[int, dict], rankings: dict[int, 
             "contains_answer": float(np.mean(correct)) if short else None,
             "by_format": {fmt: float(np.mean([c for q, c in zip(short, correct) if q.answer_format == fmt]))
                           for fmt in sorted({q.answer_format for q in short})},
+            "answerable": len(answerable),
+            "contains_answer_all_answerable": float(np.mean(contained_all)) if answerable else None,
+            "short_answer_given": float(np.mean(given)) if short else None,
+            "short_answer_contains": float(np.mean(short_correct)) if short else None,
+            # by the type the question's wording asks for (answer_types.expected_type): questions, answer contains,
+            # short answer given, short answer contains
+            "by_expected_type": {
+                kind: {"questions": sum(t == kind for t in types),
+                       "contains_answer": float(np.mean([c for t, c in zip(types, correct) if t == kind])),
+                       "short_answer_given": float(np.mean([g for t, g in zip(types, given) if t == kind])),
+                       "short_answer_contains": float(np.mean([c for t, c in zip(types, short_correct) if t == kind]))}
+                for kind in sorted(set(types))
+            },
         },
         "refusal": {"declined (refusal or nothing cited)": refusal_scores(declined, unanswerable),
                     "refusal answer only": refusal_scores(refused, unanswerable)},
@@ -374,6 +394,20 @@ async def measure(settings: Settings, dataset: Path, names: list[str], questions
 
 def _f(value: Optional[float], digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _short_answer_lines(accuracy: dict) -> list[str]:
+    """The short answer field: how often it is given and holds the gold answer, by the type the question asks for."""
+    if accuracy.get("short_answer_given") is None:
+        return []
+    lines = [f"- Short answer (the value the question asks for, alone): given for {_f(accuracy['short_answer_given'])} "
+             f"of the short-answer questions, holding the expected answer for {_f(accuracy['short_answer_contains'])}.",
+             "", "| expected type (from the question) | questions | answer contains | short answer given | short answer contains |",
+             "|---|---:|---:|---:|---:|"]
+    for kind, row in accuracy["by_expected_type"].items():
+        lines.append(f"| {kind} | {row['questions']} | {_f(row['contains_answer'])} | {_f(row['short_answer_given'])} | "
+                     f"{_f(row['short_answer_contains'])} |")
+    return lines + [""]
 
 
 def _threshold_line(sweep: Optional[dict]) -> list[str]:
@@ -503,7 +537,9 @@ def report(stats: dict, settings: dict[str, Any], dataset: Path, command: str, t
         f"- Answer contains the expected answer (normalised: NFKC, case folded, thousands separators dropped, "
         f"punctuation, $ and % ignored, whole words): {_f(accuracy['contains_answer'])} of {accuracy['short_answers']} "
         "short answers (Int, Float, Str of at most 5 words); "
-        + ", ".join(f"{fmt} {_f(value)}" for fmt, value in accuracy["by_format"].items()) + ".",
+        + ", ".join(f"{fmt} {_f(value)}" for fmt, value in accuracy["by_format"].items()) + "; "
+        f"{_f(accuracy.get('contains_answer_all_answerable'))} of all {accuracy.get('answerable', 'n/a')} answerable questions.",
+        *_short_answer_lines(accuracy),
         f"- Declining to answer (a refusal, or an answer citing nothing) on the {declined['unanswerable']} unanswerable "
         f"questions: precision {_f(declined['precision'])}, recall {_f(declined['recall'])} ({declined['declined']} declined); "
         f"refusals alone: precision {_f(refusal['refusal answer only']['precision'])}, recall "

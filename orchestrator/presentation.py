@@ -48,6 +48,8 @@ class QueryPrinter:
         write = self.out.write
         flags = f", DEGRADED: {final.degraded_reason}" if final.degraded else ""
         write(f"\n   [{final.answer_source}, finish: {final.finish_reason}{flags}, request {request_id}]\n")
+        if final.HasField("short_answer"):
+            write(f"Short answer ({final.short_answer.answer_type}): {final.short_answer.text}\n")
         if final.citations:
             cites = ", ".join(
                 f"[{c.evidence_rank}] {c.document_name}" + (f" p.{c.page + 1}" if c.page >= 0 else "") + ocr_mark(c.regions)

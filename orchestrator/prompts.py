@@ -50,6 +50,7 @@ SYSTEM = (
 # the assembled prompt is counted again, so this only saves a second assembly in the common case.
 JOIN_MARGIN_TOKENS = 8
 _CITATION = re.compile(r"\[(\d{1,3})\]")
+CITATION_MARK = _CITATION  # an evidence number as answers cite it: [1]
 _VISUAL_NAMES = {"image": "figure", "chart": "chart", "table": "table", "equation": "equation", "page": "page"}
 
 Count = Callable[[str], int]  # tokens of a text, as the model that reads the prompt counts them

@@ -140,6 +140,10 @@ def final_answer(event: FinalAnswerEvent) -> "pb.FinalAnswer":
         final.cost.CopyFrom(cost(event.cost))
     if event.uncertainty is not None:
         final.uncertainty.CopyFrom(uncertainty(event.uncertainty))
+    if event.short_answer is not None:
+        short = event.short_answer
+        final.short_answer.CopyFrom(pb.ShortAnswer(text=short.text, answer_type=short.answer_type, citation=short.citation,
+                                                   start=short.start, end=short.end))
     return final
 
 

@@ -11,7 +11,7 @@ Mapping (stateless, one question per request):
   other QueryOptions field (route, rerank, graph, page_images, answerer, ...) goes in a `thinkserve` object.
   Parameters that cannot be honoured (`n` > 1, `stop`, `logprobs`, tools, a JSON `response_format`,
   penalties, ...) and unknown ones are a 400 naming them in `param`, never ignored.
-- The answer's citations, route, degradation and request id come back in a `thinkserve` object, in the
+- The answer's citations, short answer, route, degradation and request id come back in a `thinkserve` object, in the
   response (or the last stream chunk). `stream: true` sends Server-Sent Events, ending with `data: [DONE]`;
   `stream_options.include_usage` adds OpenAI's usage chunk before it.
 - POST /v1/embeddings: the text embedder (model `text_embedder`), the one retrieval embeds questions with.
@@ -347,6 +347,10 @@ def _extension(call: Call, route: str, final: FinalAnswerEvent, query: QueryInpu
         ],
         "timings_ms": final.timings_ms,
     }
+    if final.short_answer is not None:  # the value asked for, with the quote (citation index) and span that hold it
+        short = final.short_answer
+        extension["short_answer"] = {"text": short.text, "answer_type": short.answer_type, "citation": short.citation,
+                                     "start": short.start, "end": short.end}
     if query.conversation.system or query.conversation.turns:
         extension["conversation"] = (
             "read by the answering model" if final.answer_source in ("llm", "vlm")

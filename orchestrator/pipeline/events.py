@@ -92,6 +92,19 @@ class UncertaintyReport:
 
 
 @dataclass(frozen=True)
+class ShortAnswer:
+    """The value the question asks for, alone: `text` is cut from the quoted sentence of citation `citation` at
+    [start, end) (a yes/no answer spans that whole sentence); citation -1 where no sentence is quoted (the LLM's
+    answer, which is its own short answer)."""
+
+    text: str
+    answer_type: str  # answer_types.ANSWER_TYPES
+    citation: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
 class FinalAnswerEvent:
     text: str
     citations: tuple[Citation, ...]
@@ -104,6 +117,7 @@ class FinalAnswerEvent:
     degraded: bool = False  # a model was down, failed or out of time: its stage was skipped or replaced
     degraded_reason: str = ""  # each skipped or replaced stage with its cause
     uncertainty: Optional[UncertaintyReport] = None
+    short_answer: Optional[ShortAnswer] = None
 
 
 QueryEvent = RouteEvent | EvidenceEvent | AnswerDeltaEvent | FinalAnswerEvent

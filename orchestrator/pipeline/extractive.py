@@ -1,11 +1,15 @@
-"""The extractive answerer: the evidence sentences closest to the question, each cited where it sits.
+"""The extractive answerer: the evidence sentence that answers the question, cited where it sits, and the value in
+it that the question asks for (the short answer).
 
-Sentences (of the evidence text and of the VLM's descriptions) are embedded with the text embedder in one
-call and scored by cosine with the question, plus a small bonus for sharing its content words; the best
-few above a floor are returned in evidence order. Every sentence is cut from one block of its evidence, so
-its citation names that block's page and bbox. It is the tiny profile's answer, and every profile's fallback
-when the LLM is down or the deadline is near; without the embedder it ranks by the shared words alone, and
-says so.
+Sentences (of the evidence text and of the VLM's descriptions) are embedded with the text embedder in one call
+and scored by their cosine with the question plus what the question says: how much of its content words they
+hold, each weighted by its rarity in the collection (BM25's idf: a name or a figure outweighs "total"), whether
+they hold every number it names, whether they hold a value of the type it asks for (answer_types.py), and a
+small prior for the evidence's rank. The answer is the best sentence, and a second only where the best lacks
+the asked-for type and the second, within a margin, has it. Every sentence is cut from one block of its
+evidence, so its citation names that block's page and bbox. It is the tiny profile's answer, and every
+profile's fallback when the LLM is down or the deadline is near; without the embedder it ranks by the rest
+alone, and says so.
 """
 
 from __future__ import annotations
@@ -24,9 +28,14 @@ from ..knowledge.segments import EvidenceRecord
 from ..knowledge.sentences import NO_SPAN, CutSentence, cut_sentences, located_texts
 from ..knowledge.text import STOP_WORDS
 from .accounting import StageModels
-from .events import Citation, EvidenceItem
+from .answer_types import expected_type, holds_type, polarity, question_numbers, short_value
+from .events import Citation, EvidenceItem, ShortAnswer
 
-LEXICAL_BONUS = 0.15  # added for sharing every content word of the question
+LEXICAL_WEIGHT = 0.3  # added for holding every content word of the question (each weighted by its idf)
+NUMBER_BONUS = 0.1  # ... for holding every number the question names
+TYPE_BONUS = 0.1  # ... for holding a value of the type the question asks for
+RANK_STEP, RANK_STEPS = 0.01, 10  # taken off per evidence rank below the first, for at most RANK_STEPS ranks
+Idf = Callable[[str], float]
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,7 @@ class ExtractiveAnswer:
     sentences: tuple[tuple[Sentence, float], ...]  # chosen, with their scores, in answer order
     ranks: tuple[int, ...]  # evidence ranks cited, in order of first mention
     note: str = ""  # set when the embedder could not be used
+    short: Optional[ShortAnswer] = None  # the asked-for value in a chosen sentence (citation: its index)
 
 
 # a rank, its sentences as cut (sentences.py) and the spans their indexes name
@@ -116,26 +126,73 @@ def _overlap(wanted: frozenset[str], terms: frozenset[str]) -> float:
     return len(wanted & terms) / len(wanted) if wanted else 0.0
 
 
+def lexical_evidence(wanted: frozenset[str], terms: frozenset[str], idf: Optional[Idf] = None) -> float:
+    """Share of the question's content words the sentence holds, each weighted by its rarity (1 each without idf)."""
+    if not wanted:
+        return 0.0
+    weight = idf or (lambda term: 1.0)
+    total = sum(weight(term) for term in wanted)
+    return sum(weight(term) for term in wanted & terms) / total if total > 0 else _overlap(wanted, terms)
+
+
+def sentence_score(question: str, sentence: Sentence, similarity: Optional[float], idf: Optional[Idf] = None) -> float:
+    """What `choose` ranks by (module docstring); the same arithmetic wherever a sentence is scored."""
+    wanted, numbers = content_terms(question), question_numbers(question)
+    score = (similarity or 0.0) + LEXICAL_WEIGHT * lexical_evidence(wanted, sentence.terms, idf)
+    if numbers:
+        score += NUMBER_BONUS * len(numbers & sentence.terms) / len(numbers)
+    answer_type = expected_type(question)
+    if answer_type not in ("other", "yes_no") and holds_type(sentence.text, answer_type):
+        score += TYPE_BONUS
+    return score - RANK_STEP * min(max(sentence.rank - 1, 0), RANK_STEPS)
+
+
 def choose(
-    question: str, sentences: Sequence[Sentence], similarities: Optional[np.ndarray], count: int, floor: float, margin: float
+    question: str, sentences: Sequence[Sentence], similarities: Optional[np.ndarray], count: int, floor: float,
+    margin: float, idf: Optional[Idf] = None,
 ) -> list[tuple[Sentence, float]]:
-    """The best `count` sentences scoring at least `floor` and within `margin` of the best one, in evidence
-    order (rank, then position). Without similarities, sentences sharing no content word are left out."""
+    """The best sentence (scoring at least `floor` where similarities are given), and, where `count` allows, a
+    second within `margin` of it that holds the value type the question asks for when the best holds none; in
+    evidence order (rank, then position). Without similarities, sentences sharing no content word are left out."""
     wanted = content_terms(question)
     scored = []
     for i, sentence in enumerate(sentences):
-        overlap = _overlap(wanted, sentence.terms)
-        if similarities is None and overlap == 0:
+        if similarities is None and not wanted & sentence.terms:
             continue
-        score = (float(similarities[i]) if similarities is not None else 0.0) + LEXICAL_BONUS * overlap
-        scored.append((sentence, score))
+        similarity = float(similarities[i]) if similarities is not None else None
+        scored.append((sentence, sentence_score(question, sentence, similarity, idf)))
     if not scored:
         return []
     scored.sort(key=lambda pair: (-pair[1], pair[0].rank, pair[0].position))
-    cut = scored[0][1] - margin
-    best = [pair for pair in scored[:count] if pair[1] >= cut and (similarities is None or pair[1] >= floor)]
-    best.sort(key=lambda pair: (pair[0].rank, pair[0].position))
-    return best
+    best = scored[0]
+    if similarities is not None and best[1] < floor:
+        return []
+    chosen = [best]
+    answer_type = expected_type(question)
+    if count > 1 and answer_type not in ("other", "yes_no") and not holds_type(best[0].text, answer_type):
+        chosen += [pair for pair in scored[1:] if pair[1] >= best[1] - margin and holds_type(pair[0].text, answer_type)][:1]
+    chosen.sort(key=lambda pair: (pair[0].rank, pair[0].position))
+    return chosen
+
+
+def short_answer(question: str, chosen: Sequence[tuple[Sentence, float]], idf: Optional[Idf] = None) -> Optional[ShortAnswer]:
+    """The value the question asks for in the chosen sentences (the best-scoring sentence holding one), with its
+    span in that sentence; for a yes/no question the polarity the best sentence states plainly; else None."""
+    answer_type = expected_type(question)
+    if not chosen or answer_type == "other":
+        return None
+    wanted = content_terms(question)
+    order = sorted(range(len(chosen)), key=lambda i: -chosen[i][1])
+    if answer_type == "yes_no":
+        index = order[0]
+        sentence = chosen[index][0]
+        said = polarity(sentence.text, wanted, lexical_evidence(wanted, sentence.terms, idf))
+        return ShortAnswer(said.capitalize(), answer_type, index, 0, len(sentence.text)) if said else None
+    for index in order:
+        value = short_value(chosen[index][0].text, answer_type, wanted | question_numbers(question))
+        if value is not None:
+            return ShortAnswer(value.text, answer_type, index, value.start, value.end)
+    return None
 
 
 def _token_count(sentences: Sequence[Sentence], count: Callable[[Sequence[str]], int]) -> Callable[[], int]:
@@ -169,8 +226,10 @@ async def extractive_answer(
     timeout_s: float,
     headings: Collection[str] = (),
     stored: Mapping[int, Sequence[CutSentence]] = {},
+    idf: Optional[Idf] = None,
 ) -> ExtractiveAnswer:
-    """`stored`: the sentences of an item's record cut at commit time, by rank (Segment.answer_sentences)."""
+    """`stored`: the sentences of an item's record cut at commit time, by rank (Segment.answer_sentences); `idf`:
+    the collection's rarity of a term (BM25's), which weighs the question's words."""
     sentences = shortlist(question, candidate_sentences(items, headings, stored), settings.extractive_candidates)
     if not sentences:
         return ExtractiveAnswer("", (), ())
@@ -186,7 +245,7 @@ async def extractive_answer(
         note = "sentences ranked by shared words only (no question embedding)"
     chosen = choose(
         question, sentences, similarities, settings.extractive_sentences, settings.extractive_min_similarity,
-        settings.extractive_margin,
+        settings.extractive_margin, idf,
     )
     text, ranks = compose(chosen)
-    return ExtractiveAnswer(text, tuple(chosen), ranks, note)
+    return ExtractiveAnswer(text, tuple(chosen), ranks, note, short_answer(question, chosen, idf))

@@ -27,12 +27,13 @@ from ..errors import DeadlineExceededError, InvalidRequestError, ModelExecutionE
 from ..knowledge.graph import compiled_kernels
 from ..knowledge.segments import EvidenceRecord
 from ..knowledge.store import KnowledgeBase, Snapshot
-from ..prompts import Conversation, answer_prompt, cited_ranks
+from ..prompts import CITATION_MARK, Conversation, answer_prompt, cited_ranks
 from ..tokens import PlainTokenizer
 from ..triton import contracts
 from ..triton.chat_template import chat_template_of
 from ..triton.protocol import GenerationOptions, Models
 from .accounting import QueryLedger, StageModels, own_time_by_stage
+from .answer_types import expected_type
 from .events import (
     AnswerDeltaEvent,
     Citation,
@@ -41,6 +42,7 @@ from .events import (
     FinalAnswerEvent,
     QueryEvent,
     RouteEvent,
+    ShortAnswer,
     TokenInfo,
     UncertaintyReport,
     Usage,
@@ -95,6 +97,7 @@ class _Query:
     parts: list[str] = field(default_factory=list)  # streamed text
     degradations: list[str] = field(default_factory=list)  # stages skipped or replaced, and why
     uncertainty: Optional[UncertaintyReport] = None
+    short_answer: Optional[ShortAnswer] = None  # the extractive answer's value of the asked-for type
     conversation: Conversation = Conversation()
 
     def left(self) -> float:
@@ -321,7 +324,9 @@ class QueryPipeline:
             extracted = await extractive_answer(
                 self._models(q, "answer"), q.question, q.vector, q.items, self.settings.answer, max(0.05, q.left()),
                 {title for cut in stored.values() for title in cut.titles}, {rank: cut.sentences for rank, cut in stored.items()},
+                q.snapshot.lexical.idf,
             )
+        q.short_answer = extracted.short
         q.text, q.source, q.finish_reason = extracted.text or NO_SENTENCE, "extractive", "extracted"
         q.citations = sentence_citations(extracted.sentences, {item.rank: item.record for item in q.items})
         q.degradations += [reason for reason in (standing_in_because, extracted.note) if reason]
@@ -408,7 +413,16 @@ class QueryPipeline:
             degraded=bool(q.degradations),
             degraded_reason="; ".join(q.degradations),
             uncertainty=q.uncertainty,
+            short_answer=q.short_answer if q.source == "extractive" else self._generated_short_answer(q),
         )
+
+    @staticmethod
+    def _generated_short_answer(q: _Query) -> Optional[ShortAnswer]:
+        """A generated answer is its own short answer (no quoted sentence holds it)."""
+        if q.source not in ("llm", "vlm") or not q.text.strip():
+            return None
+        text = " ".join(CITATION_MARK.sub(" ", q.text).split())
+        return ShortAnswer(text, expected_type(q.question), -1, 0, 0) if text else None
 
     # ------------------------------------------------------------------ helpers
 

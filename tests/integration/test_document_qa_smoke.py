@@ -62,6 +62,7 @@ def test_the_benchmark_scores_retrieval_answers_and_refusals(running_orchestrato
     assert set(fact["ablations"]) == set(ABLATIONS) and all(fact["ablations"].values())
     assert fact["citations"][0]["page"] == 2 and len(fact["citations"][0]["regions"]) == 1
     assert "7.4 million kroner" in fact["answer"] and "48 million euros" in revenue["answer"]
+    assert revenue["short_answer"] == "48 million euros"  # "how much ... revenue": the amount alone
 
     scores = stats["scores"]
     assert (scores["questions"], scores["answerable_with_pages"]) == (4, 3)

@@ -147,6 +147,18 @@ def test_citations_point_at_the_page_the_fact_is_printed_on(client, report):
         assert cited_page(final, fact) == ("northwind-report.pdf", page), (question, final.text)
 
 
+def test_the_extractive_answer_gives_the_asked_for_value_alone_with_its_place_in_the_quote(client, report):
+    """Over gRPC from the real service: the short answer is the amount the question asks for, cut from the quoted
+    sentence of the citation it names; a question asking for no particular kind of value gets none."""
+    final = event_of(list(client.query(COLLECTION, "How much did annual revenue grow in the fiscal year 2024?")), "final")
+    short = final.short_answer
+    assert (short.text, short.answer_type) == ("48 million euros", "money")
+    quote = final.citations[short.citation].quote
+    assert quote[short.start:short.end] == "48 million euros" and "48 million euros" in final.text
+    described = event_of(list(client.query(COLLECTION, "Describe the regional table.")), "final")
+    assert not described.HasField("short_answer")
+
+
 def test_each_collection_answers_from_its_own_documents(client, report):
     question = "What was the annual revenue in 2024?"
     own = event_of(list(client.query(COLLECTION, question)), "final")
