@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import gzip
 import json
 import re
 import signal
@@ -577,9 +578,10 @@ def report(stats: dict, settings: dict[str, Any], dataset: Path, command: str, t
 
 def rescore(path: Path, questions: list[Question], dataset: Path, command: str) -> tuple[dict, str]:
     """A previous run's answers, rankings and timings scored again (a new figure without a new 50-minute run);
-    the report names both commands."""
+    the report names both commands. A results file may be gzipped (.json.gz: how the larger ones are committed,
+    a tenth of the size, so the tree stays small enough to travel to the GPU machine)."""
     try:
-        previous = json.loads(path.read_text())
+        previous = json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_text())
         stats = previous["stats"]
         runs = {int(k): v for k, v in stats["runs"].items()}
         rankings = {int(k): v for k, v in stats["baselines"].items()}

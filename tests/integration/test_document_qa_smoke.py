@@ -6,6 +6,7 @@ and the questions only OCR can find, and the results file scored again by --resc
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 
 import pytest
@@ -90,3 +91,6 @@ def test_the_benchmark_scores_retrieval_answers_and_refusals(running_orchestrato
     again, markdown_again = rescore(results, questions, tmp_path / "dataset", "document_qa --rescore document_qa.json")
     assert again["stats"]["scores"] == json.loads(json.dumps(scores))
     assert "(scored again; measured by `document_qa`" in markdown_again
+    packed = tmp_path / "document_qa.json.gz"  # how the larger results are committed
+    packed.write_bytes(gzip.compress(results.read_bytes()))
+    assert rescore(packed, questions, tmp_path / "dataset", "again")[0]["stats"]["scores"] == again["stats"]["scores"]
