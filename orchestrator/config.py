@@ -342,15 +342,13 @@ class UncertaintySettings(_Section):
 
 
 class AnswerSettings(_Section):
-    # extractive: the evidence sentence that answers (pipeline/extractive.py), with its citation and the value the
-    # question asks for (the short answer); llm: generated.
+    # extractive: the best evidence sentences, chosen with the embedder, with citations and the value the question
+    # asks for (the short answer); llm: generated.
     # None: the profile's default (tiny: extractive, since its LLM has random weights; otherwise llm).
     answerer: Optional[Literal["extractive", "llm"]] = None
-    # The best sentence, and (at 2) a second that holds the value type the question asks for where the best holds
-    # none; 1: the best alone.
-    extractive_sentences: int = Field(2, ge=1)  # above 2: 2
-    extractive_min_similarity: float = Field(0.3, ge=-1, le=2)  # the best scores at least this ...
-    extractive_margin: float = Field(0.15, ge=0)  # ... and a second at most this much below it
+    extractive_sentences: int = Field(3, ge=1)  # at most this many sentences in an extractive answer
+    extractive_min_similarity: float = Field(0.3, ge=-1, le=2)  # each scores at least this ...
+    extractive_margin: float = Field(0.15, ge=0)  # ... and at most this much below the best sentence
     extractive_candidates: int = Field(16, ge=1)  # sentences embedded per answer (most shared words first)
     # With less time than this left before the deadline the LLM is not started: the extractive answer is
     # given instead, flagged as degraded. The same answer replaces an LLM that fails or runs out of time.

@@ -94,8 +94,9 @@ def test_the_extractive_answer_and_its_short_answer_on_a_sentence_set():
                  Sentence("The survey was fielded in May 2018.", 2, 0)]
     similarities = np.array([0.55, 0.50, 0.30])
     question = "What percentage of adults said the economy was getting worse?"
-    chosen = choose(question, sentences, similarities, 2, 0.3, 0.15)
-    assert [s.position for s, _ in chosen] == [1]
-    assert short_answer(question, chosen).text == "62%"
-    when = choose("When was the survey fielded?", sentences, similarities, 2, 0.3, 0.15)
+    chosen = choose(question, sentences, similarities, 3, 0.3, 0.15)
+    assert [(s.rank, s.position) for s, _ in chosen] == [(1, 0), (1, 1)]
+    short = short_answer(question, chosen)  # the best-scoring chosen sentence holding a percentage
+    assert (short.text, short.citation) == ("62%", 1)
+    when = choose("When was the survey fielded?", sentences, np.array([0.40, 0.35, 0.60]), 3, 0.3, 0.15)
     assert short_answer("When was the survey fielded?", when).text == "May 2018"

@@ -7,8 +7,6 @@ extractive answer with its citations must equal what tests/unit/recorded_answers
 before the own-time work of issue 21 (from commit 3c80897) and is rewritten only on purpose. Once so far: when
 the Simple route stopped expanding the graph, its 20 entries lost the "graph" in `found_by` and their
 structural signal (weight 0), and nothing else changed (same evidence, order, other signals, answers, citations).
-Twice: when the extractive answer began choosing by the question's rare words, numbers and asked-for value type
-(issue 40), every answer and its citations changed and nothing else (the same evidence, order and signals).
 To rewrite it:
 
     THINKSERVE_RECORD_ANSWERS=1 .venv/bin/python -m pytest tests/unit/test_recorded_answers.py
