@@ -1,9 +1,8 @@
 """What a question asks for, and where a sentence holds a value of that kind.
 
 The extractive answer reads the question's expected answer type (a number, an amount of money, a percentage, a
-date, a person, an organisation, a place, or yes/no) from its wording, prefers the sentences that hold a value
-of that type, and gives as its short answer the value of that type closest to the question's words in the
-chosen sentence. Patterns, not a model: they cover the forms reports and papers write values in (digits with
+date, a person, an organisation, a place, or yes/no) from its wording, and gives as its short answer the value
+of that type closest to the question's words in the best chosen sentence that holds one. Patterns, not a model: they cover the forms reports and papers write values in (digits with
 units and scales, currency signs, month names, quarters and fiscal years, capitalised names) and say nothing
 where the question asks for something else ("other": no type preferred, no short answer).
 """
@@ -12,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 from ..knowledge.lexical import lexical_terms
 
@@ -110,10 +109,6 @@ def values(sentence: str, answer_type: str) -> list[Value]:
     return found
 
 
-def holds_type(sentence: str, answer_type: str) -> bool:
-    return bool(values(sentence, answer_type))
-
-
 def question_numbers(question: str) -> frozenset[str]:
     """The numbers the question names (years, figures), as the lexical terms read them."""
     return frozenset(term for term in lexical_terms(question) if any(c.isdigit() for c in term))
@@ -143,8 +138,3 @@ def polarity(sentence: str, question_terms: frozenset[str], coverage: float, pla
     negated = bool(words & _NEGATIONS) or "n't" in sentence.casefold()
     return "no" if negated else "yes"
 
-
-def best_with_type(candidates: Sequence[tuple[str, float]], answer_type: str) -> Optional[int]:
-    """The index of the highest-scoring candidate sentence holding a value of `answer_type`, if any."""
-    held = [(score, -i) for i, (text, score) in enumerate(candidates) if holds_type(text, answer_type)]
-    return -max(held)[1] if held else None

@@ -211,7 +211,7 @@ async def extractive_answer(
     idf: Optional[Idf] = None,
 ) -> ExtractiveAnswer:
     """`stored`: the sentences of an item's record cut at commit time, by rank (Segment.answer_sentences); `idf`:
-    the collection's rarity of a term (BM25's), which weighs the question's words."""
+    the collection's rarity of a term (BM25's), which weighs the question's words where a yes/no is read."""
     sentences = shortlist(question, candidate_sentences(items, headings, stored), settings.extractive_candidates)
     if not sentences:
         return ExtractiveAnswer("", (), ())
