@@ -350,6 +350,10 @@ class AnswerSettings(_Section):
     extractive_min_similarity: float = Field(0.3, ge=-1, le=2)  # each scores at least this ...
     extractive_margin: float = Field(0.15, ge=0)  # ... and at most this much below the best sentence
     extractive_candidates: int = Field(16, ge=1)  # sentences embedded per answer (most shared words first)
+    # The short answer (FinalAnswer.short_answer: the asked-for value alone). Off by default: on the dev PDFs a
+    # short answer was given for 53% of the short-answer questions and held the expected value for 2.5% of them
+    # (benchmarks/results/mmlongbench-dev/document_qa-answers.md), too often wrong to show a user unasked.
+    short_answer: bool = False
     # With less time than this left before the deadline the LLM is not started: the extractive answer is
     # given instead, flagged as degraded. The same answer replaces an LLM that fails or runs out of time.
     llm_reserve_s: float = Field(1.0, ge=0)

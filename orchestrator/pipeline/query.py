@@ -413,7 +413,8 @@ class QueryPipeline:
             degraded=bool(q.degradations),
             degraded_reason="; ".join(q.degradations),
             uncertainty=q.uncertainty,
-            short_answer=q.short_answer if q.source == "extractive" else self._generated_short_answer(q),
+            short_answer=None if not self.settings.answer.short_answer
+            else q.short_answer if q.source == "extractive" else self._generated_short_answer(q),
         )
 
     @staticmethod

@@ -230,3 +230,17 @@ def test_a_model_without_a_declared_chat_template_is_not_prompted_in_a_guessed_f
     _, final = ask(QueryOptions(answerer="llm", route="simple"), models)
     assert final.answer_source == "extractive" and "declares no chat template" in final.degraded_reason
     assert not models.generations
+
+
+def test_the_short_answer_is_given_only_where_the_settings_ask_for_it(ask):
+    """Off by default (too often wrong on real PDFs to show unasked); on, the extractive answer's amount alone, cut
+    from the quote of the citation it names, and the LLM's answer as its own."""
+    _, default = ask(QueryOptions(route="simple"))
+    assert default.answer_source == "extractive" and default.short_answer is None
+    _, asked = ask(QueryOptions(route="simple"), config=settings(answer={"short_answer": True}))
+    short = asked.short_answer
+    assert (short.text, short.answer_type) == ("412 million euros", "money")
+    assert asked.citations[short.citation].quote[short.start:short.end] == "412 million euros"
+    models = InProcessModels()
+    _, generated = ask(QueryOptions(answerer="llm", route="simple"), models, settings(answer={"short_answer": True}))
+    assert (generated.short_answer.text, generated.short_answer.citation) == (models.answer.replace("[1]", "").strip(), -1)
