@@ -324,7 +324,7 @@ class QueryPipeline:
             extracted = await extractive_answer(
                 self._models(q, "answer"), q.question, q.vector, q.items, self.settings.answer, max(0.05, q.left()),
                 {title for cut in stored.values() for title in cut.titles}, {rank: cut.sentences for rank, cut in stored.items()},
-                q.snapshot.lexical.idf,
+                q.snapshot.lexical.idf, self.settings.answer.short_answer,
             )
         q.short_answer = extracted.short
         q.text, q.source, q.finish_reason = extracted.text or NO_SENTENCE, "extractive", "extracted"
