@@ -10,9 +10,11 @@ stub of the reranker's model (an optional stage: answers degrade) and of the tex
 mandatory one: queries fail) is killed.
 
 Reported per kill: the time from the kill to the supervisor noticing it, to Triton (or the model) being
-ready again, and to the first query that succeeds after it; every request that ended after the kill, by
-outcome (answered, answered degraded, or the gRPC status it failed with); and that no request outlived its
-deadline. p50 / max over the repeats.
+ready again, and to the first query answered in full after it; every request that ended after the kill, by
+outcome (answered, answered degraded, answered in lexical mode because the question could not be embedded, or
+the gRPC status it failed with) and the share answered at all; and that no request outlived its deadline.
+p50 / max over the repeats. `--no-lexical-fallback` runs the server as it was before lexical mode
+(retrieval.lexical_fallback off: without the embedder a query fails), for the comparison.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from orchestrator.deployment import Deployment, running
 NAME = "triton_recovery"
 SAMPLE = Path("samples/northwind-2024-annual-report.md")
 QUESTIONS = [line.strip() for line in Path("samples/questions.txt").read_text().splitlines() if line.strip()]
+ANSWERED = ("answered", "degraded", "lexical")  # the outcomes that gave the user an answer
 STUB_MODELS = {"reranker_score": "reranker (optional stage)", "text_embedder_encode": "text embedder (mandatory)"}
 
 
@@ -46,7 +49,7 @@ STUB_MODELS = {"reranker_score": "reranker (optional stage)", "text_embedder_enc
 class Request:
     started: float  # seconds since the kill (negative: before it)
     seconds: float
-    outcome: str  # answered | degraded | the gRPC status name
+    outcome: str  # answered | degraded | lexical | the gRPC status name
     detail: str = ""
 
     @property
@@ -89,7 +92,8 @@ class Load:
             async for event in self.client.query("bench", question):
                 if event.WhichOneof("event") == "final":
                     final = event.final
-            outcome, detail = ("degraded", final.degraded_reason) if final.degraded else ("answered", "")
+            outcome = "lexical" if final.retrieval_mode == "lexical" else "degraded" if final.degraded else "answered"
+            detail = final.degraded_reason
         except grpc.aio.AioRpcError as error:
             outcome, detail = error.code().name, error.details() or ""
         self.requests.append(Request(started - self.origin, time.monotonic() - started, outcome, detail[:300]))
@@ -117,7 +121,7 @@ def first_success_after(load: Load, killed: float) -> Optional[Request]:
 def account(load: Load, killed: float, until: float, deadline_s: float) -> dict:
     """Requests that ended between the kill and `until` (the first success + the settle time)."""
     ended = [r for r in load.requests if killed - load.origin <= r.ended <= until - load.origin]
-    failures = Counter(r.outcome for r in ended if r.outcome not in ("answered", "degraded"))
+    failures = Counter(r.outcome for r in ended if r.outcome not in ANSWERED)
     examples = {}
     for r in ended:
         if r.outcome != "answered":
@@ -126,6 +130,8 @@ def account(load: Load, killed: float, until: float, deadline_s: float) -> dict:
         "requests": len(ended),
         "answered": sum(r.outcome == "answered" for r in ended),
         "degraded": sum(r.outcome == "degraded" for r in ended),
+        "lexical": sum(r.outcome == "lexical" for r in ended),
+        "answered_share": sum(r.outcome in ANSWERED for r in ended) / len(ended) if ended else None,
         "failed": dict(failures),
         "examples": examples,
         "longest_s": max((r.seconds for r in ended), default=0.0),
@@ -193,6 +199,7 @@ async def run(args) -> dict:
             "triton.log_dir": str(Path(folder) / "logs"),
             "ingest.chunk_tokens": 200,
             "ingest.chunk_overlap_tokens": 20,
+            "retrieval.lexical_fallback": args.lexical_fallback,
             **({"http.port": 0} if "http" in Settings.model_fields else {}),
         })
         started = time.monotonic()
@@ -217,6 +224,8 @@ async def run(args) -> dict:
         "requests_total": len(load.requests),
         "answered_latency_p50_s": float(np.median([r.seconds for r in load.requests if r.outcome == "answered"])),
         "hung": sum(r.seconds > args.deadline + 1.0 for r in load.requests),
+        "answered_share_after_kills": _share([k["outcomes"] for k in server_kills + stub_kills]),
+        "answered_share_after_server_kills": _share([k["outcomes"] for k in server_kills]),
         "server_kills": server_kills,
         "stub_kills": stub_kills,
         "summary": {
@@ -233,6 +242,16 @@ async def run(args) -> dict:
             },
         },
     }
+
+
+def _share(outcomes: list[dict]) -> Optional[float]:
+    """Answered (in any mode) over all requests that ended in the kills' windows."""
+    requests = sum(o["requests"] for o in outcomes)
+    return sum(o["answered"] + o["degraded"] + o["lexical"] for o in outcomes) / requests if requests else None
+
+
+def _percent(share: Optional[float]) -> str:
+    return f"{share:.0%}" if share is not None else "n/a"
 
 
 def _fmt(spread: dict) -> str:
@@ -255,28 +274,32 @@ def markdown(command: str, machine: dict, args, results: dict) -> str:
         f"{results['triton_start_s']:.1f} s at start-up). Steady open-loop load of {args.rate:g} queries/s on the sample "
         f"report (tiny defaults: features router, reranker, extractive answer), each with a {args.deadline:g} s "
         f"deadline; answered queries took {results['answered_latency_p50_s'] * 1000:.0f} ms p50. "
-        f"{results['requests_total']} requests in all, **{results['hung']} outlived their deadline**.",
+        f"{results['requests_total']} requests in all, **{results['hung']} outlived their deadline**. Lexical mode "
+        f"(retrieval.lexical_fallback) {'on' if args.lexical_fallback else '**off**'}: of the requests that ended in the "
+        f"kills' windows, **{_percent(results['answered_share_after_kills'])} were answered** "
+        f"({_percent(results['answered_share_after_server_kills'])} through the kills of tritonserver).",
         "",
         "## kill -9 of tritonserver",
         "",
         f"{len(results['server_kills'])} kills. Times from the kill, p50 / max in seconds:",
         "",
-        "| supervisor noticed | Triton ready again (same ports) | first successful query ended | restart, noticed to ready |",
+        "| supervisor noticed | Triton ready again (same ports) | first full answer ended | restart, noticed to ready |",
         "|---:|---:|---:|---:|",
         f"| {_fmt(s['server']['noticed_s'])} | {_fmt(s['server']['triton_ready_s'])} | "
         f"**{_fmt(s['server']['first_success_s'])}** | {_fmt(s['server']['supervisor_restart_s'])} |",
         "",
-        "Per kill (requests that ended between the kill and the first success + settle time):",
+        "Per kill (requests that ended between the kill and the first full answer + settle time; lexical: answered in "
+        "lexical mode, the question not embedded):",
         "",
-        "| # | ready s | first success s | requests | answered | degraded | failed (status: count) | longest s |",
-        "|---:|---:|---:|---:|---:|---:|---|---:|",
+        "| # | ready s | first full answer s | requests | answered | degraded | lexical | failed (status: count) | answered share | longest s |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
     ]
     for number, k in enumerate(results["server_kills"], 1):
         o = k["outcomes"]
         failed = ", ".join(f"{code}: {count}" for code, count in sorted(o["failed"].items())) or "none"
         lines.append(
             f"| {number} | {k['triton_ready_s']:.2f} | {k['first_success_s']:.2f} | {o['requests']} | {o['answered']} | "
-            f"{o['degraded']} | {failed} | {o['longest_s']:.2f} |"
+            f"{o['degraded']} | {o['lexical']} | {failed} | {_percent(o['answered_share'])} | {o['longest_s']:.2f} |"
         )
     examples = {code: text for k in results["server_kills"] for code, text in k["outcomes"]["examples"].items()}
     if examples:
@@ -288,7 +311,7 @@ def markdown(command: str, machine: dict, args, results: dict) -> str:
         "A dead stub leaves its model READY in Triton while every request to it fails; the supervisor sees the "
         "stub gone from Triton's process group and reloads the model (unload + load). p50 / max in seconds:",
         "",
-        "| model | kills | reloaded (from the kill) | the reload itself | first successful query ended |",
+        "| model | kills | reloaded (from the kill) | the reload itself | first full answer ended |",
         "|---|---:|---:|---:|---:|",
     ]
     for model, label in STUB_MODELS.items():
@@ -297,13 +320,15 @@ def markdown(command: str, machine: dict, args, results: dict) -> str:
             f"| {model}: {label} | {m['reloaded_s']['count']} | {_fmt(m['reloaded_s'])} | {_fmt(m['reload_duration_s'])} | "
             f"{_fmt(m['first_success_s'])} |"
         )
-    lines += ["", "| model | # | requests | answered | degraded | failed (status: count) |", "|---|---:|---:|---:|---:|---|"]
+    lines += ["", "| model | # | requests | answered | degraded | lexical | failed (status: count) | answered share |",
+              "|---|---:|---:|---:|---:|---:|---|---:|"]
     counters: dict[str, int] = {}
     for k in results["stub_kills"]:
         counters[k["model"]] = counters.get(k["model"], 0) + 1
         o = k["outcomes"]
         failed = ", ".join(f"{code}: {count}" for code, count in sorted(o["failed"].items())) or "none"
-        lines.append(f"| {k['model']} | {counters[k['model']]} | {o['requests']} | {o['answered']} | {o['degraded']} | {failed} |")
+        lines.append(f"| {k['model']} | {counters[k['model']]} | {o['requests']} | {o['answered']} | {o['degraded']} | "
+                     f"{o['lexical']} | {failed} | {_percent(o['answered_share'])} |")
     examples = {f"{k['model']} {code}": text for k in results["stub_kills"] for code, text in k["outcomes"]["examples"].items()}
     if examples:
         lines += ["", "Messages seen:", ""] + [f"- {code}: `{text}`" for code, text in sorted(examples.items())]
@@ -319,14 +344,19 @@ def main() -> None:
     parser.add_argument("--deadline", type=float, default=10.0, help="each query's deadline, seconds")
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds of load before the first kill")
     parser.add_argument("--settle", type=float, default=3.0, help="seconds of load after each recovery")
+    parser.add_argument("--lexical-fallback", action=argparse.BooleanOptionalAction, default=True,
+                        help="retrieval.lexical_fallback (off: the server as before lexical mode, for the comparison)")
+    parser.add_argument("--name", default=NAME, help="result file name")
     args = parser.parse_args()
-    command = "python -m benchmarks.triton_recovery " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items())
+    command = "python -m benchmarks.triton_recovery " + " ".join(
+        f"--{k.replace('_', '-')}" if v is True else f"--no-{k.replace('_', '-')}" if v is False else f"--{k.replace('_', '-')} {v}"
+        for k, v in vars(args).items())
     machine = machine_info()
     load_before = os.getloadavg()
     results = asyncio.run(run(args))
     results["machine_load"] = {"before_1m_5m_15m": load_before, "after_1m_5m_15m": os.getloadavg()}
     payload = {"command": command, "machine": machine, "results": results}
-    json_path, md_path = write_results(NAME, payload, markdown(command, machine, args, results))
+    json_path, md_path = write_results(args.name, payload, markdown(command, machine, args, results))
     print(md_path.read_text())
     print(f"results: {json_path}, {md_path}")
 

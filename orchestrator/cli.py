@@ -107,7 +107,7 @@ def cmd_ask(args) -> int:
 # `ask` options, named as the QueryOptions fields of the proto; unset ones keep the server's settings.
 QUERY_OPTIONS = (
     "top_k", "max_tokens", "seed", "route", "router", "chunk_top_k", "entity_top_k", "graph_hops", "dense", "sparse", "graph",
-    "rerank", "page_images", "page_top_m", "page_top_k", "perception", "uncertainty", "answerer",
+    "rerank", "page_images", "page_top_m", "page_top_k", "perception", "uncertainty", "answerer", "lexical",
 )
 
 
@@ -203,6 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
                 command.add_argument(f"--{number}", type=int)
             for stage in ("dense", "sparse", "graph", "rerank", "page-images", "uncertainty"):
                 command.add_argument(f"--{stage}", action=argparse.BooleanOptionalAction, help=f"switch {stage} on or off")
+            command.add_argument("--lexical", action=argparse.BooleanOptionalAction,
+                                 help="lexical mode: BM25 and named entities, sentences by shared words; no model call")
 
     token = commands.add_parser("token", help="make a bearer token and the settings entry that grants it")
     token.add_argument("--name", required=True, help="who holds it (shown in logs and metrics)")

@@ -300,6 +300,12 @@ class RetrievalSettings(_Section):
     # Refusal: when no candidate is at least this similar to the question (cosine), the evidence cannot
     # answer it and the answer says so instead of guessing.
     min_similarity: float = Field(0.2, ge=-1, le=1)
+    # Lexical mode (pipeline/plan.py): while the text embedder is unavailable, retrieval goes on with BM25 and the
+    # entities the question names, and the answer is flagged degraded (False: such queries fail with UNAVAILABLE).
+    lexical_fallback: bool = True
+    # Refusal in lexical mode, where there is no cosine: no candidate matches this share of the question's BM25
+    # weight (the lexical signal).
+    min_lexical_match: float = Field(0.3, ge=0, le=1)
     context_blocks: int = Field(1, ge=0)  # adjacent blocks fetched on each side of a selected unit
 
 

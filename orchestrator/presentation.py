@@ -46,7 +46,8 @@ class QueryPrinter:
 
     def _final(self, final: "pb.FinalAnswer", request_id: str) -> None:
         write = self.out.write
-        flags = f", DEGRADED: {final.degraded_reason}" if final.degraded else ""
+        flags = ", lexical mode" if final.retrieval_mode == "lexical" else ""
+        flags += f", DEGRADED: {final.degraded_reason}" if final.degraded else ""
         write(f"\n   [{final.answer_source}, finish: {final.finish_reason}{flags}, request {request_id}]\n")
         if final.HasField("short_answer"):
             write(f"Short answer ({final.short_answer.answer_type}): {final.short_answer.text}\n")

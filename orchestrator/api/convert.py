@@ -135,6 +135,7 @@ def final_answer(event: FinalAnswerEvent) -> "pb.FinalAnswer":
         ),
         degraded=event.degraded,
         degraded_reason=event.degraded_reason,
+        retrieval_mode=event.retrieval_mode,
     )
     if event.cost is not None:
         final.cost.CopyFrom(cost(event.cost))
@@ -226,6 +227,7 @@ def retrieve_response(events: Sequence[QueryEvent], request_id: str) -> "pb.Retr
             response.timings.extend(final.timings)
             response.cost.CopyFrom(final.cost)
             response.degraded, response.degraded_reason = final.degraded, final.degraded_reason
+            response.retrieval_mode = final.retrieval_mode
     return response
 
 

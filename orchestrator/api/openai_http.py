@@ -337,6 +337,7 @@ def _extension(call: Call, route: str, final: FinalAnswerEvent, query: QueryInpu
         "answer_source": final.answer_source,
         "degraded": final.degraded,
         "degraded_reason": final.degraded_reason,
+        "retrieval_mode": final.retrieval_mode,
         "citations": [
             {
                 "evidence_rank": c.evidence_rank, "passage_id": c.passage_id, "document_name": c.document_name, "page": c.page,

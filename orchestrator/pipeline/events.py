@@ -118,6 +118,7 @@ class FinalAnswerEvent:
     degraded_reason: str = ""  # each skipped or replaced stage with its cause
     uncertainty: Optional[UncertaintyReport] = None
     short_answer: Optional[ShortAnswer] = None
+    retrieval_mode: str = "full"  # full | lexical (asked for, or the embedder was unavailable: degraded says so)
 
 
 QueryEvent = RouteEvent | EvidenceEvent | AnswerDeltaEvent | FinalAnswerEvent

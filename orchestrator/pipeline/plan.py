@@ -8,7 +8,7 @@ cannot change the answer (the cross-encoder at rerank_weight 0) runs only when t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -52,6 +52,10 @@ class QueryOptions(BaseModel):
     temperature: Optional[float] = None
     top_p: Optional[float] = None
     seed: Optional[int] = None
+    # Lexical mode: BM25 over passages and pages, graph seeds from the entities the question names, sentences
+    # chosen by shared words: no model is called (a fast, model-free answer). The server falls back to it by
+    # itself while the text embedder is unavailable.
+    lexical: Optional[bool] = None
 
     @classmethod
     def parse(cls, values: Mapping[str, Any]) -> "QueryOptions":
@@ -96,6 +100,13 @@ class QueryOptions(BaseModel):
             raise InvalidOptionError("temperature", f"temperature must be a finite number >= 0, got {self.temperature}")
         if self.top_p is not None and not 0 < self.top_p <= 1:  # NaN fails this too
             raise InvalidOptionError("top_p", f"top_p must be in (0, 1], got {self.top_p}")
+        if self.lexical:
+            asked = {"dense": self.dense is True, "rerank": self.rerank is True, "page_images": self.page_images is True,
+                     "uncertainty": self.uncertainty is True, "router": self.router == "model",
+                     "answerer": self.answerer == "llm", "perception": self.perception not in (None, "off")}
+            for name, conflicts in asked.items():
+                if conflicts:
+                    raise InvalidOptionError(name, f"lexical mode calls no model: {name}={getattr(self, name)!r} asks for one")
 
 
 @dataclass(frozen=True)
@@ -126,13 +137,22 @@ class QueryPlan:
     temperature: float
     top_p: float
     seed: Optional[int]
+    lexical: bool = False  # no model call for retrieval (the question is not embedded): see QueryOptions.lexical
 
 
 def router_mode(options: QueryOptions, settings: Settings) -> str:
     """features | model | fixed for this request."""
     if options.route is not None:
         return "fixed"
+    if options.lexical:
+        return "features"  # no model call
     return options.router or settings.router.mode or "features"
+
+
+def lexical_plan(plan: QueryPlan) -> QueryPlan:
+    """The plan in lexical mode: its retrieval needs no embedding (BM25 and named entities); the other stages
+    are as planned (each optional one is skipped by itself if its model is down too)."""
+    return replace(plan, dense=False, lexical=True)
 
 
 def make_plan(route: str, options: QueryOptions, settings: Settings) -> QueryPlan:
@@ -177,4 +197,12 @@ def make_plan(route: str, options: QueryOptions, settings: Settings) -> QueryPla
         temperature=generation.temperature if options.temperature is None else options.temperature,
         top_p=generation.top_p if options.top_p is None else options.top_p,
         seed=options.seed,
-    )
+    ) if not options.lexical else _model_free(route, options, settings)
+
+
+def _model_free(route: str, options: QueryOptions, settings: Settings) -> QueryPlan:
+    """Lexical mode asked for by the request: no model call at all (no reranker, page images, perception or
+    generator; the extractive answer, its sentences chosen by shared words)."""
+    full = make_plan(route, options.model_copy(update={"lexical": None}), settings)
+    return replace(lexical_plan(full), rerank=False, page_images=False, perception="off", uncertainty=False,
+                   answerer="extractive")

@@ -4,7 +4,10 @@ answer (extractive, LLM with the uncertainty loop, or the VLM end to end) -> fin
 Every model call goes through Triton and is recorded in the query's ledger (its cost); every stage reports its
 wall time. The page-image path runs concurrently with text retrieval and reranking. Optional stages are
 skipped, and the answer degrades to the extractive one, flagged with the cause, when a model is down or the
-deadline would pass; a question the evidence cannot answer gets a refusal instead of a guess.
+deadline would pass; a question the evidence cannot answer gets a refusal instead of a guess. When the question
+cannot be embedded (the text embedder down, Triton restarting), retrieval goes on in lexical mode (BM25, the
+entities the question names) and the answer says so, rather than failing: a Triton restart on a GPU node takes
+minutes.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from .extractive import extractive_answer, sentence_citations
 from .fusion import ScoredCandidate, blend_rerank
 from .pages import PageHit, filter_pages, search_pages
 from .perception import load_image, perceive, visual_items
-from .plan import QueryOptions, QueryPlan, make_plan, router_mode
+from .plan import QueryOptions, QueryPlan, lexical_plan, make_plan, router_mode
 from .retrieval import start_retrieval
 from .router import RouteDecision, decide, query_features
 from .timing import StageTimer
@@ -86,7 +89,7 @@ class _Query:
     ledger: QueryLedger = field(default_factory=QueryLedger)
     decision: Optional[RouteDecision] = None
     plan: Optional[QueryPlan] = None
-    vector: Optional[np.ndarray] = None  # the question's embedding
+    vector: Optional[np.ndarray] = None  # the question's embedding (None in lexical mode)
     items: list[EvidenceItem] = field(default_factory=list)
     rows: dict[int, int] = field(default_factory=dict)  # an item's evidence row in the snapshot, by rank
     # the answer, as whichever answerer produces it
@@ -202,7 +205,7 @@ class QueryPipeline:
             selected = ranked[: q.plan.evidence_k]
             q.items = evidence_items(snapshot, selected, pages, self.settings.retrieval.context_blocks)
             q.rows = {rank: candidate.row for rank, candidate in enumerate(selected, 1)}
-        answerable = best_similarity >= self.settings.retrieval.min_similarity or any(
+        answerable = self._answerable(q, ranked, best_similarity) or any(
             (hit.relevance or 0.0) >= self.settings.pages.min_relevance for hit in pages
         )
         visual = visual_items(q.items, q.plan.perception_items) if q.plan.perception != "off" else []
@@ -266,14 +269,14 @@ class QueryPipeline:
                 max(plan.evidence_k, settings.retrieval.rerank_candidates),  # what is read of the ranking
             ))
             try:
-                with q.timer.stage("embed"):
-                    vectors = await self._models(q, "embed").embed(questions, q.remaining())
+                vectors = None if plan.lexical else await self._embed(q, questions)
             except BaseException:
                 embedded.cancel()
                 retrieving.cancel()  # what it did without the vectors is dropped, not reported
                 raise
-            embedded.set_result(vectors)
-            q.vector = vectors[0]
+            embedded.set_result(vectors)  # None: the retrieval goes on in lexical mode
+            q.vector = vectors[0] if vectors is not None else None
+            plan = q.plan
             retrieval = await retrieving
             q.timer.merge(retrieval.timings_ms, retrieval.starts)
             q.timer.record("retrieval", time.monotonic() - started)
@@ -291,6 +294,33 @@ class QueryPipeline:
             if page_search is not None and not page_search.done():
                 page_search.cancel()
         return ranked, pages, retrieval.best_semantic
+
+    def _answerable(self, q: _Query, ranked: Sequence[ScoredCandidate], best_similarity: float) -> bool:
+        """Whether the text evidence can answer: some candidate is close enough to the question (its cosine; in
+        lexical mode, the share of the question's BM25 weight it matches)."""
+        retrieval = self.settings.retrieval
+        if q.plan.lexical:
+            return max((candidate.lexical for candidate in ranked), default=0.0) >= retrieval.min_lexical_match
+        return best_similarity >= retrieval.min_similarity
+
+    async def _embed(self, q: _Query, questions: Sequence[str]) -> Optional[np.ndarray]:
+        """The question's and sub-questions' vectors, or None for lexical mode: the embedder
+        was unavailable, failed, or did not answer in the time the rest of the query can spare (the plan becomes
+        lexical and the answer says why). Any other error, or no time left at all, fails the query."""
+        reserve = self.settings.answer.extractive_reserve_s
+        wait = q.left() - reserve if q.left() > 2 * reserve else q.remaining()
+        try:
+            with q.timer.stage("embed"):
+                vectors = await self._models(q, "embed").embed(questions, wait)
+        except SURVIVABLE as error:
+            if not self.settings.retrieval.lexical_fallback or q.left() <= 0:
+                raise
+            cause = (f"it did not answer within {wait:.2f} s" if isinstance(error, DeadlineExceededError)
+                     else str(error))
+            q.degradations.append(f"lexical mode (BM25 and named entities): the question could not be embedded: {cause}")
+            q.plan = lexical_plan(q.plan)
+            return None
+        return vectors
 
     async def _pages(self, q: _Query) -> list[PageHit]:
         with q.timer.stage("page_images"):
@@ -329,7 +359,9 @@ class QueryPipeline:
         q.short_answer = extracted.short
         q.text, q.source, q.finish_reason = extracted.text or NO_SENTENCE, "extractive", "extracted"
         q.citations = sentence_citations(extracted.sentences, {item.rank: item.record for item in q.items})
-        q.degradations += [reason for reason in (standing_in_because, extracted.note) if reason]
+        # in lexical mode the sentences are chosen by shared words by design (the degradation, if any, is said)
+        note = "" if q.plan.lexical else extracted.note
+        q.degradations += [reason for reason in (standing_in_because, note) if reason]
         # one event: the sentences are all there at once, and each event is a message the client waits for
         yield q.first_text("".join(f"{sentence.text} [{sentence.rank}] " for sentence, _ in extracted.sentences) or q.text)
 
@@ -415,6 +447,7 @@ class QueryPipeline:
             uncertainty=q.uncertainty,
             short_answer=None if not self.settings.answer.short_answer
             else q.short_answer if q.source == "extractive" else self._generated_short_answer(q),
+            retrieval_mode="lexical" if q.plan.lexical else "full",
         )
 
     @staticmethod

@@ -9,6 +9,9 @@ signal: a candidate only BM25 or the graph found still gets its exact cosine fro
 BM25 score and its page's, so fusion compares like with like. Pure CPU work on the snapshot: run it in a
 thread; no model is called here (the question vectors come in: with start_retrieval they may come later, and
 the BM25 searches run while the embedder works).
+
+Without vectors (None: lexical mode, asked for or because the embedder is unavailable) retrieval is BM25 over
+passages and pages and the graph from the entities the question names; the semantic signal is 0 and not weighed.
 """
 
 from __future__ import annotations
@@ -43,9 +46,10 @@ class Retrieval:
     skipped: list[str] = field(default_factory=list)  # signals left out of this retrieval, and why
 
 
-def fusion_weights(settings: RetrievalSettings, plan: QueryPlan) -> FusionWeights:
+def fusion_weights(settings: RetrievalSettings, plan: QueryPlan, embedded: bool = True) -> FusionWeights:
+    """`embedded`: whether the questions' vectors came (without them there is no semantic signal to weigh)."""
     return FusionWeights(
-        semantic=settings.semantic_weight if plan.dense else 0.0,
+        semantic=settings.semantic_weight if plan.dense and embedded else 0.0,
         lexical=settings.lexical_weight if plan.sparse else 0.0,
         structural=settings.structural_weight if plan.graph else 0.0,
         modality=settings.modality_weight,
@@ -59,7 +63,7 @@ def fusion_weights(settings: RetrievalSettings, plan: QueryPlan) -> FusionWeight
 def retrieve(
     snapshot: Snapshot,
     questions: Sequence[str],
-    vectors: np.ndarray,
+    vectors: Optional[np.ndarray],
     plan: QueryPlan,
     settings: RetrievalSettings,
     named_entities: Sequence[str] = (),
@@ -67,7 +71,8 @@ def retrieve(
     pool: Optional[Executor] = None,
     limit: Optional[int] = None,
 ) -> Retrieval:
-    """`vectors` [len(questions), d]: the embedded question and sub-questions (row-aligned). `limit`: hand out
+    """`vectors` [len(questions), d]: the embedded question and sub-questions (row-aligned); None in lexical
+    mode. `limit`: hand out
     only the best that many candidates (all are fused; `Retrieval.best_semantic` is over all of them).
 
     With a `pool`, the graph's side (entity search, then the expansion) runs in it while this thread searches
@@ -85,7 +90,7 @@ def retrieve(
 def start_retrieval(
     snapshot: Snapshot,
     questions: Sequence[str],
-    embedded: "Future[np.ndarray]",
+    embedded: "Future[Optional[np.ndarray]]",
     plan: QueryPlan,
     settings: RetrievalSettings,
     named_entities: Sequence[str],
@@ -94,8 +99,8 @@ def start_retrieval(
     search_pool: Executor,
     limit: Optional[int] = None,
 ) -> "Future[Retrieval]":
-    """retrieve(), started before the question's vectors exist (`embedded`: set when the embedder answers, or
-    cancelled when it fails). The BM25 searches over passages and pages need only the text: they run in `pool`
+    """retrieve(), started before the question's vectors exist (`embedded`: set when the embedder answers, set to
+    None to go on in lexical mode when it cannot, or cancelled to drop the retrieval). The BM25 searches over passages and pages need only the text: they run in `pool`
     at once, while the embedder works. The dense passage search (in `pool`) and the graph's side (in
     `search_pool`) start the moment the vectors are set, beside whatever BM25 still has to do. Fusion runs in
     the thread that finishes last: no thread waits idle for another. The candidates and their order are
@@ -205,15 +210,15 @@ def _lexical_side(snapshot: Snapshot, questions: Sequence[str], plan: QueryPlan)
 class _Dense:
     """What the dense passage search found: rows in its order, with their cosines (and the vectors it had)."""
 
-    vectors: np.ndarray  # the questions' [len(questions), d]
+    vectors: Optional[np.ndarray]  # the questions' [len(questions), d]; None in lexical mode
     rows: Optional[np.ndarray]  # None: no dense search in this plan
     scores: np.ndarray
     timer: StageTimer
 
 
-def _dense_side(snapshot: Snapshot, vectors: np.ndarray, plan: QueryPlan) -> _Dense:
+def _dense_side(snapshot: Snapshot, vectors: Optional[np.ndarray], plan: QueryPlan) -> _Dense:
     timer = StageTimer()
-    if not plan.dense:
+    if not plan.dense or vectors is None:
         return _Dense(vectors, None, np.zeros(0, dtype=np.float32), timer)
     with timer.stage("dense"):
         scores, rows = snapshot.evidence_index.search(vectors, plan.chunk_top_k)
@@ -257,7 +262,8 @@ class _GraphSide:
         return _when_set(embedded, pool, self.search, snapshot, plan, settings, named_entities)
 
     def search(
-        self, vectors: np.ndarray, snapshot: Snapshot, plan: QueryPlan, settings: RetrievalSettings, named_entities: Sequence[str],
+        self, vectors: Optional[np.ndarray], snapshot: Snapshot, plan: QueryPlan, settings: RetrievalSettings,
+        named_entities: Sequence[str],
     ) -> _Graph:
         """The seeds and the expansion from them (none without a graph); the vectors first, as _when_set gives them."""
         if self.view is None:
@@ -286,18 +292,18 @@ def _fused(
         table = _candidate_table(snapshot, dense.vectors, found, dense.scores, lexical.fractions, lexical.page_fractions, expansion)
         evidence = snapshot.evidence
         block_types = {row: evidence[row].block_type for row in table.rows.tolist()} if modality_preference else {}
-        fused = fuse(table, block_types, modality_preference, fusion_weights(settings, plan), limit)
+        fused = fuse(table, block_types, modality_preference, fusion_weights(settings, plan, dense.vectors is not None), limit)
     starts = {stage: min(start for start, _ in spans) for stage, spans in timer.intervals.items()}
     return Retrieval(fused, seeds, expansion, timer.stages, starts, table.best_semantic(), list(skipped))
 
 
 def _candidate_table(
-    snapshot: Snapshot, vectors: np.ndarray, found: dict[str, np.ndarray], dense_scores: np.ndarray,
+    snapshot: Snapshot, vectors: Optional[np.ndarray], found: dict[str, np.ndarray], dense_scores: np.ndarray,
     lexical: list[np.ndarray], page_fractions: np.ndarray, expansion: GraphExpansion,
 ) -> CandidateTable:
     """Every row some source found, in the order first found (dense, sparse, pages, graph), with every signal:
     a row dense search did not find gets its exact cosine from the stored vectors, every row its BM25 score,
-    its page's, and its graph score, so fusion compares like with like."""
+    its page's, and its graph score, so fusion compares like with like. Without vectors every cosine is 0."""
     sources = [source for source in ("dense", "sparse", "page_lexical", "graph") if source in found]
     every = np.concatenate([found[source] for source in sources]) if sources else np.zeros(0, np.int64)
     _, first = np.unique(every, return_index=True)
@@ -314,7 +320,9 @@ def _candidate_table(
     if "dense" in found:
         np.maximum.at(semantic, positions(found["dense"]), dense_scores.astype(np.float64))
     missing = np.flatnonzero(~flags[:, SOURCES.index("dense")])  # in first-found order
-    if len(missing):
+    if vectors is None:
+        semantic[:] = 0.0
+    elif len(missing):
         similarities = snapshot.evidence_vectors(rows[missing].tolist()) @ np.asarray(vectors, dtype=np.float32).T
         semantic[missing] = similarities.max(axis=1).astype(np.float64)
     lexical_column = _best_of(lexical)[rows].astype(np.float64) if lexical else np.zeros(len(rows))
@@ -327,7 +335,7 @@ def _candidate_table(
 
 
 def _graph_side(
-    snapshot: Snapshot, view: GraphView, vectors: np.ndarray, plan: QueryPlan, settings: RetrievalSettings,
+    snapshot: Snapshot, view: GraphView, vectors: Optional[np.ndarray], plan: QueryPlan, settings: RetrievalSettings,
     named_entities: Sequence[str],
 ) -> tuple[dict[str, float], GraphExpansion, StageTimer]:
     """The seeds (entities similar to the questions, and those they name) and the graph expansion from them,
@@ -337,10 +345,11 @@ def _graph_side(
     timer = StageTimer()
     if not (plan.graph and plan.entity_top_k > 0):
         return seeds, expansion, timer
-    with timer.stage("dense"):
-        seeds = _entity_seeds(snapshot, vectors, plan.entity_top_k, settings.min_seed_similarity, settings.relation_seeds)
-        for key in named_entities:
-            seeds[key] = 1.0  # named outright: the strongest seed there is
+    if vectors is not None:
+        with timer.stage("dense"):
+            seeds = _entity_seeds(snapshot, vectors, plan.entity_top_k, settings.min_seed_similarity, settings.relation_seeds)
+    for key in named_entities:
+        seeds[key] = 1.0  # named outright: the strongest seed there is
     if seeds:
         with timer.stage("graph"):
             graph, fraction, least = view.graph, settings.graph_hub_fraction, settings.graph_hub_min_chunks

@@ -40,6 +40,7 @@ QUERY_PATH_MODELS = [
 ]
 COLLECTION = "faults"
 QUESTION = "How much did annual revenue grow in 2024?"
+LATE_DOCUMENT = "# Harbour works\n\nThe harbour's new quay was finished in March 2024 by Fairport Construction.\n"
 DEADLINE_S = 12.0  # each query's own deadline: none may take longer than this (plus transport slack)
 WORKERS = 8
 
@@ -82,6 +83,7 @@ class Outcome:
     detail: str  # the error's message, or the degraded reason
     degraded: bool = False
     models: frozenset[str] = frozenset()  # models in the query's cost report
+    mode: str = ""  # the answer's retrieval mode: full | lexical
 
 
 def ask(client: ThinkServeClient, **options) -> Outcome:
@@ -91,7 +93,7 @@ def ask(client: ThinkServeClient, **options) -> Outcome:
     except grpc.RpcError as error:
         return Outcome(started, time.monotonic() - started, error.code().name, error.details() or "")
     models = frozenset(usage.model for usage in final.cost.models)
-    return Outcome(started, time.monotonic() - started, "OK", final.degraded_reason, final.degraded, models)
+    return Outcome(started, time.monotonic() - started, "OK", final.degraded_reason, final.degraded, models, final.retrieval_mode)
 
 
 def wait_for(condition, timeout_s: float, what: str, interval_s: float = 0.1):
@@ -116,7 +118,9 @@ def test_triton_metrics_are_relayed_on_the_http_port(faulty):
     assert relayed.status_code == 200 and 'nv_inference_count{model="text_embedder_encode"' in relayed.text
 
 
-def test_kill_9_of_tritonserver_under_load_ends_every_request_and_recovers_by_itself(faulty):
+def test_kill_9_of_tritonserver_under_load_answers_in_lexical_mode_and_recovers_by_itself(faulty):
+    """While Triton is dead and restarting, questions are answered in lexical mode (BM25, no model), flagged
+    degraded with the cause; once it is back, full answers return without any intervention."""
     deployment, triton = faulty.deployment, faulty.deployment.triton
     client_before, endpoints_before = deployment.triton_client, triton.endpoints
     old_pid, old_prefix = triton.pid, triton.shm_prefix
@@ -136,21 +140,34 @@ def test_kill_9_of_tritonserver_under_load_ends_every_request_and_recovers_by_it
     for worker in workers:
         worker.start()
     wait_for(lambda: sum(o.status == "OK" for o in outcomes) >= WORKERS, 60, "a first round of answers")
-    killed_at = time.monotonic()
-    os.kill(old_pid, signal.SIGKILL)
-    time.sleep(4.0)  # more queries keep coming while Triton is down
+    with ThinkServeClient(faulty.address, timeout_s=DEADLINE_S) as client:
+        stored = [(d.name, d.document_id) for d in client.list_documents(COLLECTION)]
+        killed_at = time.monotonic()
+        os.kill(old_pid, signal.SIGKILL)
+        time.sleep(0.3)
+        # a document sent while Triton is down fails naming the model it needs, and nothing of it is stored
+        with pytest.raises(grpc.RpcError) as refused:
+            client.ingest(COLLECTION, LATE_DOCUMENT.encode(), "late.md")
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE and "text_embedder" in refused.value.details()
+        assert [(d.name, d.document_id) for d in client.list_documents(COLLECTION)] == stored
+    time.sleep(max(0.0, 4.0 - (time.monotonic() - killed_at)))  # more queries keep coming while Triton is down
     stop.set()
     for worker in workers:
         worker.join(DEADLINE_S + 10)
     assert not [w.name for w in workers if w.is_alive()], "a request hung past its deadline"
 
-    # Every request ended within its deadline: an answer (degraded ones flagged) or UNAVAILABLE naming Triton.
+    # Every request ended within its deadline, nearly all of them answered: in lexical mode while the embedder
+    # was unreachable (flagged degraded, saying why), any other failure UNAVAILABLE naming Triton.
     after_kill = [o for o in outcomes if o.started + o.seconds >= killed_at]
     assert after_kill and max(o.seconds for o in outcomes) <= DEADLINE_S + 2
     failed = [o for o in after_kill if o.status != "OK"]
-    assert failed, "the kill should have failed the requests in flight"
     for outcome in failed:
         assert outcome.status == "UNAVAILABLE" and "Triton" in outcome.detail, outcome
+    assert len(failed) <= 0.05 * len(after_kill), failed
+    lexical = [o for o in after_kill if o.mode == "lexical"]
+    assert lexical, "the kill should have sent questions to lexical mode"
+    for outcome in lexical:
+        assert outcome.degraded and "lexical mode" in outcome.detail and "could not be embedded" in outcome.detail, outcome
     for outcome in after_kill:
         if outcome.status == "OK" and outcome.degraded:
             assert outcome.detail, "a degraded answer must say why"
@@ -160,7 +177,12 @@ def test_kill_9_of_tritonserver_under_load_ends_every_request_and_recovers_by_it
         recovered = wait_for(lambda: (lambda o: o if o.status == "OK" and not o.degraded else None)(ask(client)), 90, "recovery")
     recovery_s = recovered.started + recovered.seconds - killed_at
     status = deployment.supervisor.status()
-    print(f"\nTriton killed: {len(failed)} requests failed, first good answer {recovery_s:.1f} s after the kill "
+    assert recovered.mode == "full"
+    with ThinkServeClient(faulty.address, timeout_s=60) as client:
+        client.ingest(COLLECTION, LATE_DOCUMENT.encode(), "late.md")  # the same document, once the model is back
+        assert {d.name for d in client.list_documents(COLLECTION)} == {name for name, _ in stored} | {"late.md"}
+    print(f"\nTriton killed: {len(after_kill)} requests after the kill, {len(lexical)} in lexical mode, {len(failed)} failed; "
+          f"first full answer {recovery_s:.1f} s after the kill "
           f"(restart took {status.last_restart_s:.1f} s from noticing the death)")
     assert status.restarts == 1 and "killed by SIGKILL" in status.last_failure
     assert triton.pid != old_pid and triton.endpoints == endpoints_before

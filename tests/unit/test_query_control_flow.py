@@ -53,13 +53,14 @@ def ask(tmp_path):
         knowledge = KnowledgeBase(tmp_path / f"data{len(pipelines)}")
         pipeline = QueryPipeline(config, models, knowledge, PlainTokenizer(config.tokenizer_file, "ingest.tokenizer"))
         pipelines.append(pipeline)
-        failures, models.failures = models.failures, {}  # ingest with every model up
+        failures, models.failures = models.failures, {}  # ingest with every model up, and at full speed
+        delays, models.delays = models.delays, {}
         ingestor = Ingestor(knowledge, models, config.ingest, config.tokenizer_file)
 
         async def go():
             for name, text in DOCUMENTS.items():
                 await ingestor.ingest(COLLECTION, name, text.encode())
-            models.failures, models.calls[:] = failures, []
+            models.failures, models.delays, models.calls[:] = failures, delays, []
             return [event async for event in pipeline.run(QueryInput(COLLECTION, QUESTION, options), time.monotonic() + deadline_s)]
 
         events = asyncio.run(go())
@@ -193,14 +194,74 @@ def test_an_llm_without_a_calibrated_threshold_names_the_fix(ask):
 
 
 @pytest.mark.parametrize("route", ["simple", "complex"])
-def test_without_the_embedder_the_query_fails_with_the_cause(ask, route, caplog):
+def test_without_the_embedder_the_query_is_answered_in_lexical_mode_and_says_why(ask, route, caplog):
     """Retrieval started beside the embedder (its BM25 side, and on Complex the graph side waiting for the
-    vectors) ends quietly: the query reports the embedder's error and nothing else."""
+    vectors) goes on without vectors: BM25 and the entities the question names find the passage, its sentence
+    is chosen by shared words, and the answer is flagged degraded with the embedder's error."""
     models = InProcessModels(failures={contracts.TEXT_EMBEDDER.name: TritonUnavailableError("text_embedder: Triton is not reachable")})
-    with pytest.raises(TritonUnavailableError, match="text_embedder: Triton is not reachable"):
-        ask(QueryOptions(route=route), models)
+    events, final = ask(QueryOptions(route=route), models)
+    assert final.retrieval_mode == "lexical" and final.answer_source == "extractive"
+    assert "412 million euros" in final.text and final.citations[0].document_name == "northwind.md"
+    assert final.degraded and "lexical mode" in final.degraded_reason and "Triton is not reachable" in final.degraded_reason
+    assert "shared words only" not in final.degraded_reason  # said once, as lexical mode
+    evidence = next(event for event in events if isinstance(event, EvidenceEvent)).items
+    assert evidence and all(item.signals.semantic == 0.0 and "dense" not in item.signals.found_by for item in evidence)
+    assert models.calls == [contracts.TEXT_EMBEDDER.name] * models.calls.count(contracts.TEXT_EMBEDDER.name)
     time.sleep(0.2)  # what the pools still had to do
     assert [record for record in caplog.records if record.levelno >= logging.WARNING] == []
+
+
+@pytest.mark.parametrize("route", ["simple", "complex"])
+def test_without_the_embedder_and_no_lexical_fallback_the_query_fails_with_the_cause(ask, route, caplog):
+    """retrieval.lexical_fallback off: the query reports the embedder's error and nothing else, and the work
+    started beside the embedder ends quietly."""
+    models = InProcessModels(failures={contracts.TEXT_EMBEDDER.name: TritonUnavailableError("text_embedder: Triton is not reachable")})
+    with pytest.raises(TritonUnavailableError, match="text_embedder: Triton is not reachable"):
+        ask(QueryOptions(route=route), models, settings(retrieval={"lexical_fallback": False}))
+    time.sleep(0.2)  # what the pools still had to do
+    assert [record for record in caplog.records if record.levelno >= logging.WARNING] == []
+
+
+def test_an_embedder_slower_than_the_deadline_allows_gives_way_to_lexical_mode_in_time(ask):
+    models = InProcessModels(delays={contracts.TEXT_EMBEDDER.name: 5.0})
+    events, final = ask(QueryOptions(route="simple"), models, deadline_s=1.5)
+    assert final.timings_ms["total"] < 1500  # the query did not wait for the embedder past its deadline
+    assert final.retrieval_mode == "lexical" and "412 million euros" in final.text
+    assert "did not answer within" in final.degraded_reason
+
+
+def test_lexical_mode_asked_for_calls_no_model_and_is_not_degraded(ask):
+    _, final = ask(QueryOptions(lexical=True, route="complex"))
+    assert final.retrieval_mode == "lexical" and not final.degraded
+    assert "412 million euros" in final.text and final.usage.model_calls == 0
+
+
+def test_lexical_mode_refuses_what_no_passage_matches(ask, tmp_path):
+    knowledge = KnowledgeBase(tmp_path / "refusal")
+    config = settings()
+    models = InProcessModels()
+    pipeline = QueryPipeline(config, models, knowledge, PlainTokenizer(config.tokenizer_file, "ingest.tokenizer"))
+
+    async def go():
+        await Ingestor(knowledge, models, config.ingest, config.tokenizer_file).ingest(COLLECTION, "northwind.md", DOCUMENTS["northwind.md"].encode())
+        return [event async for event in pipeline.run(
+            QueryInput(COLLECTION, "Which glacier did the Zephyrian expedition survey?", QueryOptions(lexical=True)), time.monotonic() + 10)]
+
+    try:
+        final = asyncio.run(go())[-1]
+    finally:
+        pipeline.close()
+    assert final.answer_source == "refusal" and final.retrieval_mode == "lexical"
+
+
+@pytest.mark.parametrize("conflict", [{"answerer": "llm"}, {"rerank": True}, {"page_images": True}, {"router": "model"},
+                                      {"perception": "dpr"}, {"dense": True}, {"uncertainty": True}])
+def test_lexical_mode_refuses_options_that_ask_for_a_model(conflict):
+    from orchestrator.errors import InvalidOptionError
+
+    with pytest.raises(InvalidOptionError, match="lexical mode calls no model") as raised:
+        QueryOptions(lexical=True, **conflict).check(settings())
+    assert raised.value.param == next(iter(conflict))
 
 
 LLAMA3_TEMPLATE = (  # Llama 3's header format, as its tokenizer ships it (abridged: no tools)

@@ -788,6 +788,7 @@
     renderAnswerText(card, final.text || "");
     const usage = final.usage || {};
     const facts = [`answer: ${final.answer_source || "?"}`, `finish: ${final.finish_reason || "?"}`,
+      `retrieval: ${final.retrieval_mode || "full"}`,
       `${fmtInt(usage.model_calls)} model calls`,
       `${fmtInt(usage.prompt_tokens)} prompt + ${fmtInt(usage.completion_tokens)} completion tokens`];
     card.info.replaceChildren(el("p", { class: "hint", text: facts.join(" · ") }));
