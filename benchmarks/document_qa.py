@@ -20,7 +20,8 @@ The dataset is a folder in MMLongBench-Doc's layout (benchmarks/qa_dataset.py): 
    none: the fair baseline of OCR'd documents, read from the collections' segments after ingest).
 
 With --ablations, every question is also retrieved with one signal switched off per request (the graph, BM25
-over pages, BM25 over passages, dense search), in the same deployment. With --data-dir the collections are
+over pages, BM25 over passages, dense search) and in lexical mode (no model call: what answers while the
+embedder is away), in the same deployment. With --data-dir the collections are
 kept there, and a later run with the same folder finds its documents already ingested (its ingest figures then
 say so; everything else is measured again).
 
@@ -79,6 +80,7 @@ ABLATIONS = {
     "BM25 over pages off": {"page_lexical": False},
     "BM25 over passages off": {"sparse": False},
     "dense off": {"dense": False},
+    "lexical mode (no model call)": {"lexical": True},
 }
 SYSTEM_LABELS = {
     "thinkserve": "ThinkServe `Retrieve`",
@@ -184,6 +186,8 @@ async def ask(client: AsyncThinkServeClient, question: Question, collection: str
         "answer_source": final.answer_source if final is not None else "",
         "short_answer": final.short_answer.text if final is not None and final.HasField("short_answer") else "",
         "degraded": bool(final.degraded) if final is not None else False,
+        # the answerability model's P(answerable) (-1 under the similarity rule; absent in runs before it existed)
+        "answerability": final.answerability.probability if final is not None and final.HasField("answerability") else None,
         "citations": [
             {"page": citation.page, "passage": citation.passage_id,
              "regions": [list(region.bbox) for region in getattr(citation, "regions", ())]}
@@ -298,6 +302,7 @@ def score(questions: list[Question], runs: dict[int, dict], rankings: dict[int, 
         },
         "refusal": {"declined (refusal or nothing cited)": refusal_scores(declined, unanswerable),
                     "refusal answer only": refusal_scores(refused, unanswerable)},
+        "refusal_by_answerability": _answerability_auc(questions, runs, unanswerable),
         "refusal_by_best_cosine": {
             "auc": separation_auc(best, unanswerable),
             "thresholds": {str(t): refusal_scores([b < t for b in best], unanswerable) for t in REFUSAL_THRESHOLDS},
@@ -411,6 +416,22 @@ def _short_answer_lines(accuracy: dict) -> list[str]:
         lines.append(f"| {kind} | {row['questions']} | {_f(row['contains_answer'])} | {_f(row['short_answer_given'])} | "
                      f"{_f(row['short_answer_contains'])} |")
     return lines + [""]
+
+
+def _answerability_auc(questions: list[Question], runs: dict[int, dict], unanswerable: list[bool]) -> Optional[dict]:
+    """How well the answerability model's probability picks out the unanswerable questions (None for runs without it)."""
+    probabilities = [runs[q.id].get("answerability") for q in questions]
+    if any(p is None or p < 0 for p in probabilities):
+        return None
+    return {"auc": separation_auc(probabilities, unanswerable)}
+
+
+def _answerability_line(entry: Optional[dict]) -> list[str]:
+    if not entry:
+        return []
+    return [f"- The answerability model's probability separates the unanswerable questions with AUC {_f(entry['auc'])} "
+            "here. In sample: the shipped model was fitted on these questions; its figures cross-validated by document "
+            "are in `answerability.md`."]
 
 
 def _threshold_line(sweep: Optional[dict]) -> list[str]:
@@ -547,6 +568,7 @@ def report(stats: dict, settings: dict[str, Any], dataset: Path, command: str, t
         f"questions: precision {_f(declined['precision'])}, recall {_f(declined['recall'])} ({declined['declined']} declined); "
         f"refusals alone: precision {_f(refusal['refusal answer only']['precision'])}, recall "
         f"{_f(refusal['refusal answer only']['recall'])} ({refusal['refusal answer only']['declined']} refused).",
+        *_answerability_line(scores.get("refusal_by_answerability")),
         *_threshold_line(scores.get("refusal_by_best_cosine")),
         "- Routes: " + ", ".join(f"{route} {count}" for route, count in sorted(scores["routes"].items()))
         + " (short-answer questions: " + ", ".join(f"{route} {count}" for route, count in sorted(scores["routes_answerable_short"].items())) + ").",

@@ -297,8 +297,12 @@ class RetrievalSettings(_Section):
     # Relations similar to the question seed their two entities too. Off: on the retrieval-quality corpora it
     # changed no result and cost a third vector search per question.
     relation_seeds: bool = False
-    # Refusal: when no candidate is at least this similar to the question (cosine), the evidence cannot
-    # answer it and the answer says so instead of guessing.
+    # Refusal (pipeline/answerability.py): "model" refuses when the answerability model's probability is below
+    # min_answerability; "similarity" when no candidate is at least min_similarity similar to the question
+    # (cosine; in lexical mode, no candidate matches min_lexical_match of the question's BM25 weight).
+    answerability: Literal["model", "similarity"] = "model"
+    answerability_file: Optional[Path] = None  # None: the model shipped with the code (answerability-v1.json)
+    min_answerability: Optional[float] = Field(None, ge=0, le=1)  # None: the threshold each model was fitted with
     min_similarity: float = Field(0.2, ge=-1, le=1)
     # Lexical mode (pipeline/plan.py): while the text embedder is unavailable, retrieval goes on with BM25 and the
     # entities the question names, and the answer is flagged degraded (False: such queries fail with UNAVAILABLE).

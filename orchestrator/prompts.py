@@ -51,9 +51,22 @@ SYSTEM = (
 JOIN_MARGIN_TOKENS = 8
 _CITATION = re.compile(r"\[(\d{1,3})\]")
 CITATION_MARK = _CITATION  # an evidence number as answers cite it: [1]
+# How an answering model says what SYSTEM asks it to when the evidence lacks the answer (its opening sentence).
+_NO_ANSWER = re.compile(
+    r"^\W*(?:i\s+(?:cannot|can't|can not|am unable to)\s+(?:answer|find|determine)|(?:the\s+)?(?:provided\s+|given\s+)?"
+    r"(?:evidence|documents?|context|information)\s+(?:does|do)\s+not\s+(?:contain|include|mention|provide|state|say|specify)"
+    r"|(?:there\s+is\s+)?no\s+(?:information|evidence|mention)\b|not\s+enough\s+(?:information|evidence)"
+    r"|(?:this|that|the answer)\s+(?:is\s+not|isn't)\s+(?:mentioned|stated|given|provided|in the evidence))",
+    re.I,
+)
 _VISUAL_NAMES = {"image": "figure", "chart": "chart", "table": "table", "equation": "equation", "page": "page"}
 
 Count = Callable[[str], int]  # tokens of a text, as the model that reads the prompt counts them
+
+
+def states_no_answer(answer: str) -> bool:
+    """Whether a generated answer opens by saying the evidence does not hold the answer (SYSTEM asks for that)."""
+    return bool(_NO_ANSWER.match(answer.strip()))
 
 
 @dataclass(frozen=True)

@@ -141,6 +141,10 @@ def final_answer(event: FinalAnswerEvent) -> "pb.FinalAnswer":
         final.cost.CopyFrom(cost(event.cost))
     if event.uncertainty is not None:
         final.uncertainty.CopyFrom(uncertainty(event.uncertainty))
+    if event.answerability is not None:
+        a = event.answerability
+        final.answerability.CopyFrom(pb.Answerability(answerable=a.answerable, probability=a.probability, threshold=a.threshold,
+                                                      model=a.model, features=a.features))
     if event.short_answer is not None:
         short = event.short_answer
         final.short_answer.CopyFrom(pb.ShortAnswer(text=short.text, answer_type=short.answer_type, citation=short.citation,
@@ -228,6 +232,8 @@ def retrieve_response(events: Sequence[QueryEvent], request_id: str) -> "pb.Retr
             response.cost.CopyFrom(final.cost)
             response.degraded, response.degraded_reason = final.degraded, final.degraded_reason
             response.retrieval_mode = final.retrieval_mode
+            if final.HasField("answerability"):
+                response.answerability.CopyFrom(final.answerability)
     return response
 
 

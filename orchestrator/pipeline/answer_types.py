@@ -22,7 +22,8 @@ _AMOUNT = r"\d[\d,]*(?:\.\d+)?"
 _MONTH = (r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sep(?:t(?:ember)?)?|"
           r"Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)")
 _CAPITALISED = r"[A-Z][\w&'.-]*"
-_NAME = rf"{_CAPITALISED}(?:\s+(?:of|and|&|de|du|van|von|the)?\s*{_CAPITALISED})*"
+# one way to split any run of spaces (a "\s+ word? \s*" form backtracked exponentially on long capitalised tables)
+_NAME = rf"{_CAPITALISED}(?:\s+(?:(?:of|and|&|de|du|van|von|the)\s+)?{_CAPITALISED})*"
 _ORGANISATION_WORDS = (r"(?:Inc|Corp|Corporation|Company|Co|Ltd|LLC|Plc|PLC|Group|Holdings|University|Institute|"
                        r"Association|Bank|Foundation|Agency|Department|Ministry|Council|Commission|Center|Centre|"
                        r"Committee|Organization|Organisation|Society|Board|Party)\b\.?")

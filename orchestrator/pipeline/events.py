@@ -105,6 +105,17 @@ class ShortAnswer:
 
 
 @dataclass(frozen=True)
+class AnswerabilityReport:
+    """Whether the evidence can answer the question, and what that decision read (pipeline/answerability.py)."""
+
+    answerable: bool
+    probability: float  # the model's P(answerable); -1 under the similarity rule
+    threshold: float  # what it was compared with (min_answerability, or the similarity rule's floor)
+    model: str  # "<file version>/<full|lexical>", or "similarity"
+    features: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class FinalAnswerEvent:
     text: str
     citations: tuple[Citation, ...]
@@ -119,6 +130,7 @@ class FinalAnswerEvent:
     uncertainty: Optional[UncertaintyReport] = None
     short_answer: Optional[ShortAnswer] = None
     retrieval_mode: str = "full"  # full | lexical (asked for, or the embedder was unavailable: degraded says so)
+    answerability: Optional[AnswerabilityReport] = None
 
 
 QueryEvent = RouteEvent | EvidenceEvent | AnswerDeltaEvent | FinalAnswerEvent

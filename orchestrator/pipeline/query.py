@@ -30,14 +30,16 @@ from ..errors import DeadlineExceededError, InvalidRequestError, ModelExecutionE
 from ..knowledge.graph import compiled_kernels
 from ..knowledge.segments import EvidenceRecord
 from ..knowledge.store import KnowledgeBase, Snapshot
-from ..prompts import CITATION_MARK, Conversation, answer_prompt, cited_ranks
+from ..prompts import CITATION_MARK, Conversation, answer_prompt, cited_ranks, states_no_answer
 from ..tokens import PlainTokenizer
 from ..triton import contracts
 from ..triton.chat_template import chat_template_of
 from ..triton.protocol import GenerationOptions, Models
 from .accounting import QueryLedger, StageModels, own_time_by_stage
 from .answer_types import expected_type
+from .answerability import answerability_features, load_models
 from .events import (
+    AnswerabilityReport,
     AnswerDeltaEvent,
     Citation,
     EvidenceEvent,
@@ -101,6 +103,7 @@ class _Query:
     degradations: list[str] = field(default_factory=list)  # stages skipped or replaced, and why
     uncertainty: Optional[UncertaintyReport] = None
     short_answer: Optional[ShortAnswer] = None  # the extractive answer's value of the asked-for type
+    answerability: Optional[AnswerabilityReport] = None
     conversation: Conversation = Conversation()
 
     def left(self) -> float:
@@ -140,6 +143,8 @@ class QueryPipeline:
         # the graph's side of retrieval runs here beside the passage searches (retrieval.start_retrieval)
         self.search_pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="graph-search")
         knowledge.prepare = self.exercise  # each new snapshot is retrieved from once before queries see it
+        if settings.retrieval.answerability == "model":  # a missing or malformed file stops the start, not a query
+            load_models(settings.retrieval.answerability_file) if settings.retrieval.answerability_file else load_models()
 
     def close(self) -> None:
         self.retrieval_pool.shutdown(wait=False, cancel_futures=True)
@@ -205,7 +210,9 @@ class QueryPipeline:
             selected = ranked[: q.plan.evidence_k]
             q.items = evidence_items(snapshot, selected, pages, self.settings.retrieval.context_blocks)
             q.rows = {rank: candidate.row for rank, candidate in enumerate(selected, 1)}
-        answerable = self._answerable(q, ranked, best_similarity) or any(
+        with q.timer.stage("answerability"):
+            q.answerability = self._answerability(q, ranked, best_similarity)
+        answerable = q.answerability.answerable or any(
             (hit.relevance or 0.0) >= self.settings.pages.min_relevance for hit in pages
         )
         visual = visual_items(q.items, q.plan.perception_items) if q.plan.perception != "off" else []
@@ -295,13 +302,26 @@ class QueryPipeline:
                 page_search.cancel()
         return ranked, pages, retrieval.best_semantic
 
-    def _answerable(self, q: _Query, ranked: Sequence[ScoredCandidate], best_similarity: float) -> bool:
-        """Whether the text evidence can answer: some candidate is close enough to the question (its cosine; in
-        lexical mode, the share of the question's BM25 weight it matches)."""
+    def _answerability(self, q: _Query, ranked: Sequence[ScoredCandidate], best_similarity: float) -> AnswerabilityReport:
+        """Whether the text evidence can answer: the answerability model's probability against min_answerability
+        (its lexical model in lexical mode), or under the similarity rule some candidate close enough to the
+        question (its cosine; in lexical mode, the share of the question's BM25 weight it matches)."""
         retrieval = self.settings.retrieval
+        lexical = q.snapshot.lexical
+        features = answerability_features(q.question, ranked, best_similarity, q.snapshot, q.decision.label,
+                                          lexical.idf, lexical.document_frequency)
+        mode = "lexical" if q.plan.lexical else "full"
+        if retrieval.answerability == "model":
+            shipped = load_models(retrieval.answerability_file) if retrieval.answerability_file else load_models()
+            model = shipped.model(mode)
+            probability = model.probability(features)
+            threshold = model.threshold if retrieval.min_answerability is None else retrieval.min_answerability
+            return AnswerabilityReport(probability >= threshold, probability, threshold, f"{shipped.version}/{mode}", features)
         if q.plan.lexical:
-            return max((candidate.lexical for candidate in ranked), default=0.0) >= retrieval.min_lexical_match
-        return best_similarity >= retrieval.min_similarity
+            floor, best = retrieval.min_lexical_match, features["best_lexical"]
+        else:
+            floor, best = retrieval.min_similarity, best_similarity
+        return AnswerabilityReport(best >= floor, -1.0, floor, "similarity", features)
 
     async def _embed(self, q: _Query, questions: Sequence[str]) -> Optional[np.ndarray]:
         """The question's and sub-questions' vectors, or None for lexical mode: the embedder
@@ -426,6 +446,8 @@ class QueryPipeline:
         q.timer.record("llm_generation", time.monotonic() - started)
         q.text, q.source = "".join(q.parts).strip(), "vlm" if visual else "llm"
         q.finish_reason = last.finish_reason if last else "length"
+        if states_no_answer(q.text):  # the model's own refusal is reported as one (its text stands)
+            q.finish_reason = "refusal"
 
     def _final(self, q: _Query) -> FinalAnswerEvent:
         citations = q.citations or evidence_citations(q.text, {item.rank: item.record for item in q.items})
@@ -448,6 +470,7 @@ class QueryPipeline:
             short_answer=None if not self.settings.answer.short_answer
             else q.short_answer if q.source == "extractive" else self._generated_short_answer(q),
             retrieval_mode="lexical" if q.plan.lexical else "full",
+            answerability=q.answerability,
         )
 
     @staticmethod
