@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import gzip
 import json
 import subprocess
 import sys
@@ -211,7 +212,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--data-dir", type=Path, help="the collections (document_qa's), ingested here where missing")
     parser.add_argument("--max-false-refusals", type=float, default=0.10)
     parser.add_argument("--write-model", action="store_true", help=f"write the shipped model file ({MODEL_FILE.name})")
-    parser.add_argument("--examples", type=Path, help="fit on a previous run's examples (its results JSON); measure nothing")
+    parser.add_argument("--examples", type=Path, help="fit on a previous run's examples (its results JSON, or .json.gz); measure nothing")
     parser.add_argument("--output", type=Path, default=None, help="results folder (default: benchmarks/results/<dataset>)")
     args = parser.parse_args(argv)
     command = invocation(NAME, argv if argv is not None else sys.argv[1:])
@@ -219,7 +220,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     names = sorted({q.document for q in questions})
     progress = lambda message: print(f"* {message}", file=sys.stderr, flush=True)  # noqa: E731
     if args.examples:
-        examples = json.loads(args.examples.read_text())["examples"]
+        opened = gzip.open(args.examples, "rt") if args.examples.suffix == ".gz" else args.examples.open()
+        with opened as file:
+            examples = json.load(file)["examples"]
     else:
         with tempfile.TemporaryDirectory(prefix="thinkserve-answerability-") as scratch:
             settings = Settings.load(None, {"retrieval.answerability": "similarity"}).scratch(args.data_dir or Path(scratch) / "data")

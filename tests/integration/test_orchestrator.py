@@ -85,6 +85,21 @@ def test_the_tiny_default_answer_is_extractive_with_citations(client, sample_col
     assert final.text.startswith("".join(e.delta.text for e in events if e.WhichOneof("event") == "delta").strip()[:40])
 
 
+@pytest.mark.parametrize("present, absent", [
+    ("What was Northwind's total revenue in 2024?", "What was the penguin colony's total krill catch in 1987?"),
+    ("Who became chief executive in 2024?", "Who became abbot of the Zephyrian monastery in 1612?"),
+])
+def test_the_answerability_model_refuses_what_is_absent_and_answers_what_is_present(client, sample_collection, present, absent):
+    """The same kind of question, about something the report holds and about something it never mentions: the
+    shipped model's probability (reported with its features) separates them."""
+    answered = event_of(list(client.query(sample_collection, present)), "final")
+    refused = event_of(list(client.query(sample_collection, absent)), "final")
+    assert answered.answer_source == "extractive" and answered.citations and answered.answerability.answerable
+    assert refused.answer_source == "refusal" and refused.finish_reason == "refusal" and not refused.citations
+    assert refused.answerability.probability < refused.answerability.threshold <= answered.answerability.probability
+    assert refused.answerability.model.endswith("/full") and refused.answerability.features["unseen_terms"] > 0
+
+
 def test_a_question_the_collection_cannot_answer_is_refused(client, sample_collection):
     final = event_of(list(client.query(sample_collection, "How do penguins keep their eggs warm in Antarctic winters?")), "final")
     assert final.answer_source == "refusal" and "do not contain enough evidence" in final.text
