@@ -54,5 +54,6 @@ if "orchestrator.api._generated" not in packages:
 setup(
     packages=packages + ["thinkserve_build"],
     package_dir={"thinkserve_build": "build/thinkserve_build"},
-    package_data={"orchestrator.api": ["console/*"]},  # the web console's static files
+    # the web console's static files; the answerability model the query pipeline ships with
+    package_data={"orchestrator.api": ["console/*"], "orchestrator.pipeline": ["answerability-v*.json"]},
 )
