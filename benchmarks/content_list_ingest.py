@@ -62,7 +62,7 @@ from orchestrator.local_documents import zip_files
 from orchestrator.ray_ingest import ORIGIN_STEM
 from orchestrator.tokens import PlainTokenizer
 from orchestrator.triton.client import TritonClient
-from orchestrator.triton.contracts import all_contracts
+from orchestrator.models.contracts import all_contracts
 from orchestrator.triton.launcher import TritonServer
 from orchestrator.triton.models import TritonModels
 

@@ -33,7 +33,7 @@ from orchestrator.knowledge.ingest import Ingestor, mineru_options
 from orchestrator.knowledge.mineru import MineruParser
 from orchestrator.knowledge.store import KnowledgeBase
 from orchestrator.triton.client import TritonClient
-from orchestrator.triton.contracts import PAGE_ENCODER_FAMILIES, all_contracts
+from orchestrator.models.contracts import PAGE_ENCODER_FAMILIES, all_contracts
 from orchestrator.triton.launcher import TritonServer
 from orchestrator.triton.models import TritonModels
 

@@ -29,7 +29,7 @@ from .observability.metrics import ServiceMetrics
 from .observability.tracing import Tracing, setup_tracing
 from .pipeline.query import QueryPipeline
 from .triton.client import TritonClient
-from .triton.contracts import OCR, ModelContract, all_contracts
+from .models.contracts import OCR, ModelContract, all_contracts
 from .triton.launcher import TritonServer
 from .triton.supervisor import TritonSupervisor
 from .triton.models import TritonModels

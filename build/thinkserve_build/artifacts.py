@@ -35,7 +35,7 @@ def fingerprint(role: str, spec, checkpoint: ResolvedCheckpoint, formats: frozen
     from thinkserve_backend import decoding, generator_runtime, images, relevance, torch_decoding, torch_modules
 
     from orchestrator import prompts
-    from orchestrator.triton import chat_template
+    from orchestrator.models import chat_template
 
     from . import calibration, decoder_graph, export, onnx_tools
 

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from orchestrator.prompts import SYSTEM
-from orchestrator.triton.protocol import mean_entropy_nats
+from orchestrator.models.protocol import mean_entropy_nats
 
 PROBE_TOKENS = 16
 # (source, evidence, question): short passages of the kinds users ingest, each answering its question.

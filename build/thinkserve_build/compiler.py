@@ -17,7 +17,7 @@ Log = Callable[[str], None]
 
 def _jobs(profile: Profile, log: Log):
     """(role, spec, exporter(location, out, formats) -> facts) for every model role of the profile."""
-    from orchestrator.triton.contracts import ROUTE_LABELS
+    from orchestrator.models.contracts import ROUTE_LABELS
 
     yield "embedder", profile.embedder, partial(export.export_embedder, spec=profile.embedder, log=log)
     yield "reranker", profile.reranker, partial(

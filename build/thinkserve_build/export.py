@@ -21,7 +21,7 @@ from thinkserve_backend.generator_runtime import GeneratorRuntime, onnx_generato
 from thinkserve_backend.torch_modules import LlavaImageFeatures, NetworkKind, TokenEmbeddings
 from torch import nn
 
-from orchestrator.triton.chat_template import ChatTemplate
+from orchestrator.models.chat_template import ChatTemplate
 
 from . import calibration, decoder_graph, onnx_tools
 from .profiles import ClassifierSpec, EmbedderSpec, GeneratorSpec, PageEncoderSpec
@@ -267,7 +267,7 @@ def _eos_token_ids(tokenizer, model) -> list[int]:
 
 def _chat_format(tokenizer, spec: GeneratorSpec, location: str) -> dict:
     """The generator's prompt format as the orchestrator reads it: its tokenizer's chat template (or the spec's)
-    and the special tokens the template may read (orchestrator.triton.chat_template)."""
+    and the special tokens the template may read (orchestrator.models.chat_template)."""
     template = spec.chat_template or tokenizer.chat_template
     if not template:
         raise ValueError(f"{location}: the tokenizer has no chat template; give the profile's GeneratorSpec.chat_template")

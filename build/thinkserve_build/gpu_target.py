@@ -22,9 +22,9 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from orchestrator import prompts
-from orchestrator.triton import contracts
-from orchestrator.triton.chat_template import ChatTemplate
-from orchestrator.triton.contracts import ModelContract, Tensor
+from orchestrator.models import contracts
+from orchestrator.models.chat_template import ChatTemplate
+from orchestrator.models.contracts import ModelContract, Tensor
 
 from . import trtllm_engines
 from .artifacts import Artifact

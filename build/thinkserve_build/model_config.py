@@ -10,7 +10,7 @@ from typing import Optional
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from orchestrator.triton.contracts import ModelContract, Tensor
+from orchestrator.models.contracts import ModelContract, Tensor
 
 DATATYPES = {
     "BYTES": mc.TYPE_STRING,

@@ -69,7 +69,7 @@ class GeneratorSpec:
 
 @dataclass(frozen=True)
 class PageEncoderSpec:
-    family: str  # one of orchestrator.triton.contracts.PAGE_ENCODER_FAMILIES
+    family: str  # one of orchestrator.models.contracts.PAGE_ENCODER_FAMILIES
     checkpoint: Checkpoint
     max_length: int = 64  # text tower context
     pad_to_max_length: bool = False  # SigLIP was trained on text padded to its full length
@@ -180,7 +180,7 @@ def hf() -> Profile:
 
 def standin() -> Profile:
     """The hf profile's architectures at their published sizes with random weights, built offline (the `standin-*`
-    recipes, dimensions from orchestrator.bench.standins): what a GPU machine without hub access serves to measure
+    recipes, dimensions from thinkserve_build.standins): what a GPU machine without hub access serves to measure
     the hf deployment's costs (benchmarks/gpu). Lengths, contexts and serving options are hf's; the answers are noise."""
     real = hf()
     recipe = {"embedder": "standin-embedder", "reranker": "standin-reranker", "llm": "standin-llm", "vlm": "standin-vlm"}

@@ -81,7 +81,7 @@ def tiny_cross_encoder(out: Path) -> None:
 
 
 def tiny_router(out: Path) -> None:
-    from orchestrator.triton.contracts import ROUTE_LABELS
+    from orchestrator.models.contracts import ROUTE_LABELS
 
     _bert_classifier(out, num_labels=len(ROUTE_LABELS), seed=12, labels=ROUTE_LABELS)
 
@@ -239,7 +239,7 @@ RECIPES: dict[str, Callable[[Path], None]] = {
 # ---------------------------------------------------------------- stand-ins: the hf profile's architectures, random weights
 #
 # The `standin` profile serves these: each is the published architecture of the `hf` profile's checkpoint for its
-# role, at full size, with random weights. Their dimensions are orchestrator.bench.standins' tables (the one
+# role, at full size, with random weights. Their dimensions are thinkserve_build.standins' tables (the one
 # source: `thinkserve bench standins` times the same models in PyTorch); here each becomes an ordinary checkpoint
 # folder, so the repository is built by the same export code as any profile. No real tokenizer exists offline:
 # the tiny profile's (MiniLM's WordPiece, 30,522 ids; the 4,099-id BPE for the Qwen2 decoders) drive them, every
@@ -249,7 +249,7 @@ RECIPES: dict[str, Callable[[Path], None]] = {
 
 
 def _standin(role: str):
-    from orchestrator.bench.standins import standins
+    from .standins import standins
 
     return standins("hf")[role]
 

@@ -1,6 +1,6 @@
 """The model repository of a profile: which Triton models exist, how they chain into ensembles, and writing them.
 
-Public models (ensembles, LLM, VLM) carry the names and tensors of orchestrator.triton.contracts. The steps
+Public models (ensembles, LLM, VLM) carry the names and tensors of orchestrator.models.contracts. The steps
 inside an ensemble are this module's business: a python tokenizer/preprocessor, then a network whose backend
 the target chooses (targets.py, gpu_target.py); nothing in the orchestrator changes with the target.
 """
@@ -12,8 +12,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.triton import contracts
-from orchestrator.triton.contracts import ModelContract, Tensor
+from orchestrator.models import contracts
+from orchestrator.models.contracts import ModelContract, Tensor
 
 from .artifacts import Artifact
 from .model_config import PlannedModel, ensemble, python_model, to_text

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Protocol
 
 from orchestrator import prompts
-from orchestrator.triton import contracts
-from orchestrator.triton.chat_template import ChatTemplate
-from orchestrator.triton.contracts import ModelContract, Tensor
+from orchestrator.models import contracts
+from orchestrator.models.chat_template import ChatTemplate
+from orchestrator.models.contracts import ModelContract, Tensor
 
 from .artifacts import Artifact
 from .model_config import PlannedModel, QueueLimits, WarmupInput, python_model

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from orchestrator.triton.contracts import ROUTE_LABELS
+from orchestrator.models.contracts import ROUTE_LABELS
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from orchestrator.triton.contracts import Tensor
+from orchestrator.models.contracts import Tensor
 
 from .artifacts import Artifact
 from .model_config import PlannedModel, QueueLimits, add_tensor, schedule, set_parameters

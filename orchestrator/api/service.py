@@ -15,7 +15,7 @@ from ..errors import InvalidRequestError, NotFoundError, ThinkServeError
 from ..knowledge.graph import RELATED
 from ..knowledge.ingest import Ingestor
 from ..knowledge.store import Snapshot
-from ..triton.contracts import ModelContract
+from ..models.contracts import ModelContract
 from ..triton.models import TritonModels
 from . import convert
 from .gateway import REQUEST_ID_HEADER, Call, Gateway, request_id_from

@@ -26,9 +26,9 @@ from ..config import IngestSettings
 from ..errors import InvalidRequestError
 from ..prompts import INGEST_SYSTEM, description_request
 from ..tokens import PlainTokenizer
-from ..triton import contracts
-from ..triton.chat_template import chat_template_of
-from ..triton.protocol import GenerationOptions, Models
+from ..models import contracts
+from ..models.chat_template import chat_template_of
+from ..models.protocol import GenerationOptions, Models
 from . import sources
 from .chunking import Span, TextChunk, chunk_blocks
 from .content_list import read_content_list

@@ -12,9 +12,9 @@ from typing import Optional, Sequence
 
 from ..knowledge.store import Snapshot
 from ..prompts import perception_prompt
-from ..triton import contracts
-from ..triton.chat_template import chat_template_of
-from ..triton.protocol import GenerationOptions
+from ..models import contracts
+from ..models.chat_template import chat_template_of
+from ..models.protocol import GenerationOptions
 from .accounting import StageModels
 from .events import EvidenceItem
 

@@ -32,9 +32,9 @@ from ..knowledge.segments import EvidenceRecord
 from ..knowledge.store import KnowledgeBase, Snapshot
 from ..prompts import CITATION_MARK, Conversation, answer_prompt, cited_ranks, states_no_answer
 from ..tokens import PlainTokenizer
-from ..triton import contracts
-from ..triton.chat_template import chat_template_of
-from ..triton.protocol import GenerationOptions, Models
+from ..models import contracts
+from ..models.chat_template import chat_template_of
+from ..models.protocol import GenerationOptions, Models
 from .accounting import QueryLedger, StageModels, own_time_by_stage
 from .answer_types import expected_type
 from .answerability import answerability_features, load_models

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Collection, Optional, Sequence
 
 from ..knowledge.extraction import normalize_entity_name
-from ..triton.contracts import ROUTE_LABELS
+from ..models.contracts import ROUTE_LABELS
 
 # The reasoning path instruction of each route (AutoThinkRAG, section 3.3.2), worded for text and visual evidence.
 INSTRUCTIONS = {

@@ -17,8 +17,8 @@ from orchestrator.errors import TritonUnavailableError
 from orchestrator.pipeline.accounting import QueryLedger, StageModels
 from orchestrator.pipeline.evidence import answering_order
 from orchestrator.pipeline.uncertainty import deliberate, judger_threshold, prune
-from orchestrator.triton.protocol import GenerationOptions
-from orchestrator.triton.protocol import GeneratorFacts, mean_entropy_nats
+from orchestrator.models.protocol import GenerationOptions
+from orchestrator.models.protocol import GeneratorFacts, mean_entropy_nats
 from thinkserve_backend.sampling import choose_token
 from tests.model_double import CHATML, InProcessModels
 

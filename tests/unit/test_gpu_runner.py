@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from benchmarks.gpu import measure, pack, report
-from orchestrator.bench.standins import standins
-from orchestrator.triton import contracts
+from thinkserve_build.standins import standins
+from orchestrator.models import contracts
 from tests.conftest import ROOT
 
 COST = ROOT / "benchmarks" / "results" / "bench" / "bench-cost-llm.json"

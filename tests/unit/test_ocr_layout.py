@@ -13,7 +13,7 @@ from orchestrator.errors import TritonUnavailableError
 from orchestrator.knowledge.documents import Block, ParsedDocument
 from orchestrator.knowledge.ocr_layout import TextLine, page_lines, paragraphs, reading_order, with_figure_text
 from orchestrator.knowledge.page_ocr import DocumentOcr, OcrOptions
-from orchestrator.triton.protocol import PageText
+from orchestrator.models.protocol import PageText
 from tests.model_double import InProcessModels
 
 

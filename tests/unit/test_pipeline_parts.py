@@ -133,7 +133,7 @@ def test_page_search_averages_every_encoder_familys_similarity(tmp_path):
     from orchestrator.knowledge.store import KnowledgeBase
     from orchestrator.pipeline.accounting import QueryLedger, StageModels
     from orchestrator.pipeline.pages import search_pages
-    from orchestrator.triton.contracts import PAGE_ENCODER_FAMILIES
+    from orchestrator.models.contracts import PAGE_ENCODER_FAMILIES
     from tests.model_double import InProcessModels, bag_of_words
     from tests.segment_factory import commit, make_segment, unit_vectors
 

@@ -23,8 +23,8 @@ from orchestrator.pipeline.events import AnswerDeltaEvent, EvidenceEvent, FinalA
 from orchestrator.pipeline.plan import QueryOptions
 from orchestrator.pipeline.query import QueryInput, QueryPipeline
 from orchestrator.tokens import PlainTokenizer
-from orchestrator.triton import contracts
-from orchestrator.triton.protocol import GeneratorFacts
+from orchestrator.models import contracts
+from orchestrator.models.protocol import GeneratorFacts
 from tests.conftest import MODEL_REPOSITORY
 from tests.model_double import CHATML_TEMPLATE, InProcessModels
 

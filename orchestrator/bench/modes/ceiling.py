@@ -30,7 +30,7 @@ from typing import Any, Optional, Sequence
 import grpc
 
 from ...errors import ThinkServeError
-from ...triton import contracts
+from ...models import contracts
 from ...triton.models import GenerationOptions, TritonModels
 from ..session import BenchSession
 from ..stats import distribution, rate, ratio

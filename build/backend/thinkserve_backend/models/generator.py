@@ -41,7 +41,7 @@ class LanguageModel:
         self.model_name = params.model_name
         self.tokenizer = whole_text_tokenizer(params.file("tokenizer_file"))
         self.eos_token_ids = params.json("eos_token_ids")
-        self.max_context = params.integer("max_context")  # orchestrator.triton.contracts.CONTEXT_PARAMETER
+        self.max_context = params.integer("max_context")  # orchestrator.models.contracts.CONTEXT_PARAMETER
         self.default_max_tokens = params.integer("default_max_tokens", 256)
         self.load(params, args)
         self.closing = threading.Event()

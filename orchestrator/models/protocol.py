@@ -45,7 +45,7 @@ class GeneratorFacts:
     image_tokens: int = 0  # prompt tokens each image takes (VLM)
     vocabulary: int = 0  # logits per step: turns a normalised entropy back into nats; 0: not declared
     judger_entropy_nats: Optional[float] = None  # the judger's threshold calibrated at build (LLM); None: not declared
-    chat_template: str = ""  # its tokenizer's Jinja chat template (orchestrator.triton.chat_template); "": not declared
+    chat_template: str = ""  # its tokenizer's Jinja chat template (orchestrator.models.chat_template); "": not declared
     chat_template_variables: tuple[tuple[str, str], ...] = ()  # the special tokens the template reads (bos_token, ...)
 
 

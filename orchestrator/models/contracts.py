@@ -102,7 +102,7 @@ VOCABULARY_PARAMETER = "vocab_size"
 # The LLM declares the judger's threshold in nats, calibrated by the build (thinkserve_build.calibration).
 JUDGER_THRESHOLD_PARAMETER = "judger_entropy_nats"
 # Every LLM/VLM declares its prompt format: its tokenizer's Jinja chat template, and (JSON) the special tokens the
-# template reads, so prompts are built in the model's own format (orchestrator.triton.chat_template).
+# template reads, so prompts are built in the model's own format (orchestrator.models.chat_template).
 CHAT_TEMPLATE_PARAMETER = "chat_template"
 CHAT_TEMPLATE_VARIABLES_PARAMETER = "chat_template_variables"
 
