@@ -79,7 +79,7 @@ RUN python3 -m venv .venv \
  && .venv/bin/pip install --no-cache-dir --no-deps ./build/backend
 
 USER 10001:10001
-# numba's compiled kernels (orchestrator/knowledge/graph_kernels.py) are cached on the data volume: the first
+# numba's compiled kernels (orchestrator/knowledge/graph/graph_kernels.py) are cached on the data volume: the first
 # start compiles them (3 s, in the background warm-up), later starts load them (0.3 s)
 ENV NUMBA_CACHE_DIR=/data/.numba-cache
 EXPOSE 50051 50052

@@ -58,9 +58,9 @@ import numpy as np
 from orchestrator.api.convert import query_event
 from orchestrator.bench.measure import RESULTS, invocation, machine_info, summarize, uncommitted_changes, write_results
 from orchestrator.config import Settings
-from orchestrator.knowledge import graph as graph_module
-from orchestrator.knowledge.indexes import index_spec
-from orchestrator.knowledge.store import KnowledgeBase
+from orchestrator.knowledge.graph import graph as graph_module
+from orchestrator.knowledge.storage.indexes import index_spec
+from orchestrator.knowledge.storage.registry import KnowledgeBase
 from orchestrator.pipeline.events import FinalAnswerEvent
 from orchestrator.pipeline.plan import QueryOptions, make_plan
 from orchestrator.pipeline.query import QueryInput, QueryPipeline

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Optional, Sequence
 
-from ..knowledge.store import Snapshot
+from ..knowledge.storage.snapshot import Snapshot
 from ..prompts import perception_prompt
 from ..models import contracts
 from ..models.chat_template import chat_template_of

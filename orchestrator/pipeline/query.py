@@ -27,9 +27,10 @@ from opentelemetry.context import Context
 
 from ..config import ROUTE_NAMES, Settings
 from ..errors import DeadlineExceededError, InvalidRequestError, ModelExecutionError, TritonUnavailableError
-from ..knowledge.graph import compiled_kernels
-from ..knowledge.segments import EvidenceRecord
-from ..knowledge.store import KnowledgeBase, Snapshot
+from ..knowledge.graph.graph import compiled_kernels
+from ..knowledge.storage.segments import EvidenceRecord
+from ..knowledge.storage.registry import KnowledgeBase
+from ..knowledge.storage.snapshot import Snapshot
 from ..prompts import CITATION_MARK, Conversation, answer_prompt, cited_ranks, states_no_answer
 from ..tokens import PlainTokenizer
 from ..models import contracts

@@ -7,8 +7,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from orchestrator.knowledge.chunking import Span
-from orchestrator.knowledge.segments import EvidenceRecord
+from orchestrator.knowledge.parsing.chunking import Span
+from orchestrator.knowledge.storage.segments import EvidenceRecord
 from orchestrator.pipeline.events import EvidenceItem
 from orchestrator.pipeline.extractive import Sentence, candidate_sentences, choose, compose, shortlist, word_overlap
 from orchestrator.prompts import answer_prompt, cited_ranks, decoupler_prompt, evidence_block

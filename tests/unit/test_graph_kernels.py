@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from orchestrator.knowledge import graph as graph_module
-from orchestrator.knowledge.graph import DocumentGraph, KnowledgeGraph, _pagerank_scipy, build_graph, compiled_kernels
-from orchestrator.knowledge.segments import EntityMention, RelationMention
+from orchestrator.knowledge.graph import graph as graph_module
+from orchestrator.knowledge.graph.graph import DocumentGraph, KnowledgeGraph, _pagerank_scipy, build_graph, compiled_kernels
+from orchestrator.knowledge.storage.segments import EntityMention, RelationMention
 from orchestrator.knowledge.sparse_kernels import induced_submatrix, row_sums
 
 kernels = compiled_kernels()  # numba is a project dependency: without it these tests fail, not skip
@@ -106,10 +106,10 @@ def test_a_numba_that_does_not_import_leaves_the_scipy_path(monkeypatch, caplog)
 
     graph = _knowledge_graph(np.random.default_rng(7))
     expected = graph.personalized_pagerank({0: 1.0}, restrict_to=graph.neighbourhood([0], 2, 100)[0])
-    import orchestrator.knowledge
+    import orchestrator.knowledge.graph
 
-    monkeypatch.delattr(orchestrator.knowledge, "graph_kernels")
-    monkeypatch.setitem(sys.modules, "orchestrator.knowledge.graph_kernels", None)  # its import raises ImportError
+    monkeypatch.delattr(orchestrator.knowledge.graph, "graph_kernels")
+    monkeypatch.setitem(sys.modules, "orchestrator.knowledge.graph.graph_kernels", None)  # its import raises ImportError
     compiled_kernels.cache_clear()
     try:
         assert graph_module.compiled_kernels() is None
@@ -124,7 +124,7 @@ def test_what_numba_loads_is_kept_out_of_the_collectors_walks():
     In a process of its own: here any graph build since has frozen everything."""
     check = (
         "import gc\n"
-        "from orchestrator.knowledge.graph import compiled_kernels\n"
+        "from orchestrator.knowledge.graph.graph import compiled_kernels\n"
         "kernels = compiled_kernels()\n"
         "walked = {id(found) for found in gc.get_objects()}\n"
         "print(id(kernels._neighbourhood_pagerank) in walked, len(walked))\n"

@@ -18,7 +18,7 @@ import pytest
 from orchestrator.config import Settings
 from orchestrator.errors import ModelExecutionError, TritonUnavailableError
 from orchestrator.knowledge.ingest import Ingestor
-from orchestrator.knowledge.store import KnowledgeBase
+from orchestrator.knowledge.storage.registry import KnowledgeBase
 from orchestrator.pipeline.events import AnswerDeltaEvent, EvidenceEvent, FinalAnswerEvent, RouteEvent
 from orchestrator.pipeline.plan import QueryOptions
 from orchestrator.pipeline.query import QueryInput, QueryPipeline

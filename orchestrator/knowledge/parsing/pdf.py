@@ -18,7 +18,7 @@ from typing import Optional
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
-from ..errors import InvalidRequestError
+from ...errors import InvalidRequestError
 
 _PDFIUM_LOCK = threading.RLock()
 _NO_SUCH_FILE = b"/nonexistent/thinkserve-pdfium-error-sentinel.pdf"

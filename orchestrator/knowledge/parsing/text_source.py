@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import InvalidRequestError
+from ...errors import InvalidRequestError
 from .documents import Block, ParsedDocument
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")

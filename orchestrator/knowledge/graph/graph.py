@@ -28,8 +28,8 @@ from typing import Callable, Iterable, Literal, Mapping, Optional, Protocol, Seq
 import numpy as np
 import scipy.sparse as sp
 
-from .collector import building_long_lived
-from .sparse_kernels import csr_matvec, induced_submatrix, row_entries, row_sums
+from ..collector import building_long_lived
+from ..sparse_kernels import csr_matvec, induced_submatrix, row_entries, row_sums
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Literal, Optional, Sequence
 
-from ..errors import InvalidRequestError, ModelExecutionError
-from ..models.protocol import Models, PageText
+from ...errors import InvalidRequestError, ModelExecutionError
+from ...models.protocol import Models, PageText
 from .documents import BBOX_SCALE, Block, ParsedDocument
 from .ocr_layout import TextLine, contains, page_lines, paragraphs, reading_order, with_figure_text
 

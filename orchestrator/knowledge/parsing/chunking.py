@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from ..errors import ConfigurationError
-from ..tokens import PlainTokenizer
+from ...errors import ConfigurationError
+from ...tokens import PlainTokenizer
 from .documents import TEXT_TYPES, Block
 
 

@@ -42,11 +42,12 @@ from typing import Any, Callable, Generic, Iterable, Iterator, Optional, TypeVar
 import numpy as np
 from scipy import sparse
 
-from .chunking import Span
-from .documents import NO_PAGE, Block
-from .graph import DocumentGraph, MultimodalUnit
-from .lexical import LEXICAL_TERMS_VERSION, TermCounts
-from .sentences import SENTENCES_FILE, RecordSentences, TokenCounts, decode_row, encode_row, record_sentences
+from ..graph.graph import DocumentGraph, MultimodalUnit
+from ..parsing.chunking import Span
+from ..parsing.documents import NO_PAGE, Block
+from ..parsing.sentences import SENTENCES_FILE, RecordSentences, TokenCounts, decode_row, encode_row, record_sentences
+from ..parsing.text import LEXICAL_TERMS_VERSION
+from .lexical import TermCounts
 
 log = logging.getLogger("thinkserve.knowledge")
 R = TypeVar("R")

@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..errors import DataFolderLockedError
+from ...errors import DataFolderLockedError
 
 LOCK_FILE = "writer.lock"
 

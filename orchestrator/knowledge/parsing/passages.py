@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..errors import ConfigurationError
-from ..tokens import PlainTokenizer
+from ...errors import ConfigurationError
+from ...tokens import PlainTokenizer
 from .chunking import Span
 from .documents import TEXT_TYPES, Block
 

@@ -24,25 +24,17 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
 from scipy import sparse
 
-from .sparse_kernels import gathered_columns_product, row_entries
-from .text import STOP_WORDS
+from ..parsing.text import STOP_WORDS, lexical_terms
+from ..sparse_kernels import gathered_columns_product, row_entries
 
-LEXICAL_TERMS_VERSION = 1  # raise when lexical_terms changes: stored term counts of another version are not used
-_WORD = re.compile(r"[0-9]+(?:[.,][0-9]+)*%?|[^\W_]+", re.UNICODE)
 MERGE_RATIO = 1  # the last two runs merge while the older holds at most this many times the newer's texts
 MAX_DEAD_FRACTION = 0.5  # a run with more tombstoned texts than this is rebuilt from its live documents
-
-
-def lexical_terms(text: str) -> list[str]:
-    """Lower-cased words and numbers (1,200 and 4.5% stay whole): the BM25 vocabulary."""
-    return [match.group(0).casefold() for match in _WORD.finditer(text)]
 
 
 @dataclass(frozen=True, eq=False)

@@ -20,8 +20,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 
 from .chunking import Span
 from .documents import Block
-from .lexical import lexical_terms
-from .text import split_sentences
+from .text import lexical_terms, split_sentences
 
 SENTENCES_VERSION = 1  # raise when the cut changes (split_sentences, lexical_terms, the limits): older files are not read
 SENTENCES_FILE = f"sentences-v{SENTENCES_VERSION}.jsonl"

@@ -21,7 +21,7 @@ Offline and private by construction:
   lookup and connection, so neither telemetry nor a model download can leave the machine from it.
 
 Modes, measured on the 2-core machine with the 3-page test report (orchestrator/bench/generated/pdf_factory.py):
-- "subprocess" (default): a fresh `python -m orchestrator.knowledge.mineru` per document, 2.2-3.2 s wall
+- "subprocess" (default): a fresh `python -m orchestrator.knowledge.parsing.mineru` per document, 2.2-3.2 s wall
   (imports, then the first parse in a process ~1.8 s), peak RSS ~140 MB, freed when it exits. 2,000 pages
   (orchestrator/bench/generated/pdf_factory.write_long_pdf): 23 s and a peak RSS of 1.05 GB, which grows with the page count.
   A crash, a leak or a hang costs only that child; `timeout_s` kills its whole process group; settings apply
@@ -53,7 +53,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from ..errors import ConfigurationError, DeadlineExceededError, InvalidRequestError, ResourceExhaustedError, ThinkServeError
+from ...errors import (
+    ConfigurationError,
+    DeadlineExceededError,
+    InvalidRequestError,
+    ResourceExhaustedError,
+    ThinkServeError,
+)
 from .content_list import read_content_list
 from .documents import ParsedDocument
 from .pdf import inspect_pdf

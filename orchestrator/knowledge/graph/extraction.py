@@ -23,9 +23,9 @@ import unicodedata
 from dataclasses import dataclass, replace
 from typing import Any, Awaitable, Callable, Iterator, Optional, Sequence
 
-from ..prompts import extraction_prompt
-from .documents import Block
-from .text import STOP_WORDS, split_sentences
+from ...prompts import extraction_prompt
+from ..parsing.documents import Block
+from ..parsing.text import STOP_WORDS, split_sentences
 
 log = logging.getLogger(__name__)
 

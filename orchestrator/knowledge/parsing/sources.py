@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Optional
 
-from ..errors import InvalidRequestError
+from ...errors import InvalidRequestError
 
 PDF, IMAGE, MARKDOWN, TEXT, CONTENT_LIST = "pdf", "image", "markdown", "text", "content_list"
 

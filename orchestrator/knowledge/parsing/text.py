@@ -1,4 +1,5 @@
-"""Text utilities the knowledge base and the pipeline share: the stop-word list and the sentence splitter.
+"""Text utilities the knowledge base and the pipeline share: the BM25 vocabulary, the stop-word list and the
+sentence splitter.
 
 Kept apart from the entity extractor that first needed them, so the extractive answerer and the lexical
 indexes do not depend on graph extraction.
@@ -8,6 +9,16 @@ from __future__ import annotations
 
 import re
 from typing import Iterator
+
+LEXICAL_TERMS_VERSION = 1  # raise when lexical_terms changes: stored term counts of another version are not used
+_WORD = re.compile(r"[0-9]+(?:[.,][0-9]+)*%?|[^\W_]+", re.UNICODE)
+
+
+def lexical_terms(text: str) -> list[str]:
+    """Lower-cased words and numbers (1,200 and 4.5% stay whole): the BM25 vocabulary, and the words the
+    extractive answer and answerability compare with the question's."""
+    return [match.group(0).casefold() for match in _WORD.finditer(text)]
+
 
 # A compact English stop-word list (the usual NLTK/sklearn core) plus words that start sentences in reports.
 STOP_WORDS = frozenset(

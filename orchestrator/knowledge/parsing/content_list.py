@@ -34,7 +34,7 @@ from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Optional
 
-from ..errors import InvalidRequestError
+from ...errors import InvalidRequestError
 from .documents import BBOX_SCALE, Block, ParsedDocument
 
 _DRIVE = re.compile(r"^[A-Za-z]:")  # "C:/..." and "C:\\..." are absolute on the machine that wrote the list
