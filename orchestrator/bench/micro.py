@@ -203,7 +203,8 @@ def faiss_micro(sizes: Sequence[int], kinds: Sequence[str] = ("flat", "ivf", "hn
 
 def cooccurrence_graph(chunks: int, entities: int, per_chunk: int = 3, exponent: float = 1.1, seed: int = 0):
     """A KnowledgeGraph from `chunks` chunks of `per_chunk` Zipf-drawn entities each, a relation per pair."""
-    from ..knowledge.graph.graph import DocumentGraph, build_graph
+    from ..knowledge.graph.graph import DocumentGraph
+    from ..knowledge.graph.merge import build_graph
     from ..knowledge.storage.segments import RelationMention
 
     rng = np.random.default_rng(seed)

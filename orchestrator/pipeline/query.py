@@ -27,7 +27,7 @@ from opentelemetry.context import Context
 
 from ..config import ROUTE_NAMES, Settings
 from ..errors import DeadlineExceededError, InvalidRequestError, ModelExecutionError, TritonUnavailableError
-from ..knowledge.graph.graph import compiled_kernels
+from ..knowledge.graph.pagerank import compiled_kernels
 from ..knowledge.storage.segments import EvidenceRecord
 from ..knowledge.storage.registry import KnowledgeBase
 from ..knowledge.storage.snapshot import Snapshot

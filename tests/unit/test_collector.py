@@ -11,7 +11,7 @@ import weakref
 import pytest
 
 from orchestrator.knowledge.collector import building_long_lived
-from orchestrator.knowledge.graph.graph import build_graph
+from orchestrator.knowledge.graph.merge import build_graph
 from orchestrator.knowledge.storage.indexes import IndexSpec
 from orchestrator.knowledge.storage.registry import KnowledgeBase
 from orchestrator.knowledge.storage.snapshot import Snapshot

@@ -14,9 +14,9 @@ from orchestrator.knowledge.graph.graph import (
     DocumentGraph,
     KnowledgeGraph,
     MultimodalUnit,
-    build_graph,
-    gpu_available,
 )
+from orchestrator.knowledge.graph.merge import build_graph
+from orchestrator.knowledge.graph.pagerank import gpu_available
 from orchestrator.knowledge.storage.segments import EntityMention, RelationMention
 
 

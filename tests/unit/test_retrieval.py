@@ -12,7 +12,8 @@ import pytest
 from scipy import sparse
 
 from orchestrator.config import Settings
-from orchestrator.knowledge.graph.graph import DocumentGraph, build_graph
+from orchestrator.knowledge.graph.graph import DocumentGraph
+from orchestrator.knowledge.graph.merge import build_graph
 from orchestrator.knowledge.storage.indexes import IndexSpec
 from orchestrator.knowledge.storage.lexical import BM25Index
 from orchestrator.knowledge.storage.segments import EntityMention, RelationMention

@@ -11,7 +11,9 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from ..graph.graph import KnowledgeGraph, removable
+from ..graph.graph import KnowledgeGraph
+
+from ..graph.merge import removable
 from .indexes import VectorIndex
 from .segments import Segment
 

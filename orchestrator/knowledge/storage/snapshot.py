@@ -17,7 +17,8 @@ import numpy as np
 from scipy import sparse
 
 from ..collector import keep_out_of_collections
-from ..graph.graph import KnowledgeGraph, appended_graph, build_graph, graph_without
+from ..graph.graph import KnowledgeGraph
+from ..graph.merge import appended_graph, build_graph, graph_without
 from ..parsing.sentences import RecordSentences
 from .incremental import (
     FirstRows,
