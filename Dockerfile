@@ -64,10 +64,10 @@ WORKDIR /opt/thinkserve
 # trtllm image has it (TensorRT-LLM depends on it), so that flavour's environment sees the container's packages
 # and adds the backend's `torch` extra without the CPU build pinned for the development machines.
 COPY requirements/ requirements/
-COPY build/backend build/backend
+COPY backend backend
 RUN if [ "$TRITON_FLAVOUR" = trtllm ]; then \
-      python3 -m venv --system-site-packages .venv-triton && backend="./build/backend[torch]"; \
-    else python3 -m venv .venv-triton && backend=./build/backend; fi \
+      python3 -m venv --system-site-packages .venv-triton && backend="./backend[torch]"; \
+    else python3 -m venv .venv-triton && backend=./backend; fi \
  && grep -v '^torch==' requirements/triton-models.txt > /tmp/model-constraints.txt \
  && .venv-triton/bin/pip install --no-cache-dir -c /tmp/model-constraints.txt "$backend" \
  && rm /tmp/model-constraints.txt
@@ -76,10 +76,10 @@ RUN if [ "$TRITON_FLAVOUR" = trtllm ]; then \
 COPY . .
 RUN python3 -m venv .venv \
  && .venv/bin/pip install --no-cache-dir -c requirements/project.txt ".[${THINKSERVE_EXTRAS}]" \
- && .venv/bin/pip install --no-cache-dir --no-deps ./build/backend
+ && .venv/bin/pip install --no-cache-dir --no-deps ./backend
 
 USER 10001:10001
-# numba's compiled kernels (orchestrator/knowledge/graph_kernels.py) are cached on the data volume: the first
+# numba's compiled kernels (orchestrator/knowledge/graph/graph_kernels.py) are cached on the data volume: the first
 # start compiles them (3 s, in the background warm-up), later starts load them (0.3 s)
 ENV NUMBA_CACHE_DIR=/data/.numba-cache
 EXPOSE 50051 50052

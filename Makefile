@@ -23,7 +23,7 @@ setup: $(VENV)/.installed $(MODEL_VENV)/.installed
 
 # The project environment: orchestrator, model compiler, tests (numpy 2).
 # torch first, from its CPU build: anything that depends on torch must find it already satisfied.
-$(VENV)/.installed: pyproject.toml setup.py setup.cfg proto/thinkserve/v1/orchestrator.proto requirements/project.txt build/backend/pyproject.toml
+$(VENV)/.installed: pyproject.toml setup.py setup.cfg proto/thinkserve/v1/orchestrator.proto requirements/project.txt backend/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/$(PIP) -c requirements/project.txt torch $(PIP_TORCH_ARGS)
 	# faiss-cpu (the `cpu` extra); a GPU machine's environment takes `gpu` instead, never both (see pyproject.toml)
@@ -31,7 +31,7 @@ $(VENV)/.installed: pyproject.toml setup.py setup.cfg proto/thinkserve/v1/orches
 	# The tritonserver binary ships inside this wheel; its Python dependencies are not needed.
 	$(BIN)/$(PIP) --no-deps -c requirements/project.txt nvidia-pytriton
 	# The backend code, importable here for the model compiler and the unit tests (its numpy<2 pin is for Triton only).
-	$(BIN)/$(PIP) --no-deps -e build/backend
+	$(BIN)/$(PIP) --no-deps -e backend
 	# PP-OCRv4's trained ONNX graphs ship inside this wheel (the OCR role's checkpoint; its code is the unit tests'
 	# reference). Without its dependencies: it asks for opencv-python, whose cv2 would overwrite the headless one.
 	$(BIN)/$(PIP) --no-deps -c requirements/project.txt rapidocr-onnxruntime
@@ -39,10 +39,10 @@ $(VENV)/.installed: pyproject.toml setup.py setup.cfg proto/thinkserve/v1/orches
 
 # The environment Triton's python-backend stubs run in: numpy<2, onnxruntime, tokenizers, thinkserve-backend, and
 # for the torch target's models PyTorch (its CPU build, first, as above) and transformers.
-$(MODEL_VENV)/.installed: build/backend/pyproject.toml requirements/triton-models.txt
+$(MODEL_VENV)/.installed: backend/pyproject.toml requirements/triton-models.txt
 	$(PYTHON) -m venv $(MODEL_VENV)
 	$(MODEL_VENV)/bin/$(PIP) -c requirements/triton-models.txt torch $(PIP_TORCH_ARGS)
-	$(MODEL_VENV)/bin/$(PIP) -c requirements/triton-models.txt -e "build/backend[torch]"
+	$(MODEL_VENV)/bin/$(PIP) -c requirements/triton-models.txt -e "backend[torch]"
 	touch $@
 
 models: setup

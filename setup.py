@@ -3,8 +3,7 @@
 1. The gRPC/protobuf code is generated from proto/ whenever setuptools runs (wheel, sdist, editable install),
    before package discovery, so the modules always match the grpcio-tools/protobuf pins in pyproject's
    build requirements.
-2. The model compiler lives in build/thinkserve_build (build/ is the project's model-compiler folder); its
-   package name cannot shadow PyPA's `build`.
+2. The model compiler's package, thinkserve_build, lives in compiler/ (its name cannot shadow PyPA's `build`).
 """
 
 import re
@@ -53,7 +52,7 @@ if "orchestrator.api._generated" not in packages:
 
 setup(
     packages=packages + ["thinkserve_build"],
-    package_dir={"thinkserve_build": "build/thinkserve_build"},
+    package_dir={"thinkserve_build": "compiler/thinkserve_build"},
     # the web console's static files; the answerability model the query pipeline ships with
     package_data={"orchestrator.api": ["console/*"], "orchestrator.pipeline": ["answerability-v*.json"]},
 )

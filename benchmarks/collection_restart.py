@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from orchestrator.bench.measure import RESULTS, invocation, machine_info, uncommitted_changes, write_results
-from orchestrator.knowledge.indexes import IndexSpec
+from orchestrator.knowledge.storage.indexes import IndexSpec
 
 from .synthetic_collection import CollectionShape, SyntheticCorpus, write_collection
 
@@ -43,8 +43,8 @@ START = r"""
 import json, resource, sys, time
 started = time.monotonic()
 import numpy as np
-from orchestrator.knowledge.indexes import IndexSpec
-from orchestrator.knowledge.store import KnowledgeBase
+from orchestrator.knowledge.storage.indexes import IndexSpec
+from orchestrator.knowledge.storage.registry import KnowledgeBase
 imported = time.monotonic()
 data_dir, spec, lazy = sys.argv[1], IndexSpec(**json.loads(sys.argv[2])), sys.argv[3] == "lazy"
 snapshot = KnowledgeBase(__import__("pathlib").Path(data_dir), spec).collection("large").snapshot

@@ -5,7 +5,7 @@
 
 The dataset's PDFs are parsed once with MinerU (the settings' tier, in a subprocess, one document at a time, as the
 service runs it) and each parse output is zipped as a MinerU output folder: `content_list.json` and `images/`, the
-form in which the service accepts a content list made elsewhere (orchestrator/knowledge/sources.py; packed as
+form in which the service accepts a content list made elsewhere (orchestrator/knowledge/parsing/sources.py; packed as
 `thinkserve ingest --ray` packs it). The zips are cached in .thinkserve/content_lists/<dataset>/<tier>/ with each
 parse's seconds, so a re-run skips the parse. Without --origin the zips carry no original PDF, so the service
 renders no page images and runs no page-image encoder: text ingest. With --origin they carry it as
@@ -50,19 +50,19 @@ import numpy as np
 
 from orchestrator.bench.measure import RESULTS, invocation, machine_info, uncommitted_changes, write_and_show
 from orchestrator.config import Settings
-from orchestrator.knowledge import sources
-from orchestrator.knowledge.content_list import read_content_list
-from orchestrator.knowledge.documents import ParsedDocument
-from orchestrator.knowledge.indexes import index_spec
+from orchestrator.knowledge.parsing import sources
+from orchestrator.knowledge.parsing.content_list import read_content_list
+from orchestrator.knowledge.parsing.documents import ParsedDocument
+from orchestrator.knowledge.storage.indexes import index_spec
 from orchestrator.knowledge.ingest import Ingestor, IngestResult, mineru_options
-from orchestrator.knowledge.mineru import CONTENT_LIST_NAME, MineruParser
-from orchestrator.knowledge.pdf import inspect_pdf
-from orchestrator.knowledge.store import KnowledgeBase
+from orchestrator.knowledge.parsing.mineru import CONTENT_LIST_NAME, MineruParser
+from orchestrator.knowledge.parsing.pdf import inspect_pdf
+from orchestrator.knowledge.storage.registry import KnowledgeBase
 from orchestrator.local_documents import zip_files
 from orchestrator.ray_ingest import ORIGIN_STEM
 from orchestrator.tokens import PlainTokenizer
 from orchestrator.triton.client import TritonClient
-from orchestrator.triton.contracts import all_contracts
+from orchestrator.models.contracts import all_contracts
 from orchestrator.triton.launcher import TritonServer
 from orchestrator.triton.models import TritonModels
 

@@ -56,10 +56,10 @@ from orchestrator.bench.stats import percentile
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
 from orchestrator.deployment import running
-from orchestrator.knowledge.documents import ParsedDocument
+from orchestrator.knowledge.parsing.documents import ParsedDocument
 from orchestrator.knowledge.ingest import mineru_options
-from orchestrator.knowledge.mineru import MineruParser
-from orchestrator.knowledge.store import KnowledgeBase
+from orchestrator.knowledge.parsing.mineru import MineruParser
+from orchestrator.knowledge.storage.registry import KnowledgeBase
 from orchestrator.pipeline.answer_types import expected_type
 from orchestrator.tokens import PlainTokenizer
 from orchestrator.triton.client import TritonClient

@@ -20,8 +20,10 @@ from pathlib import Path
 import numpy as np
 
 from orchestrator.bench.measure import machine_info
-from orchestrator.knowledge.graph import DocumentGraph, build_graph, gpu_engine
-from orchestrator.knowledge.segments import RelationMention
+from orchestrator.knowledge.graph.graph import DocumentGraph
+from orchestrator.knowledge.graph.merge import build_graph
+from orchestrator.knowledge.graph.pagerank import gpu_engine
+from orchestrator.knowledge.storage.segments import RelationMention
 
 
 def random_graph(nodes: int, edges: int, seed: int = 0):

@@ -33,8 +33,9 @@ import numpy as np
 
 from orchestrator.bench.measure import RESULTS, invocation, machine_info, summarize, uncommitted_changes, write_results
 from orchestrator.config import Settings
-from orchestrator.knowledge.indexes import IndexSpec
-from orchestrator.knowledge.store import KnowledgeBase, Snapshot
+from orchestrator.knowledge.storage.indexes import IndexSpec
+from orchestrator.knowledge.storage.registry import KnowledgeBase
+from orchestrator.knowledge.storage.snapshot import Snapshot
 from orchestrator.pipeline.plan import QueryOptions, make_plan
 from orchestrator.pipeline.retrieval import retrieve
 from orchestrator.pipeline.router import query_features

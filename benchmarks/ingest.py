@@ -28,12 +28,12 @@ from pathlib import Path
 from orchestrator.bench.generated.report_corpus import write_corpus
 from orchestrator.bench.measure import machine_info, write_results
 from orchestrator.config import Settings
-from orchestrator.knowledge.indexes import index_spec
+from orchestrator.knowledge.storage.indexes import index_spec
 from orchestrator.knowledge.ingest import Ingestor, mineru_options
-from orchestrator.knowledge.mineru import MineruParser
-from orchestrator.knowledge.store import KnowledgeBase
+from orchestrator.knowledge.parsing.mineru import MineruParser
+from orchestrator.knowledge.storage.registry import KnowledgeBase
 from orchestrator.triton.client import TritonClient
-from orchestrator.triton.contracts import PAGE_ENCODER_FAMILIES, all_contracts
+from orchestrator.models.contracts import PAGE_ENCODER_FAMILIES, all_contracts
 from orchestrator.triton.launcher import TritonServer
 from orchestrator.triton.models import TritonModels
 
@@ -45,7 +45,7 @@ BATCHED_MODELS = ("text_embedder_encode", *(f"page_image_{family}_encode" for fa
 _LOAD_PROBE = """
 import json, resource, sys
 from pathlib import Path
-from orchestrator.knowledge.store import KnowledgeBase
+from orchestrator.knowledge.storage.registry import KnowledgeBase
 def rss_kib():
     return int(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmRSS")))
 before = rss_kib()

@@ -3,7 +3,7 @@
     python -m benchmarks.ocr_quality [--dataset ../shared/benchmarks/mmlongbench-dev] [--pages 60] [--dpi 150]
                                      [--concurrency 4] [--config FILE] [--set KEY=VALUE ...] [--output DIR] [--name NAME]
 
-Pages with a text layer are rendered as ingest renders them for OCR (orchestrator.knowledge.pdf.render_page_png,
+Pages with a text layer are rendered as ingest renders them for OCR (orchestrator.knowledge.parsing.pdf.render_page_png,
 ingest.ocr_dpi) and read twice, on this machine, one engine after the other:
 1. through the real tritonserver's `ocr` model (the product: PP-OCRv4 behind BLS, the word-space rule), pages in
    flight `--concurrency` at a time as ingest sends them;
@@ -43,7 +43,7 @@ import numpy as np
 
 from orchestrator.bench.measure import RESULTS, invocation, machine_info, uncommitted_changes, write_and_show
 from orchestrator.config import Settings
-from orchestrator.knowledge.pdf import render_page_png
+from orchestrator.knowledge.parsing.pdf import render_page_png
 from orchestrator.triton.client import TritonClient
 from orchestrator.triton.launcher import TritonServer
 from orchestrator.triton.models import TritonModels
@@ -201,7 +201,7 @@ def image_only_deck(documents: list[Path]) -> Optional[Path]:
 
 async def ingest_deck(url: str, deck: Path, settings: Settings, work: Path) -> dict[str, Any]:
     from orchestrator.knowledge.ingest import Ingestor
-    from orchestrator.knowledge.store import KnowledgeBase
+    from orchestrator.knowledge.storage.registry import KnowledgeBase
 
     async with TritonClient(url, settings.triton.call_timeout_s) as client:
         ingestor = Ingestor(KnowledgeBase(work), TritonModels(client), settings.ingest, settings.tokenizer_file)

@@ -58,9 +58,9 @@ import numpy as np
 from orchestrator.api.convert import query_event
 from orchestrator.bench.measure import RESULTS, invocation, machine_info, summarize, uncommitted_changes, write_results
 from orchestrator.config import Settings
-from orchestrator.knowledge import graph as graph_module
-from orchestrator.knowledge.indexes import index_spec
-from orchestrator.knowledge.store import KnowledgeBase
+from orchestrator.knowledge.graph import pagerank as graph_engines
+from orchestrator.knowledge.storage.indexes import index_spec
+from orchestrator.knowledge.storage.registry import KnowledgeBase
 from orchestrator.pipeline.events import FinalAnswerEvent
 from orchestrator.pipeline.plan import QueryOptions, make_plan
 from orchestrator.pipeline.query import QueryInput, QueryPipeline
@@ -280,14 +280,14 @@ async def pagerank_ab(pipeline: QueryPipeline, models: InstantModels, questions:
     """`route`'s queries with a neighbourhood's PageRank compiled (numba) and on the scipy path (as on a host
     without numba; the same scores), alternating question by question in this one process."""
     own: dict[str, list[float]] = {"compiled": [], "scipy": []}
-    compiled = graph_module.compiled_kernels
+    compiled = graph_engines.compiled_kernels
     try:
         for number, question in enumerate(questions):
             for variant in ("compiled", "scipy") if number % 2 == 0 else ("scipy", "compiled"):
-                graph_module.compiled_kernels = compiled if variant == "compiled" else (lambda: None)
+                graph_engines.compiled_kernels = compiled if variant == "compiled" else (lambda: None)
                 own[variant].append(own_ms(await ask(pipeline, models, question, route)) / 1000)
     finally:
-        graph_module.compiled_kernels = compiled
+        graph_engines.compiled_kernels = compiled
     return {variant: summarize(seconds) for variant, seconds in own.items()}
 
 
@@ -325,7 +325,7 @@ async def measure_queries(
         result["routes"][route] = route_summary(finals)
         own = result["routes"][route]["own"]
         print(f"* {route}: own time p50 {own['p50_ms']:.2f} ms, p99 {own['p99_ms']:.2f} ms", flush=True)
-    if graph_module.compiled_kernels() is not None:
+    if graph_engines.compiled_kernels() is not None:
         for route in ("moderate", "complex"):
             result.setdefault("pagerank_ab", {})[route] = ab = await pagerank_ab(pipeline, models, questions, route)
             print(f"* {route}, PageRank compiled / scipy path, alternating: p50 {ab['compiled']['p50_ms']:.2f} / "

@@ -19,7 +19,7 @@ from typing import Awaitable, Callable, Sequence
 import bm25s
 import numpy as np
 
-from orchestrator.knowledge.documents import Block, ParsedDocument
+from orchestrator.knowledge.parsing.documents import Block, ParsedDocument
 from orchestrator.tokens import PlainTokenizer
 
 DENSE_WINDOW_TOKENS = 254  # MiniLM reads 256 tokens, two of them its own [CLS] and [SEP]

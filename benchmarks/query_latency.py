@@ -33,8 +33,8 @@ from orchestrator.bench.measure import machine_info, summarize, write_results
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import ROUTE_NAMES, Settings
 from orchestrator.deployment import running
-from orchestrator.knowledge.indexes import IndexSpec
-from orchestrator.knowledge.store import Snapshot
+from orchestrator.knowledge.storage.indexes import IndexSpec
+from orchestrator.knowledge.storage.snapshot import Snapshot
 from orchestrator.pipeline.plan import QueryOptions, make_plan
 from orchestrator.pipeline.retrieval import retrieve
 from orchestrator.pipeline.router import query_features

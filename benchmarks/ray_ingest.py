@@ -33,7 +33,7 @@ from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
 from orchestrator.ingest_batch import ingest_paths
 from orchestrator.knowledge.ingest import mineru_options
-from orchestrator.knowledge.mineru import MineruParser
+from orchestrator.knowledge.parsing.mineru import MineruParser
 from orchestrator.ray_ingest import RayOptions, RaySession
 
 from .ingest import parse_only

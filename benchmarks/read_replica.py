@@ -31,9 +31,9 @@ import numpy as np
 
 from orchestrator.bench.measure import RESULTS, invocation, machine_info, summarize, uncommitted_changes, write_results
 from orchestrator.config import Settings
-from orchestrator.knowledge.indexes import IndexSpec
-from orchestrator.knowledge.store import KnowledgeBase
-from orchestrator.knowledge.writer_lock import WriterLock
+from orchestrator.knowledge.storage.indexes import IndexSpec
+from orchestrator.knowledge.storage.registry import KnowledgeBase
+from orchestrator.knowledge.storage.writer_lock import WriterLock
 
 from .incremental_commit import query_ms, wait_warm
 from .synthetic_collection import CollectionShape, SyntheticCorpus, write_collection

@@ -18,11 +18,11 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from orchestrator.knowledge.chunking import Span
-from orchestrator.knowledge.documents import Block
-from orchestrator.knowledge.segments import DocumentRecord, EntityMention, EvidenceRecord, RelationMention, Segment
-from orchestrator.knowledge.sentences import TokenCounts
-from orchestrator.knowledge.store import ManifestEntry, write_manifest
+from orchestrator.knowledge.parsing.chunking import Span
+from orchestrator.knowledge.parsing.documents import Block
+from orchestrator.knowledge.storage.segments import DocumentRecord, EntityMention, EvidenceRecord, RelationMention, Segment
+from orchestrator.knowledge.parsing.sentences import TokenCounts
+from orchestrator.knowledge.storage.manifest import ManifestEntry, write_manifest
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from tritonclient.grpc import model_config_pb2
 from orchestrator.bench.measure import machine_info, summarize, time_async_calls, time_calls, write_results
 from orchestrator.config import TritonSettings
 from orchestrator.triton.client import TritonClient
-from orchestrator.triton.contracts import TEXT_EMBEDDER
+from orchestrator.models.contracts import TEXT_EMBEDDER
 from orchestrator.triton.launcher import TritonServer
 
 BATCHES = (1, 8, 32)

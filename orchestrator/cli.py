@@ -98,17 +98,28 @@ def cmd_documents(args) -> int:
 def cmd_ask(args) -> int:
     from .presentation import print_query
 
-    options = {name: getattr(args, name) for name in QUERY_OPTIONS}
+    from .pipeline.plan import QueryOptions
+
+    options = {name: getattr(args, name) for name in QueryOptions.model_fields}
     with _client(args) as client:
         print_query(args.question, client.query(args.collection, args.question, **options))
     return 0
 
 
-# `ask` options, named as the QueryOptions fields of the proto; unset ones keep the server's settings.
-QUERY_OPTIONS = (
-    "top_k", "max_tokens", "seed", "route", "router", "chunk_top_k", "entity_top_k", "graph_hops", "dense", "sparse", "graph",
-    "rerank", "page_images", "page_top_m", "page_top_k", "perception", "uncertainty", "answerer", "lexical",
-)
+def add_query_options(command: argparse.ArgumentParser) -> None:
+    """One flag per QueryOptions field (unset: the server's setting), its help from the field's description:
+    a new option reaches the CLI without a list to keep in step."""
+    from typing import get_args
+
+    from .pipeline.plan import OPTION_CHOICES, QueryOptions
+
+    for name, field in QueryOptions.model_fields.items():
+        kind = next(arg for arg in get_args(field.annotation) if arg is not type(None))
+        flag, help = f"--{name.replace('_', '-')}", field.description
+        if kind is bool:
+            command.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, help=help)
+        else:
+            command.add_argument(flag, dest=name, type=kind, choices=OPTION_CHOICES.get(name), help=help)
 
 
 def cmd_health(args) -> int:
@@ -192,19 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "ask":
             command.add_argument("--collection", required=True)
             command.add_argument("question")
-            command.add_argument("--top-k", type=int, help="evidence items for the answer (default: the route's)")
-            command.add_argument("--max-tokens", type=int)
-            command.add_argument("--seed", type=int)
-            command.add_argument("--route", choices=("simple", "moderate", "complex"), help="take this route (no router)")
-            command.add_argument("--router", choices=("features", "model"))
-            command.add_argument("--answerer", choices=("extractive", "llm"))
-            command.add_argument("--perception", choices=("dpr", "end_to_end", "off"))
-            for number in ("chunk-top-k", "entity-top-k", "graph-hops", "page-top-m", "page-top-k"):
-                command.add_argument(f"--{number}", type=int)
-            for stage in ("dense", "sparse", "graph", "rerank", "page-images", "uncertainty"):
-                command.add_argument(f"--{stage}", action=argparse.BooleanOptionalAction, help=f"switch {stage} on or off")
-            command.add_argument("--lexical", action=argparse.BooleanOptionalAction,
-                                 help="lexical mode: BM25 and named entities, sentences by shared words; no model call")
+            add_query_options(command)
 
     token = commands.add_parser("token", help="make a bearer token and the settings entry that grants it")
     token.add_argument("--name", required=True, help="who holds it (shown in logs and metrics)")

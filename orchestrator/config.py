@@ -189,7 +189,7 @@ class StorageSettings(_Section):
 
 
 RouteName = Literal["simple", "moderate", "complex"]
-# The router model's labels, in its output order (orchestrator.triton.contracts.ROUTE_LABELS, which sits above
+# The router model's labels, in its output order (orchestrator.models.contracts.ROUTE_LABELS, which sits above
 # the settings and may not be imported here; tests/unit/test_config.py keeps the two equal).
 ROUTE_NAMES: tuple[str, ...] = get_args(RouteName)
 
@@ -443,7 +443,7 @@ class IngestSettings(_Section):
     # stays within a third of the flash tier's budget, and the dev PDFs' busiest page has 7,817. 0: no limit.
     parser_max_page_objects: int = Field(50_000, ge=0)
     # When the parse of a whole PDF fails (memory, time, a crash), it is parsed again in ranges of this many pages,
-    # a failing range one page at a time; a page that still fails is read by OCR (orchestrator/knowledge/page_ranges.py).
+    # a failing range one page at a time; a page that still fails is read by OCR (orchestrator/knowledge/parsing/page_ranges.py).
     parser_range_pages: int = Field(8, ge=1)
     # MinerU: the offline "flash" tier by default; "basic" / "standard" / "advanced" need their model folders.
     parser_tier: str = "flash"

@@ -23,13 +23,13 @@ from .api.service import ThinkServeService
 from .config import Settings
 from .errors import ConfigurationError, TritonUnavailableError
 from .knowledge.ingest import Ingestor
-from .knowledge.indexes import index_spec
-from .knowledge.store import KnowledgeBase
+from .knowledge.storage.indexes import index_spec
+from .knowledge.storage.registry import KnowledgeBase
 from .observability.metrics import ServiceMetrics
 from .observability.tracing import Tracing, setup_tracing
 from .pipeline.query import QueryPipeline
 from .triton.client import TritonClient
-from .triton.contracts import OCR, ModelContract, all_contracts
+from .models.contracts import OCR, ModelContract, all_contracts
 from .triton.launcher import TritonServer
 from .triton.supervisor import TritonSupervisor
 from .triton.models import TritonModels

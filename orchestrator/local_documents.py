@@ -12,7 +12,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .knowledge.sources import CONTENT_LIST_PATTERNS
+from .knowledge.parsing.sources import CONTENT_LIST_PATTERNS
 
 DOCUMENT_SUFFIXES = frozenset({".pdf", ".png", ".jpg", ".jpeg", ".md", ".markdown", ".txt"})
 

@@ -1,7 +1,7 @@
 """Every prompt the orchestrator writes, in one place: the answer, the judger's probe and the decoupler (LLM),
 perception (VLM), descriptions and graph extraction at ingest; and the parsing of the citations answers make.
 
-Each prompt is rendered with the model's own chat template (`chat`, an orchestrator.triton.chat_template.
+Each prompt is rendered with the model's own chat template (`chat`, an orchestrator.models.chat_template.
 ChatTemplate or any function of (system, user, turns)), never with a format written here. Evidence is read
 through the small `Evidence` protocol, so the pipeline's and the knowledge base's types can both be given.
 """

@@ -2,7 +2,7 @@
 
 Parsing is the expensive, embarrassingly parallel part of ingest (seconds of CPU per document), so the PDFs and
 page images found on the command line become a Ray Data dataset whose map step runs MinerU on the workers with
-the server's parser settings (orchestrator/knowledge/mineru.py: flash tier, offline, a subprocess with network
+the server's parser settings (orchestrator/knowledge/parsing/mineru.py: flash tier, offline, a subprocess with network
 refused, a timeout per document). Each result comes back as a zipped MinerU output folder: the content list, its
 images/ and the original as `document_origin.<ext>`, from which the server takes the page count and the page
 images (orchestrator/knowledge/sources.find_origin). The driver streams the zips to the Ingest RPC, a bounded
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Optional
 
 from .errors import ConfigurationError, ThinkServeError
-from .knowledge.mineru import CONTENT_LIST_NAME, IMAGE_SUFFIXES, MineruOptions, MineruParser
+from .knowledge.parsing.mineru import CONTENT_LIST_NAME, IMAGE_SUFFIXES, MineruOptions, MineruParser
 from .local_documents import zip_files
 
 RAY_MISSING = 'ingest --ray needs Ray, an optional extra: pip install "thinkserve[ray]"'

@@ -1,4 +1,4 @@
-"""An in-process implementation of the model protocol (orchestrator.triton.protocol.Models), for unit tests of
+"""An in-process implementation of the model protocol (orchestrator.models.protocol.Models), for unit tests of
 the pipeline's and the ingestor's control flow without a Triton.
 
 It behaves as the models do where the control flow can tell: embeddings are deterministic bags of hashed words
@@ -20,9 +20,9 @@ from typing import AsyncIterator, Callable, Optional, Sequence
 import numpy as np
 
 from orchestrator.errors import DeadlineExceededError, InvalidRequestError, ModelExecutionError
-from orchestrator.triton import contracts
-from orchestrator.triton.chat_template import ChatTemplate
-from orchestrator.triton.protocol import GenerationChunk, GenerationOptions, GeneratorFacts, PageText
+from orchestrator.models import contracts
+from orchestrator.models.chat_template import ChatTemplate
+from orchestrator.models.protocol import GenerationChunk, GenerationOptions, GeneratorFacts, PageText
 
 _WORD = re.compile(r"\w+")
 # Qwen's ChatML (the tiny profile's template too: thinkserve_build.recipes.CHATML_TEMPLATE)

@@ -6,9 +6,9 @@ import hashlib
 
 import numpy as np
 
-from orchestrator.knowledge.chunking import Span
-from orchestrator.knowledge.documents import Block
-from orchestrator.knowledge.segments import DocumentRecord, EntityMention, EvidenceRecord, RelationMention, Segment
+from orchestrator.knowledge.parsing.chunking import Span
+from orchestrator.knowledge.parsing.documents import Block
+from orchestrator.knowledge.storage.segments import DocumentRecord, EntityMention, EvidenceRecord, RelationMention, Segment
 
 
 def unit_vectors(n: int, dim: int = 8, seed: int = 0) -> np.ndarray:

@@ -51,7 +51,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from orchestrator.config import TritonSettings
-from orchestrator.triton import contracts
+from orchestrator.models import contracts
 from orchestrator.triton.client import TritonClient
 from orchestrator.triton.launcher import TritonServer
 from orchestrator.triton.models import GenerationOptions, TritonModels

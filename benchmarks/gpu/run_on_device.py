@@ -9,7 +9,7 @@ Only the standard library is imported here, so it runs on the machine's python3 
 1. the pack (.gpu-pack/, made by pack.py) is unpacked under --work (kept while the machine stays warm: a second
    command finds it and skips this);
 2. Triton's model environment: a venv over the machine's Python whose site-packages lists, in this order, the
-   pack's numpy 1.26 (the python-backend stub is built against numpy 1), build/backend (thinkserve_backend), and
+   pack's numpy 1.26 (the python-backend stub is built against numpy 1), backend (thinkserve_backend), and
    the machine's own site-packages (torch, transformers, tokenizers, onnxruntime, PIL). A venv made from a venv
    has the base interpreter's site-packages, not the venv's, hence the explicit site.addsitedir;
 3. checks before anything long: the model environment imports torch with numpy 1 (a round trip through
@@ -182,7 +182,7 @@ def model_environment(work: Path, runtime: Path, hidden: frozenset[str] = frozen
         # each named site-packages, as import_failure reads a frame's package from the folder after that name
         bases = [str(filtered_site(Path(base), work / "model-env-sites" / str(number) / "site-packages", hidden))
                  for number, base in enumerate(bases)]
-    lines = [str(runtime / "model-env"), str(ROOT / "build" / "backend")]
+    lines = [str(runtime / "model-env"), str(ROOT / "backend")]
     lines += [f"import site; site.addsitedir({path!r})" for path in bases]
     (site_packages(prefix) / BASE_SITE_PTH).write_text("\n".join(lines) + "\n")
     return prefix
@@ -302,7 +302,7 @@ def driver_environment(runtime: Path, manifest: dict, extra_libraries: list[str]
         for name in manifest["api"]:
             shutil.copy2(runtime / "api" / name, generated / name)
         facts["api_from_pack"] = True
-    paths += [ROOT, ROOT / "build", ROOT / "build" / "backend"]
+    paths += [ROOT, ROOT / "compiler", ROOT / "backend"]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([*map(str, paths), *filter(None, [env.get("PYTHONPATH")])])
     if extra_libraries:

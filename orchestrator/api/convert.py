@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from typing import Sequence
 
-from ..knowledge.chunking import Span
+from ..knowledge.parsing.chunking import Span
 from ..knowledge.ingest import IngestResult
-from ..knowledge.segments import DocumentRecord
+from ..knowledge.storage.segments import DocumentRecord
 from ..pipeline.accounting import CostReport
 from ..pipeline.events import (
     AnswerDeltaEvent,

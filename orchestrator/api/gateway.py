@@ -125,12 +125,12 @@ class Gateway:
     async def query(self, call: Call, query: QueryInput, answer: bool = True) -> AsyncIterator[QueryEvent]:
         """The query's events, once it is admitted; validation and scoping happen before it queues."""
         self.authority.authorize(call.principal, query.collection)
-        self.pipeline.validate(query)
+        checked = self.pipeline.validate(query)
         pool = self.admission.queries
         async with self._admitted(pool, call):
             route = ""
             async for event in self.pipeline.run(
-                query, call.deadline, call.request_id, answer=answer, trace_context=call.trace_context
+                checked, call.deadline, call.request_id, answer=answer, trace_context=call.trace_context
             ):
                 if isinstance(event, RouteEvent):
                     route = event.decision.label

@@ -37,7 +37,7 @@ from ..pipeline.events import AnswerDeltaEvent, FinalAnswerEvent, RouteEvent
 from ..pipeline.plan import QueryOptions
 from ..prompts import Conversation
 from ..pipeline.query import QueryInput
-from ..triton import contracts
+from ..models import contracts
 from .gateway import REQUEST_ID_HEADER, Call, Gateway, request_id_from
 from .http_common import client_timeout, error_response, failed_call, json_body, sse_stream
 

@@ -12,10 +12,10 @@ import grpc
 from .. import __version__
 from ..config import Settings
 from ..errors import InvalidRequestError, NotFoundError, ThinkServeError
-from ..knowledge.graph import RELATED
+from ..knowledge.graph.graph import RELATED
 from ..knowledge.ingest import Ingestor
-from ..knowledge.store import Snapshot
-from ..triton.contracts import ModelContract
+from ..knowledge.storage.snapshot import Snapshot
+from ..models.contracts import ModelContract
 from ..triton.models import TritonModels
 from . import convert
 from .gateway import REQUEST_ID_HEADER, Call, Gateway, request_id_from

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from ..pipeline.usage import ModelUsage
-from ..triton import contracts
+from ..models import contracts
 from .stats import saving
 
 ENCODER = "encoder"  # text in, one forward pass: embedder, reranker, page-text towers

@@ -22,7 +22,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 import numpy as np
 
 from ..pipeline.usage import ModelUsage as Usage
-from ..triton.contracts import GENERATIVE_MODELS  # one row of a query's cost: the pipeline's own record
+from ..models.contracts import GENERATIVE_MODELS  # one row of a query's cost: the pipeline's own record
 from .prices import PriceTable
 from .stats import percentile, saving
 from .triton_stats import ModelCounters

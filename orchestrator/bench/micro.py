@@ -1,6 +1,6 @@
 """Micro benchmarks of the retrieval internals, in process, on the product's own code.
 
-FAISS (orchestrator/knowledge/indexes.py's VectorIndex and IndexSpec, the builders a collection uses): Flat,
+FAISS (orchestrator/knowledge/storage/indexes.py's VectorIndex and IndexSpec, the builders a collection uses): Flat,
 IVF and HNSW at several collection sizes of 384-d vectors. Recall@10 of each approximate index against the
 exact Flat index's top 10 (Flat on inner product is exact), and the latency of one query at a time (as the
 pipeline searches one question), p50/p95/p99 from raw samples; each kind at its product default and at a few
@@ -10,7 +10,7 @@ sample, then `extended` with the rest, both the product's code; the list count i
 (4 sqrt(n)) for the full size. Vectors: benchmarks/synthetic_collection.py's model (chunks mixing Zipf-drawn
 entities), generated here in blocks so that a million fit in memory.
 
-Graph (orchestrator/knowledge/graph.py's CSR path against networkx on the same graph): co-occurrence graphs
+Graph (orchestrator/knowledge/graph/graph.py's CSR path against networkx on the same graph): co-occurrence graphs
 shaped like benchmarks/synthetic_collection.py's (three Zipf-drawn entities per chunk, a relation per pair,
 repeated pairs merged with their weights summed). Per seed set (10 entities drawn uniformly, weights like similarities):
 k-hop neighbourhoods (1 and 2 hops, uncapped: networkx's BFS layers give the same sets), personalized
@@ -113,7 +113,7 @@ def ivf_lists(n: int) -> int:
 
 def build_index(kind: str, vectors: np.ndarray, train_points_per_list: int = 40):
     """A VectorIndex as the product builds one; IVF trained on a sample (then extended with every vector)."""
-    from ..knowledge.indexes import IndexSpec, VectorIndex
+    from ..knowledge.storage.indexes import IndexSpec, VectorIndex
 
     spec = IndexSpec(kind=kind)
     n = len(vectors)
@@ -148,7 +148,7 @@ def faiss_micro(sizes: Sequence[int], kinds: Sequence[str] = ("flat", "ivf", "hn
     """Recall@10 against Flat and one-query latency per index kind, breadth and size."""
     import faiss
 
-    from ..knowledge.indexes import IndexSpec, gpu_count
+    from ..knowledge.storage.indexes import IndexSpec, gpu_count
 
     defaults = IndexSpec()
     threads = faiss.omp_get_max_threads()
@@ -203,8 +203,9 @@ def faiss_micro(sizes: Sequence[int], kinds: Sequence[str] = ("flat", "ivf", "hn
 
 def cooccurrence_graph(chunks: int, entities: int, per_chunk: int = 3, exponent: float = 1.1, seed: int = 0):
     """A KnowledgeGraph from `chunks` chunks of `per_chunk` Zipf-drawn entities each, a relation per pair."""
-    from ..knowledge.graph import DocumentGraph, build_graph
-    from ..knowledge.segments import RelationMention
+    from ..knowledge.graph.graph import DocumentGraph
+    from ..knowledge.graph.merge import build_graph
+    from ..knowledge.storage.segments import RelationMention
 
     rng = np.random.default_rng(seed)
     weights = 1.0 / np.arange(1, entities + 1) ** exponent

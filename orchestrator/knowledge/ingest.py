@@ -24,24 +24,24 @@ import numpy as np
 
 from ..config import IngestSettings
 from ..errors import InvalidRequestError
+from ..models import contracts
+from ..models.chat_template import chat_template_of
+from ..models.protocol import GenerationOptions, Models
 from ..prompts import INGEST_SYSTEM, description_request
 from ..tokens import PlainTokenizer
-from ..triton import contracts
-from ..triton.chat_template import chat_template_of
-from ..triton.protocol import GenerationOptions, Models
-from . import sources
-from .chunking import Span, TextChunk, chunk_blocks
-from .content_list import read_content_list
-from .documents import Block, ParsedDocument
-from .extraction import CooccurrenceExtractor, Extraction, LlmExtractor, describe_fallback, normalize_entity_name
-from .mineru import FLASH_PARSER_MEMORY_MB, MineruOptions, MineruParser
-from .page_ocr import DocumentOcr, OcrOptions, OcrReport, PageImages
-from .page_ranges import parse_pages
-from .passages import Passage, passages_of
-from .pdf import inspect_pdf, page_object_counts, render_page_png, render_pages
-from .segments import DocumentRecord, EntityMention, EvidenceRecord, PageRecord, RelationMention, Segment
-from .store import KnowledgeBase
-from .text_source import decode_text, parse_text
+from .graph.extraction import CooccurrenceExtractor, Extraction, LlmExtractor, describe_fallback, normalize_entity_name
+from .parsing import sources
+from .parsing.chunking import Span, TextChunk, chunk_blocks
+from .parsing.content_list import read_content_list
+from .parsing.documents import Block, ParsedDocument
+from .parsing.mineru import FLASH_PARSER_MEMORY_MB, MineruOptions, MineruParser
+from .parsing.page_ocr import DocumentOcr, OcrOptions, OcrReport, PageImages
+from .parsing.page_ranges import parse_pages
+from .parsing.passages import Passage, passages_of
+from .parsing.pdf import inspect_pdf, page_object_counts, render_page_png, render_pages
+from .parsing.text_source import decode_text, parse_text
+from .storage.registry import KnowledgeBase
+from .storage.segments import DocumentRecord, EntityMention, EvidenceRecord, PageRecord, RelationMention, Segment
 
 
 @dataclass(frozen=True)

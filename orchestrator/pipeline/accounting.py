@@ -1,6 +1,6 @@
 """What one query cost: every model call with its stage, wall time, items and tokens.
 
-Stages get a `StageModels` view of the models: the protocol's methods (orchestrator.triton.protocol.Models)
+Stages get a `StageModels` view of the models: the protocol's methods (orchestrator.models.protocol.Models)
 over any implementation of it, each call recorded in the query's ledger under that stage. From the ledger come the cost report (calls, items, tokens in and out,
 model milliseconds per model and stage) and the orchestrator's own time: the query's wall time minus the
 time at least one model call was in flight.
@@ -20,8 +20,8 @@ from typing import AsyncIterator, Awaitable, Callable, Optional, Sequence, TypeV
 
 import numpy as np
 
-from ..triton import contracts
-from ..triton.protocol import GenerationChunk, GenerationOptions, GeneratorFacts, Models, PageText
+from ..models import contracts
+from ..models.protocol import GenerationChunk, GenerationOptions, GeneratorFacts, Models, PageText
 from .timing import StageTimer
 from .usage import CostReport, ModelUsage
 

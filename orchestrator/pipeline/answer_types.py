@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from ..knowledge.lexical import lexical_terms
+from ..knowledge.parsing.text import lexical_terms
 
 ANSWER_TYPES = ("number", "money", "percentage", "date", "person", "organisation", "place", "yes_no", "other")
 

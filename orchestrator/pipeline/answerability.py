@@ -22,9 +22,9 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from ..config import ROUTE_NAMES
-from ..knowledge.lexical import lexical_terms
-from ..knowledge.store import Snapshot
-from ..knowledge.text import STOP_WORDS
+from ..knowledge.parsing.text import lexical_terms
+from ..knowledge.storage.snapshot import Snapshot
+from ..knowledge.parsing.text import STOP_WORDS
 from .answer_types import expected_type, question_numbers, values
 from .fusion import ScoredCandidate
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..knowledge.documents import NO_PAGE, TEXT_TYPES, Block
+from ..knowledge.parsing.documents import NO_PAGE, TEXT_TYPES, Block
 
 MAX_CONTEXT_CHARS = 600
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..knowledge.chunking import Span
-from ..knowledge.segments import EvidenceRecord
+from ..knowledge.parsing.chunking import Span
+from ..knowledge.storage.segments import EvidenceRecord
 from .accounting import CostReport
 from .router import RouteDecision
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..knowledge.chunking import Span
-from ..knowledge.segments import EvidenceRecord
-from ..knowledge.store import Snapshot
+from ..knowledge.parsing.chunking import Span
+from ..knowledge.storage.segments import EvidenceRecord
+from ..knowledge.storage.snapshot import Snapshot
 from .context import adjacent_blocks, context_texts
 from .events import EvidenceItem, Signals
 from .fusion import ScoredCandidate

@@ -25,11 +25,11 @@ import numpy as np
 
 from ..config import AnswerSettings
 from ..errors import ThinkServeError
-from ..knowledge.chunking import Span
-from ..knowledge.lexical import lexical_terms
-from ..knowledge.segments import EvidenceRecord
-from ..knowledge.sentences import NO_SPAN, CutSentence, cut_sentences, located_texts
-from ..knowledge.text import STOP_WORDS
+from ..knowledge.parsing.chunking import Span
+from ..knowledge.parsing.text import lexical_terms
+from ..knowledge.storage.segments import EvidenceRecord
+from ..knowledge.parsing.sentences import NO_SPAN, CutSentence, cut_sentences, located_texts
+from ..knowledge.parsing.text import STOP_WORDS
 from .accounting import StageModels
 from .answer_types import expected_type, polarity, question_numbers, short_value
 from .events import Citation, EvidenceItem, ShortAnswer

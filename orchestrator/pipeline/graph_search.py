@@ -16,7 +16,7 @@ from typing import Mapping, Optional
 import numpy as np
 from scipy import sparse
 
-from ..knowledge.graph import KnowledgeGraph
+from ..knowledge.graph.graph import KnowledgeGraph
 from ..knowledge.sparse_kernels import selected_rows_product
 
 

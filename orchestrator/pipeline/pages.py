@@ -14,8 +14,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..knowledge.segments import PageRecord
-from ..knowledge.store import Snapshot
+from ..knowledge.storage.segments import PageRecord
+from ..knowledge.storage.snapshot import Snapshot
 from .accounting import StageModels
 
 

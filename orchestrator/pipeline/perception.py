@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 from typing import Optional, Sequence
 
-from ..knowledge.store import Snapshot
+from ..knowledge.storage.snapshot import Snapshot
 from ..prompts import perception_prompt
-from ..triton import contracts
-from ..triton.chat_template import chat_template_of
-from ..triton.protocol import GenerationOptions
+from ..models import contracts
+from ..models.chat_template import chat_template_of
+from ..models.protocol import GenerationOptions
 from .accounting import StageModels
 from .events import EvidenceItem
 

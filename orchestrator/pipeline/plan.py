@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..config import ROUTE_NAMES, Settings
 from ..errors import InvalidOptionError
@@ -19,6 +19,8 @@ from ..errors import InvalidOptionError
 ROUTER_MODES = ("features", "model")
 PERCEPTION_MODES = ("dpr", "end_to_end", "off")
 ANSWERERS = ("extractive", "llm")
+# the values a text option takes: what `check` accepts and the CLI offers
+OPTION_CHOICES = {"route": ROUTE_NAMES, "router": ROUTER_MODES, "perception": PERCEPTION_MODES, "answerer": ANSWERERS}
 _TYPE_NAMES = {"int_type": "an integer", "float_type": "a number", "bool_type": "true or false", "string_type": "a string"}
 
 
@@ -31,31 +33,30 @@ class QueryOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
-    top_k: Optional[int] = None  # evidence items handed to the answerer
-    chunk_top_k: Optional[int] = None
-    entity_top_k: Optional[int] = None
-    graph_hops: Optional[int] = None
-    page_top_m: Optional[int] = None
-    page_top_k: Optional[int] = None
-    route: Optional[str] = None  # a fixed route: the router does not run
-    router: Optional[str] = None  # features | model
-    dense: Optional[bool] = None
-    sparse: Optional[bool] = None
-    page_lexical: Optional[bool] = None
-    graph: Optional[bool] = None
-    rerank: Optional[bool] = None
-    page_images: Optional[bool] = None
-    perception: Optional[str] = None  # dpr | end_to_end | off
-    uncertainty: Optional[bool] = None
-    answerer: Optional[str] = None  # extractive | llm
-    max_tokens: Optional[int] = None
-    temperature: Optional[float] = None
-    top_p: Optional[float] = None
-    seed: Optional[int] = None
-    # Lexical mode: BM25 over passages and pages, graph seeds from the entities the question names, sentences
-    # chosen by shared words: no model is called (a fast, model-free answer). The server falls back to it by
-    # itself while the text embedder is unavailable.
-    lexical: Optional[bool] = None
+    top_k: Optional[int] = Field(None, description="evidence items handed to the answerer (default: the route's)")
+    chunk_top_k: Optional[int] = Field(None, description="dense and sparse hits per (sub-)question")
+    entity_top_k: Optional[int] = Field(None, description="entities and relations matched per (sub-)question (graph seeds)")
+    graph_hops: Optional[int] = Field(None, description="graph expansion depth, 0..4")
+    page_top_m: Optional[int] = Field(None, description="pages the VLM relevance filter judges")
+    page_top_k: Optional[int] = Field(None, description="pages kept")
+    route: Optional[str] = Field(None, description="take this route: the router does not run")
+    router: Optional[str] = Field(None, description="how the route is decided")
+    dense: Optional[bool] = Field(None, description="FAISS over passages and units (off: the cosine is not weighed)")
+    sparse: Optional[bool] = Field(None, description="BM25 over passages and units")
+    page_lexical: Optional[bool] = Field(None, description="BM25 over whole pages (candidates and a signal)")
+    graph: Optional[bool] = Field(None, description="graph expansion and personalized PageRank")
+    rerank: Optional[bool] = Field(None, description="the cross-encoder")
+    page_images: Optional[bool] = Field(None, description="page-image retrieval and the VLM relevance filter")
+    perception: Optional[str] = Field(None, description="the VLM describes visual evidence (dpr), answers (end_to_end), or not")
+    uncertainty: Optional[bool] = Field(None, description="the pruner / judger / decoupler loop (LLM answerer only)")
+    answerer: Optional[str] = Field(None, description="who writes the answer")
+    max_tokens: Optional[int] = Field(None, description="the answer's length limit in tokens")
+    temperature: Optional[float] = Field(None, description="sampling temperature; 0 is greedy decoding")
+    top_p: Optional[float] = Field(None, description="nucleus sampling mass, in (0, 1]")
+    seed: Optional[int] = Field(None, description="sampling seed, for reproducible answers")
+    # The server falls back to lexical mode by itself while the text embedder is unavailable.
+    lexical: Optional[bool] = Field(
+        None, description="lexical mode: BM25 and named entities, sentences by shared words; no model is called")
 
     @classmethod
     def parse(cls, values: Mapping[str, Any]) -> "QueryOptions":
@@ -85,8 +86,7 @@ class QueryOptions(BaseModel):
             )
         if self.page_top_k is not None and not 0 <= self.page_top_k <= limit:
             raise InvalidOptionError("page_top_k", f"page_top_k must be in 0..{limit} (retrieval.max_top_k), got {self.page_top_k}")
-        for name, allowed in (("route", ROUTE_NAMES), ("router", ROUTER_MODES), ("perception", PERCEPTION_MODES),
-                              ("answerer", ANSWERERS)):
+        for name, allowed in OPTION_CHOICES.items():
             value = getattr(self, name)
             if value is not None and value not in allowed:
                 raise InvalidOptionError(name, f"{name} must be one of {', '.join(allowed)}, got {value!r}")

@@ -27,14 +27,15 @@ from opentelemetry.context import Context
 
 from ..config import ROUTE_NAMES, Settings
 from ..errors import DeadlineExceededError, InvalidRequestError, ModelExecutionError, TritonUnavailableError
-from ..knowledge.graph import compiled_kernels
-from ..knowledge.segments import EvidenceRecord
-from ..knowledge.store import KnowledgeBase, Snapshot
+from ..knowledge.graph.pagerank import compiled_kernels
+from ..knowledge.storage.segments import EvidenceRecord
+from ..knowledge.storage.registry import KnowledgeBase
+from ..knowledge.storage.snapshot import Snapshot
 from ..prompts import CITATION_MARK, Conversation, answer_prompt, cited_ranks, states_no_answer
 from ..tokens import PlainTokenizer
-from ..triton import contracts
-from ..triton.chat_template import chat_template_of
-from ..triton.protocol import GenerationOptions, Models
+from ..models import contracts
+from ..models.chat_template import chat_template_of
+from ..models.protocol import GenerationOptions, Models
 from .accounting import QueryLedger, StageModels, own_time_by_stage
 from .answer_types import expected_type
 from .answerability import answerability_features, load_models
@@ -77,6 +78,14 @@ class QueryInput:
     question: str
     options: QueryOptions = QueryOptions()
     conversation: Conversation = Conversation()  # a chat client's system prompt and earlier turns (the LLM reads them)
+
+
+@dataclass(frozen=True)
+class CheckedQuery:
+    """A query whose question, options and collection were checked (QueryPipeline.validate): run() takes it as
+    it is, so a request is checked once, before it waits for a slot."""
+
+    query: QueryInput
 
 
 @dataclass
@@ -180,7 +189,7 @@ class QueryPipeline:
             embedded.set_result(vectors)  # while the BM25 side runs, as a query's vectors come
             started.result()
 
-    def validate(self, query: QueryInput) -> None:
+    def validate(self, query: QueryInput) -> CheckedQuery:
         """Reject bad requests before any model work (the collection must exist, limits hold)."""
         question = query.question.strip()
         if not question:
@@ -190,14 +199,16 @@ class QueryPipeline:
             raise InvalidRequestError(f"question has {len(query.question)} characters; the limit is {limit} (server.max_question_chars)")
         query.options.check(self.settings)
         self.knowledge.collection(query.collection)  # NotFoundError for an unknown collection
+        return CheckedQuery(query)
 
     async def run(
-        self, query: QueryInput, deadline: float, request_id: str = "", answer: bool = True,
+        self, query: QueryInput | CheckedQuery, deadline: float, request_id: str = "", answer: bool = True,
         trace_context: Optional[Context] = None,
     ) -> AsyncIterator[QueryEvent]:
-        """Stream the events of one query; `deadline` is on the monotonic clock. Without `answer` the query
-        stops after the evidence (Retrieve) and its final event carries only timings and cost."""
-        self.validate(query)
+        """Stream the events of one query (checked here unless validate() did); `deadline` is on the monotonic
+        clock. Without `answer` the query stops after the evidence (Retrieve) and its final event carries only
+        timings and cost. The collection is looked up again: it may have been deleted while the query waited."""
+        query = (query if isinstance(query, CheckedQuery) else self.validate(query)).query
         snapshot = self.knowledge.collection(query.collection).snapshot
         q = _Query(" ".join(query.question.split()), snapshot, deadline, request_id, StageTimer(self.tracer, trace_context))
         q.conversation = query.conversation

@@ -26,7 +26,7 @@ from typing import Callable, Mapping, Optional, Sequence, TypeVar
 import numpy as np
 
 from ..config import RetrievalSettings
-from ..knowledge.store import GraphView, Snapshot
+from ..knowledge.storage.snapshot import GraphView, Snapshot
 from .fusion import SOURCES, CandidateTable, FusionWeights, ScoredCandidate, fuse
 from .graph_search import GraphExpansion, expand, hubs, mean_divisors, seed_nodes
 from .plan import QueryPlan

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Collection, Optional, Sequence
 
-from ..knowledge.extraction import normalize_entity_name
-from ..triton.contracts import ROUTE_LABELS
+from ..knowledge.graph.extraction import normalize_entity_name
+from ..models.contracts import ROUTE_LABELS
 
 # The reasoning path instruction of each route (AutoThinkRAG, section 3.3.2), worded for text and visual evidence.
 INSTRUCTIONS = {

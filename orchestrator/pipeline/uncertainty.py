@@ -19,9 +19,9 @@ from typing import Sequence
 from ..config import UncertaintySettings
 from ..errors import ModelExecutionError, TritonUnavailableError
 from ..prompts import Count, answer_prompt, decoupler_prompt
-from ..triton import contracts
-from ..triton.chat_template import chat_template_of
-from ..triton.protocol import GenerationOptions, GeneratorFacts, mean_entropy_nats
+from ..models import contracts
+from ..models.chat_template import chat_template_of
+from ..models.protocol import GenerationOptions, GeneratorFacts, mean_entropy_nats
 from .accounting import StageModels
 from .events import EvidenceItem, UncertaintyReport
 from .evidence import answering_order

@@ -24,7 +24,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from ..errors import TritonSetupError
-from .contracts import ModelContract
+from ..models.contracts import ModelContract
 
 CONTAINER_ROOT = Path("/opt/tritonserver")  # NVIDIA's Triton containers
 # Packages only the torch target's python models import (thinkserve-backend's `torch` extra).

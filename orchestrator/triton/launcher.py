@@ -41,7 +41,7 @@ from typing import Optional
 
 from ..config import TritonSettings
 from ..errors import TritonSetupError
-from .contracts import ModelContract, all_contracts
+from ..models.contracts import ModelContract, all_contracts
 from .installation import ModelEnvironment, TritonInstallation, check_repository, repository_uses_gpu
 
 LOOPBACK = "127.0.0.1"

@@ -1,4 +1,4 @@
-"""Typed calls to the models of orchestrator.triton.contracts: Python values in, numpy arrays / chunks out.
+"""Typed calls to the models of orchestrator.models.contracts: Python values in, numpy arrays / chunks out.
 
 The rest of the orchestrator calls these methods and never builds a tensor by hand. Batches larger than a
 model's max_batch_size (read from the deployed config) are split into several concurrent requests.
@@ -14,9 +14,9 @@ from typing import AsyncIterator, Optional, Sequence
 import numpy as np
 
 from ..errors import TritonUnavailableError
-from . import contracts
+from ..models import contracts
 from .client import TritonClient
-from .protocol import GenerationChunk, GenerationOptions, GeneratorFacts, PageText
+from ..models.protocol import GenerationChunk, GenerationOptions, GeneratorFacts, PageText
 
 __all__ = ["GenerationChunk", "GenerationOptions", "GeneratorFacts", "PageText", "TritonModels"]
 
@@ -26,7 +26,7 @@ def _strings(values: Sequence[str | bytes]) -> np.ndarray:
 
 
 class TritonModels:
-    """orchestrator.triton.protocol.Models over Triton."""
+    """orchestrator.models.protocol.Models over Triton."""
 
     def __init__(self, client: TritonClient):
         self.client = client

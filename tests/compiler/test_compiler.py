@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator.triton.chat_template import ChatTemplate
+from orchestrator.models.chat_template import ChatTemplate
 from tests.conftest import ROOT
 from tests.model_double import CHATML
 from thinkserve_build import artifacts, calibration, compiler, export, onnx_tools, profiles

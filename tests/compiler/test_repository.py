@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from orchestrator.triton import contracts
-from orchestrator.triton.contracts import all_contracts
+from orchestrator.models import contracts
+from orchestrator.models.contracts import all_contracts
 from tests.compiler.test_compiler import CACHE
 from tests.conftest import ROOT
 from thinkserve_build import compiler, profiles

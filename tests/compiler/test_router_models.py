@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from orchestrator import prompts
-from orchestrator.triton import contracts
+from orchestrator.models import contracts
 from tests.compiler.test_compiler import CACHE
 from tests.router_questions import labelled_questions
 from thinkserve_build import cli, export, onnx_tools, profiles, train_router

@@ -17,7 +17,7 @@ import pytest
 from tritonclient.grpc import service_pb2_grpc
 
 from orchestrator.errors import TritonSetupError
-from orchestrator.triton import contracts
+from orchestrator.models import contracts
 from orchestrator.triton.client import TritonClient, build_request
 from orchestrator.triton.installation import TritonInstallation
 from orchestrator.triton.launcher import TritonServer

@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import InvalidRequestError
-from orchestrator.knowledge.content_list import read_content_list
-from orchestrator.knowledge.documents import BBOX_SCALE, ParsedDocument
-from orchestrator.knowledge.mineru import (
+from orchestrator.knowledge.parsing.content_list import read_content_list
+from orchestrator.knowledge.parsing.documents import BBOX_SCALE, ParsedDocument
+from orchestrator.knowledge.parsing.mineru import (
     CONTENT_LIST_NAME,
     MineruOptions,
     MineruParser,
     MineruTimeoutError,
 )
-from orchestrator.knowledge.pdf import inspect_pdf, render_pages
+from orchestrator.knowledge.parsing.pdf import inspect_pdf, render_pages
 from orchestrator.bench.generated.pdf_factory import (
     SampleReport,
     write_corrupt_pdf,
@@ -116,7 +116,7 @@ def test_timeout_kills_the_parse(report, tmp_path):
 
 def test_worker_refuses_network():
     code = (
-        "from orchestrator.knowledge.mineru import _refuse_network\n"
+        "from orchestrator.knowledge.parsing.mineru import _refuse_network\n"
         "_refuse_network()\n"
         "import socket\n"
         "try:\n"

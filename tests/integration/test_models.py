@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from orchestrator.errors import InvalidRequestError, ModelExecutionError, ModelNotFoundError
-from orchestrator.triton import contracts
+from orchestrator.models import contracts
 from orchestrator.triton.client import TritonClient
 from orchestrator.triton.models import GenerationOptions, TritonModels
 

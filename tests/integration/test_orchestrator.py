@@ -6,7 +6,7 @@ import grpc
 import pytest
 
 from orchestrator.client import ThinkServeClient
-from orchestrator.triton import contracts
+from orchestrator.models import contracts
 from tests.conftest import SAMPLE_DOCUMENT
 from tests.integration.conftest import TEST_UPLOAD_LIMIT, event_of
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from orchestrator.triton import contracts
+from orchestrator.models import contracts
 from orchestrator.triton.client import TritonClient
 from orchestrator.triton.launcher import TritonServer
 from orchestrator.triton.models import TritonModels

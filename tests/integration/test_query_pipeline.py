@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator.client import ThinkServeClient
 from orchestrator.deployment import Deployment
-from orchestrator.triton import contracts
+from orchestrator.models import contracts
 from orchestrator.triton.client import TritonClient
 from orchestrator.bench.generated import pdf_factory
 from tests.conftest import MODEL_REPOSITORY, settings_with

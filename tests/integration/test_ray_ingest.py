@@ -14,8 +14,8 @@ pytest.importorskip("ray", reason='Ray is an optional extra: pip install "thinks
 
 from orchestrator.client import ThinkServeClient  # noqa: E402
 from orchestrator.ingest_batch import ingest_paths  # noqa: E402
-from orchestrator.knowledge.store import KnowledgeBase  # noqa: E402
-from orchestrator.knowledge.mineru import MineruOptions  # noqa: E402
+from orchestrator.knowledge.storage.registry import KnowledgeBase  # noqa: E402
+from orchestrator.knowledge.parsing.mineru import MineruOptions  # noqa: E402
 from orchestrator.ray_ingest import RayOptions, pack_parse  # noqa: E402
 from orchestrator.bench.generated import pdf_factory  # noqa: E402
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orchestrator.triton import contracts
+from orchestrator.models import contracts
 from orchestrator.triton.launcher import TritonServer
 from orchestrator.triton.models import GenerationOptions
 from tests.conftest import ROOT

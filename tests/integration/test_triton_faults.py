@@ -26,7 +26,7 @@ import pytest
 from orchestrator.client import ThinkServeClient
 from orchestrator.deployment import Deployment
 from orchestrator.errors import ModelNotFoundError, TritonUnavailableError
-from orchestrator.triton import contracts
+from orchestrator.models import contracts
 from orchestrator.triton.client import TritonClient
 from orchestrator.triton.launcher import TritonServer, _free_port
 from orchestrator.triton.supervisor import TritonSupervisor

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from orchestrator.config import AnswerSettings
-from orchestrator.knowledge.chunking import Span
-from orchestrator.knowledge.segments import EvidenceRecord, Segment
-from orchestrator.knowledge.sentences import MAX_SENTENCE_CHARS, SENTENCES_FILE, cut_sentences, located_texts, record_sentences
+from orchestrator.knowledge.parsing.chunking import Span
+from orchestrator.knowledge.storage.segments import EvidenceRecord, Segment
+from orchestrator.knowledge.parsing.sentences import MAX_SENTENCE_CHARS, SENTENCES_FILE, cut_sentences, located_texts, record_sentences
 from orchestrator.pipeline.accounting import QueryLedger, StageModels
 from orchestrator.pipeline.events import EvidenceItem
 from orchestrator.pipeline.extractive import candidate_sentences, extractive_answer

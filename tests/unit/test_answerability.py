@@ -14,7 +14,7 @@ import pytest
 from orchestrator.api.convert import final_answer
 from orchestrator.config import Settings
 from orchestrator.knowledge.ingest import Ingestor
-from orchestrator.knowledge.store import KnowledgeBase
+from orchestrator.knowledge.storage.registry import KnowledgeBase
 from orchestrator.pipeline.answerability import (
     FEATURES,
     LEXICAL_FEATURES,

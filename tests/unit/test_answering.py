@@ -7,8 +7,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from orchestrator.knowledge.chunking import Span
-from orchestrator.knowledge.segments import EvidenceRecord
+from orchestrator.knowledge.parsing.chunking import Span
+from orchestrator.knowledge.storage.segments import EvidenceRecord
 from orchestrator.pipeline.events import EvidenceItem
 from orchestrator.pipeline.extractive import Sentence, candidate_sentences, choose, compose, shortlist, word_overlap
 from orchestrator.prompts import answer_prompt, cited_ranks, decoupler_prompt, evidence_block
@@ -17,8 +17,8 @@ from orchestrator.errors import TritonUnavailableError
 from orchestrator.pipeline.accounting import QueryLedger, StageModels
 from orchestrator.pipeline.evidence import answering_order
 from orchestrator.pipeline.uncertainty import deliberate, judger_threshold, prune
-from orchestrator.triton.protocol import GenerationOptions
-from orchestrator.triton.protocol import GeneratorFacts, mean_entropy_nats
+from orchestrator.models.protocol import GenerationOptions
+from orchestrator.models.protocol import GeneratorFacts, mean_entropy_nats
 from thinkserve_backend.sampling import choose_token
 from tests.model_double import CHATML, InProcessModels
 

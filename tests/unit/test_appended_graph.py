@@ -8,8 +8,10 @@ import copy
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from orchestrator.knowledge.graph import DocumentGraph, KnowledgeGraph, MultimodalUnit, appended_graph, build_graph, graph_without
-from orchestrator.knowledge.segments import EntityMention, RelationMention
+from orchestrator.knowledge.graph.graph import DocumentGraph, KnowledgeGraph, MultimodalUnit
+
+from orchestrator.knowledge.graph.merge import appended_graph, build_graph, graph_without
+from orchestrator.knowledge.storage.segments import EntityMention, RelationMention
 
 KEYS = ["alpha", "beta", "gamma", "delta", ""]
 NAMES = ["Alpha", "ALPHA", "Beta", ""]

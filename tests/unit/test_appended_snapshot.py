@@ -9,9 +9,9 @@ import dataclasses
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from orchestrator.knowledge.indexes import IndexSpec
-from orchestrator.knowledge.segments import PageRecord
-from orchestrator.knowledge.store import Snapshot
+from orchestrator.knowledge.storage.indexes import IndexSpec
+from orchestrator.knowledge.storage.segments import PageRecord
+from orchestrator.knowledge.storage.snapshot import Snapshot
 from tests.segment_factory import make_segment
 
 NAMES = ["Alpha", "Beta", "Gamma", "Delta", "Epsilon"]

@@ -72,7 +72,7 @@ def test_compare_reports_the_fraction_and_flags_a_ceiling_below_end_to_end():
 
 def test_the_answer_stage_embeds_the_sentences_the_pipeline_would_shortlist():
     from orchestrator.bench.modes.ceiling import answer_sentences
-    from orchestrator.knowledge.sentences import MAX_SENTENCE_CHARS
+    from orchestrator.knowledge.parsing.sentences import MAX_SENTENCE_CHARS
 
     rambling = " ".join(f"tok{i}" for i in range(200))  # a random-weight VLM's description: one long "sentence"
     evidence = ["Revenue grew by twelve percent in Europe. Too short. Revenue grew by twelve percent in Europe.",

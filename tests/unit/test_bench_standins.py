@@ -18,7 +18,7 @@ from orchestrator.bench.call_shapes import (
 )
 from orchestrator.bench.modes.standins import device_deployment, source_image_tokens
 from orchestrator.bench.prices import PriceTable
-from orchestrator.bench.standins import image_positions, standins
+from thinkserve_build.standins import image_positions, standins
 from orchestrator.pipeline.accounting import ModelUsage
 
 

@@ -7,8 +7,8 @@ import pytest
 from transformers.utils.chat_template_utils import render_jinja_template
 
 from orchestrator.errors import TritonUnavailableError
-from orchestrator.triton.chat_template import ChatTemplate, chat_template_of
-from orchestrator.triton.protocol import GeneratorFacts
+from orchestrator.models.chat_template import ChatTemplate, chat_template_of
+from orchestrator.models.protocol import GeneratorFacts
 from tests.model_double import CHATML_TEMPLATE
 from tests.unit.test_query_control_flow import LLAMA3_TEMPLATE
 

@@ -3,10 +3,10 @@ text cut from the source."""
 
 import pytest
 
-from orchestrator.knowledge.chunking import chunk_blocks
+from orchestrator.knowledge.parsing.chunking import chunk_blocks
 from orchestrator.tokens import PlainTokenizer
-from orchestrator.knowledge.documents import Block
-from orchestrator.knowledge.text_source import decode_text, parse_text
+from orchestrator.knowledge.parsing.documents import Block
+from orchestrator.knowledge.parsing.text_source import decode_text, parse_text
 from orchestrator.errors import InvalidRequestError
 from tests.conftest import MODEL_REPOSITORY
 

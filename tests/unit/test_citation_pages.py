@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orchestrator.knowledge.chunking import Span, chunk_blocks
-from orchestrator.knowledge.documents import Block
-from orchestrator.knowledge.extraction import Entity, Extraction, Relation
+from orchestrator.knowledge.parsing.chunking import Span, chunk_blocks
+from orchestrator.knowledge.parsing.documents import Block
+from orchestrator.knowledge.graph.extraction import Entity, Extraction, Relation
 from orchestrator.knowledge.ingest import _mentions
-from orchestrator.knowledge.passages import passages_of
-from orchestrator.knowledge.segments import EvidenceRecord
+from orchestrator.knowledge.parsing.passages import passages_of
+from orchestrator.knowledge.storage.segments import EvidenceRecord
 from orchestrator.pipeline.events import EvidenceItem
 from orchestrator.pipeline.extractive import candidate_sentences, choose, sentence_citations
 from orchestrator.pipeline.query import evidence_citations

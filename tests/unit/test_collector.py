@@ -11,9 +11,10 @@ import weakref
 import pytest
 
 from orchestrator.knowledge.collector import building_long_lived
-from orchestrator.knowledge.graph import build_graph
-from orchestrator.knowledge.indexes import IndexSpec
-from orchestrator.knowledge.store import KnowledgeBase, Snapshot
+from orchestrator.knowledge.graph.merge import build_graph
+from orchestrator.knowledge.storage.indexes import IndexSpec
+from orchestrator.knowledge.storage.registry import KnowledgeBase
+from orchestrator.knowledge.storage.snapshot import Snapshot
 from orchestrator.pipeline.plan import QueryOptions
 from orchestrator.pipeline.query import QueryInput
 from tests.segment_factory import commit, make_segment

@@ -65,7 +65,7 @@ def test_scratch_settings_take_free_ports_and_their_own_folder(tmp_path):
 
 def test_the_route_names_are_the_router_models_labels_in_its_output_order():
     from orchestrator.config import ROUTE_NAMES, RouteSettings
-    from orchestrator.triton.contracts import ROUTE_LABELS
+    from orchestrator.models.contracts import ROUTE_LABELS
 
     assert ROUTE_NAMES == ROUTE_LABELS == ("simple", "moderate", "complex")
     assert set(RouteSettings.model_fields) == set(ROUTE_NAMES)  # a policy per route, none without a route

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from orchestrator.errors import InvalidRequestError
-from orchestrator.knowledge.content_list import read_content_list, table_text
-from orchestrator.knowledge.documents import Block, ParsedDocument
+from orchestrator.knowledge.parsing.content_list import read_content_list, table_text
+from orchestrator.knowledge.parsing.documents import Block, ParsedDocument
 from orchestrator.knowledge.ingest import _textless_pages
 
 TABLE_HTML = (

@@ -12,15 +12,16 @@ import time
 
 import pytest
 
-from orchestrator.knowledge.indexes import IndexSpec
-from orchestrator.knowledge.store import MANIFEST, KnowledgeBase
-from orchestrator.knowledge.stored_indexes import META, PREFIX
+from orchestrator.knowledge.storage.indexes import IndexSpec
+from orchestrator.knowledge.storage.manifest import MANIFEST
+from orchestrator.knowledge.storage.registry import KnowledgeBase
+from orchestrator.knowledge.storage.stored_indexes import META, PREFIX
 from tests.conftest import ROOT
 
 WRITER = r"""
 import sys
-from orchestrator.knowledge.indexes import IndexSpec
-from orchestrator.knowledge.store import KnowledgeBase
+from orchestrator.knowledge.storage.indexes import IndexSpec
+from orchestrator.knowledge.storage.registry import KnowledgeBase
 from tests.segment_factory import commit, make_segment
 
 kb = KnowledgeBase(__import__("pathlib").Path(sys.argv[1]), IndexSpec(kind=sys.argv[3], hnsw_neighbors=8))

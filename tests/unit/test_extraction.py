@@ -7,8 +7,8 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from orchestrator.knowledge.documents import Block
-from orchestrator.knowledge.extraction import (
+from orchestrator.knowledge.parsing.documents import Block
+from orchestrator.knowledge.graph.extraction import (
     CooccurrenceExtractor,
     Entity,
     Extraction,
@@ -20,7 +20,7 @@ from orchestrator.knowledge.extraction import (
     normalize_entity_name,
     parse_llm_extraction,
 )
-from orchestrator.knowledge.text import split_sentences
+from orchestrator.knowledge.parsing.text import split_sentences
 from orchestrator.prompts import extraction_prompt
 
 

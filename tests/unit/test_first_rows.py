@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.knowledge.store import FirstRows
+from orchestrator.knowledge.storage.incremental import FirstRows
 
 
 def by_definition(key_lists, preferred):

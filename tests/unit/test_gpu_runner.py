@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from benchmarks.gpu import measure, pack, report
-from orchestrator.bench.standins import standins
-from orchestrator.triton import contracts
+from thinkserve_build.standins import standins
+from orchestrator.models import contracts
 from tests.conftest import ROOT
 
 COST = ROOT / "benchmarks" / "results" / "bench" / "bench-cost-llm.json"
@@ -72,8 +72,8 @@ def test_top_level_names_of_an_unpacked_site(tmp_path):
 
 # ---------------------------------------------------------------- what the GPU machine must have
 
-PROJECT = {"orchestrator": ROOT / "orchestrator", "thinkserve_build": ROOT / "build" / "thinkserve_build",
-           "thinkserve_backend": ROOT / "build" / "backend" / "thinkserve_backend", "benchmarks": ROOT / "benchmarks"}
+PROJECT = {"orchestrator": ROOT / "orchestrator", "thinkserve_build": ROOT / "compiler" / "thinkserve_build",
+           "thinkserve_backend": ROOT / "backend" / "thinkserve_backend", "benchmarks": ROOT / "benchmarks"}
 # What the pack's driver/ folder holds, by import name (pack.DRIVER_DISTRIBUTIONS)
 PACKED = {"tritonclient", "rapidjson", "google", "pydantic", "pydantic_core", "annotated_types", "typing_inspection",
           "typing_extensions", "opentelemetry"}

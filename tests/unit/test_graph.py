@@ -6,7 +6,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from orchestrator.knowledge.graph import (
+from orchestrator.knowledge.graph.graph import (
     BELONGS_TO,
     ENTITY,
     RELATED,
@@ -14,10 +14,10 @@ from orchestrator.knowledge.graph import (
     DocumentGraph,
     KnowledgeGraph,
     MultimodalUnit,
-    build_graph,
-    gpu_available,
 )
-from orchestrator.knowledge.segments import EntityMention, RelationMention
+from orchestrator.knowledge.graph.merge import build_graph
+from orchestrator.knowledge.graph.pagerank import gpu_available
+from orchestrator.knowledge.storage.segments import EntityMention, RelationMention
 
 
 def _report() -> DocumentGraph:

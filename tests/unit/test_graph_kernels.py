@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from orchestrator.knowledge import graph as graph_module
-from orchestrator.knowledge.graph import DocumentGraph, KnowledgeGraph, _pagerank_scipy, build_graph, compiled_kernels
-from orchestrator.knowledge.segments import EntityMention, RelationMention
+from orchestrator.knowledge.graph import pagerank as graph_engines
+from orchestrator.knowledge.graph.graph import DocumentGraph, KnowledgeGraph
+from orchestrator.knowledge.graph.merge import build_graph
+from orchestrator.knowledge.graph.pagerank import compiled_kernels, pagerank_scipy
 from orchestrator.knowledge.sparse_kernels import induced_submatrix, row_sums
+from orchestrator.knowledge.storage.segments import EntityMention, RelationMention
 
 kernels = compiled_kernels()  # numba is a project dependency: without it these tests fail, not skip
 
@@ -58,7 +60,7 @@ def test_the_compiled_pagerank_of_a_neighbourhood_equals_the_scipy_path_bit_for_
         teleport /= teleport.sum()
         submatrix = induced_submatrix(matrix, members)
         for damping, max_iter, tol in ((0.85, 100, 1e-6), (0.5, 500, 1e-12), (0.85, 2, 1e-6)):
-            expected = _pagerank_scipy(submatrix, row_sums(submatrix), teleport, damping, max_iter, tol)
+            expected = pagerank_scipy(submatrix, row_sums(submatrix), teleport, damping, max_iter, tol)
             made = kernels.neighbourhood_pagerank(matrix.indptr, matrix.indices, matrix.data, members, teleport, damping,
                                                   max_iter, tol)
             assert np.array_equal(made, expected), (members[:5], damping, max_iter)
@@ -83,7 +85,7 @@ def test_personalized_pagerank_gives_the_same_scores_with_and_without_numba(monk
     seeds = {int(node): float(w) for node, w in zip([*rng.choice(390, 7, replace=False), 395], rng.random(8))}  # 395: isolated
     neighbourhood, _ = graph.neighbourhood(sorted(seeds), 2, 250)
     compiled = graph.personalized_pagerank(seeds, restrict_to=neighbourhood)
-    monkeypatch.setattr(graph_module, "compiled_kernels", lambda: None)
+    monkeypatch.setattr(graph_engines, "compiled_kernels", lambda: None)
     assert np.array_equal(graph.personalized_pagerank(seeds, restrict_to=neighbourhood), compiled)
     assert np.count_nonzero(compiled) == len(np.unique(neighbourhood)) == 250
 
@@ -106,13 +108,13 @@ def test_a_numba_that_does_not_import_leaves_the_scipy_path(monkeypatch, caplog)
 
     graph = _knowledge_graph(np.random.default_rng(7))
     expected = graph.personalized_pagerank({0: 1.0}, restrict_to=graph.neighbourhood([0], 2, 100)[0])
-    import orchestrator.knowledge
+    import orchestrator.knowledge.graph
 
-    monkeypatch.delattr(orchestrator.knowledge, "graph_kernels")
-    monkeypatch.setitem(sys.modules, "orchestrator.knowledge.graph_kernels", None)  # its import raises ImportError
+    monkeypatch.delattr(orchestrator.knowledge.graph, "graph_kernels")
+    monkeypatch.setitem(sys.modules, "orchestrator.knowledge.graph.graph_kernels", None)  # its import raises ImportError
     compiled_kernels.cache_clear()
     try:
-        assert graph_module.compiled_kernels() is None
+        assert graph_engines.compiled_kernels() is None
         assert "numba is installed but fails" in caplog.text
         assert np.array_equal(graph.personalized_pagerank({0: 1.0}, restrict_to=graph.neighbourhood([0], 2, 100)[0]), expected)
     finally:
@@ -124,7 +126,7 @@ def test_what_numba_loads_is_kept_out_of_the_collectors_walks():
     In a process of its own: here any graph build since has frozen everything."""
     check = (
         "import gc\n"
-        "from orchestrator.knowledge.graph import compiled_kernels\n"
+        "from orchestrator.knowledge.graph.pagerank import compiled_kernels\n"
         "kernels = compiled_kernels()\n"
         "walked = {id(found) for found in gc.get_objects()}\n"
         "print(id(kernels._neighbourhood_pagerank) in walked, len(walked))\n"

@@ -7,9 +7,10 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from orchestrator.knowledge.indexes import IndexSpec
-from orchestrator.knowledge.lexical import BM25Index, TermCounts, lexical_terms
-from orchestrator.knowledge.store import Snapshot
+from orchestrator.knowledge.storage.indexes import IndexSpec
+from orchestrator.knowledge.storage.lexical import BM25Index, TermCounts
+from orchestrator.knowledge.parsing.text import lexical_terms
+from orchestrator.knowledge.storage.snapshot import Snapshot
 from tests.segment_factory import make_segment
 
 WORDS = ["revenue", "grew", "north", "south", "2024", "1,200", "cost", "fell", "the", "report", "4.5%", "Ünïcode"]

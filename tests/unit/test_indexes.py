@@ -5,8 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from orchestrator.knowledge.indexes import IndexSpec, VectorIndex
-from orchestrator.knowledge.lexical import BM25Index, lexical_terms
+from orchestrator.knowledge.storage.indexes import IndexSpec, VectorIndex
+from orchestrator.knowledge.storage.lexical import BM25Index
+from orchestrator.knowledge.parsing.text import lexical_terms
 
 
 def unit_vectors(n, dim=16, seed=0):
@@ -78,7 +79,7 @@ def test_bm25_queries_drop_stop_words_and_know_their_own_weight():
 
 @pytest.mark.parametrize("kind", ["flat", "hnsw"])
 def test_appending_shares_the_index_and_searches_a_tail_until_it_is_merged_in(kind, monkeypatch, tmp_path):
-    from orchestrator.knowledge import indexes
+    from orchestrator.knowledge.storage import indexes
 
     monkeypatch.setattr(indexes, "tail_limit", lambda base_size: 25)
     spec = IndexSpec(kind=kind, hnsw_ef_search=512)
@@ -107,7 +108,7 @@ def test_removing_rows_shares_the_index_skips_them_and_equals_an_index_of_the_re
     """A deleted document's rows go without a rebuild: searches skip them (main index and tail alike), the rows
     after them move up, appending still works, the index is written with its removed ids and read back so, and
     past MAX_REMOVED_FRACTION it is rebuilt from what is left."""
-    from orchestrator.knowledge import indexes
+    from orchestrator.knowledge.storage import indexes
 
     monkeypatch.setattr(indexes, "tail_limit", lambda base_size: 40)
     spec = IndexSpec(kind=kind, ivf_min_vectors=100, ivf_lists=4, ivf_probe=4, hnsw_ef_search=512)
@@ -141,7 +142,7 @@ def test_removing_rows_shares_the_index_skips_them_and_equals_an_index_of_the_re
 
 
 def test_with_faiss_cpu_every_index_stays_on_the_cpu_and_says_why(caplog):
-    from orchestrator.knowledge import indexes
+    from orchestrator.knowledge.storage import indexes
 
     if indexes.gpu_count() > 0:
         pytest.skip("faiss sees a GPU here: test_on_a_gpu_the_results_are_the_cpu_results covers it")
@@ -160,7 +161,7 @@ def test_with_faiss_cpu_every_index_stays_on_the_cpu_and_says_why(caplog):
 
 def test_the_placement_decision_takes_the_configured_device_only(monkeypatch):
     """The decision alone, with faiss made to report two GPUs (no index is copied anywhere)."""
-    from orchestrator.knowledge import indexes
+    from orchestrator.knowledge.storage import indexes
 
     monkeypatch.setattr(indexes.faiss, "StandardGpuResources", object, raising=False)
     monkeypatch.setattr(indexes, "gpu_count", lambda: 2)
@@ -174,7 +175,7 @@ def test_the_placement_decision_takes_the_configured_device_only(monkeypatch):
 def test_the_device_budget_holds_the_indexes_together_and_frees_what_is_garbage():
     import gc
 
-    from orchestrator.knowledge.indexes import _DeviceBudget
+    from orchestrator.knowledge.storage.indexes import _DeviceBudget
 
     class Owner:  # stands for faiss's GPU index object
         pass
@@ -194,7 +195,7 @@ def test_the_device_budget_holds_the_indexes_together_and_frees_what_is_garbage(
 
 
 def test_the_device_bytes_of_an_index_are_its_vectors_and_centroids():
-    from orchestrator.knowledge.indexes import device_bytes
+    from orchestrator.knowledge.storage.indexes import device_bytes
 
     flat = VectorIndex.build(IndexSpec(), unit_vectors(50), 16)
     assert device_bytes(flat._index) == 50 * 16 * 4
@@ -203,7 +204,7 @@ def test_the_device_bytes_of_an_index_are_its_vectors_and_centroids():
 
 
 def test_stored_indexes_do_not_depend_on_where_an_index_runs():
-    from orchestrator.knowledge.stored_indexes import _settings
+    from orchestrator.knowledge.storage.stored_indexes import _settings
 
     assert _settings(IndexSpec()) == _settings(IndexSpec(use_gpu=False, gpu_device=3, gpu_temp_memory_mb=1, gpu_memory_mb=1))
     assert _settings(IndexSpec()) != _settings(IndexSpec(hnsw_ef_search=64))
@@ -211,7 +212,7 @@ def test_stored_indexes_do_not_depend_on_where_an_index_runs():
 
 def test_the_settings_section_is_the_spec():
     from orchestrator.config import IndexSettings
-    from orchestrator.knowledge.indexes import index_spec
+    from orchestrator.knowledge.storage.indexes import index_spec
 
     settings = IndexSettings(kind="ivf", gpu_device=1, gpu_temp_memory_mb=64, gpu_memory_mb=512)
     assert index_spec(settings) == IndexSpec(kind="ivf", gpu_device=1, gpu_temp_memory_mb=64, gpu_memory_mb=512)
@@ -232,7 +233,7 @@ def test_the_faiss_extras_are_named_when_faiss_is_missing_or_doubled(hide):
         "real = m.distribution\n"
         "m.distribution = lambda name: real('faiss-cpu') if name.startswith('faiss-gpu') else real(name)\n"
     )
-    probe = setup + "import orchestrator.knowledge.indexes\n"
+    probe = setup + "import orchestrator.knowledge.storage.indexes\n"
     result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
@@ -241,7 +242,7 @@ def test_the_faiss_extras_are_named_when_faiss_is_missing_or_doubled(hide):
 
 
 @pytest.mark.skipif(
-    __import__("orchestrator.knowledge.indexes", fromlist=["gpu_count"]).gpu_count() == 0,
+    __import__("orchestrator.knowledge.storage.indexes", fromlist=["gpu_count"]).gpu_count() == 0,
     reason="needs faiss-gpu and a GPU it sees (the `gpu` extra on a GPU machine); the CPU choice is tested above",
 )
 @pytest.mark.parametrize("kind", ["flat", "ivf"])
@@ -275,7 +276,7 @@ def test_searches_of_indexes_on_one_gpu_are_serialised_by_its_lock():
 
     import faiss
 
-    from orchestrator.knowledge.indexes import device_lock
+    from orchestrator.knowledge.storage.indexes import device_lock
 
     vectors = np.eye(4, dtype=np.float32)
     cpu = faiss.IndexFlatIP(4)

@@ -1,5 +1,5 @@
-"""Recognised lines -> blocks (orchestrator.knowledge.ocr_layout), and OCR's place in ingest
-(orchestrator.knowledge.page_ocr) over the in-process model double: which pages are read, what replaces what, and
+"""Recognised lines -> blocks (orchestrator.knowledge.parsing.ocr_layout), and OCR's place in ingest
+(orchestrator.knowledge.parsing.page_ocr) over the in-process model double: which pages are read, what replaces what, and
 failures that cost a warning, not the document."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from orchestrator.errors import TritonUnavailableError
-from orchestrator.knowledge.documents import Block, ParsedDocument
-from orchestrator.knowledge.ocr_layout import TextLine, page_lines, paragraphs, reading_order, with_figure_text
-from orchestrator.knowledge.page_ocr import DocumentOcr, OcrOptions
-from orchestrator.triton.protocol import PageText
+from orchestrator.knowledge.parsing.documents import Block, ParsedDocument
+from orchestrator.knowledge.parsing.ocr_layout import TextLine, page_lines, paragraphs, reading_order, with_figure_text
+from orchestrator.knowledge.parsing.page_ocr import DocumentOcr, OcrOptions
+from orchestrator.models.protocol import PageText
 from tests.model_double import InProcessModels
 
 

@@ -1,4 +1,4 @@
-"""A page that breaks the parser costs that page (orchestrator.knowledge.page_ranges): the control flow over a
+"""A page that breaks the parser costs that page (orchestrator.knowledge.parsing.page_ranges): the control flow over a
 parser whose failures are chosen per page. The real MinerU on a real PDF with a page it is not given is in
 tests/integration/test_ocr.py."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.knowledge.documents import Block, ParsedDocument
-from orchestrator.knowledge.mineru import MineruMemoryError, MineruOptions, MineruTimeoutError
-from orchestrator.knowledge.page_ranges import parse_pages
+from orchestrator.knowledge.parsing.documents import Block, ParsedDocument
+from orchestrator.knowledge.parsing.mineru import MineruMemoryError, MineruOptions, MineruTimeoutError
+from orchestrator.knowledge.parsing.page_ranges import parse_pages
 
 
 @dataclass

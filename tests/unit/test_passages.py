@@ -4,9 +4,9 @@ page, bbox and place in the passage text recorded."""
 import pytest
 
 from orchestrator.errors import ConfigurationError
-from orchestrator.knowledge.documents import Block
-from orchestrator.knowledge.passages import passages_of
-from orchestrator.knowledge.text_source import parse_text
+from orchestrator.knowledge.parsing.documents import Block
+from orchestrator.knowledge.parsing.passages import passages_of
+from orchestrator.knowledge.parsing.text_source import parse_text
 from orchestrator.tokens import PlainTokenizer
 from tests.conftest import MODEL_REPOSITORY
 

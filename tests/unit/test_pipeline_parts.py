@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from orchestrator.knowledge.documents import NO_PAGE, Block
+from orchestrator.knowledge.parsing.documents import NO_PAGE, Block
 from orchestrator.pipeline.accounting import QueryLedger, busy_ms, own_time_by_stage
 from orchestrator.pipeline.context import adjacent_blocks, context_texts, vertical_gap
 from orchestrator.pipeline.pages import average_similarity
@@ -129,11 +129,11 @@ def test_page_search_averages_every_encoder_familys_similarity(tmp_path):
     tower, and each page's similarity is the mean of its three cosines, each computed exactly."""
     import asyncio
 
-    from orchestrator.knowledge.segments import PageRecord
-    from orchestrator.knowledge.store import KnowledgeBase
+    from orchestrator.knowledge.storage.segments import PageRecord
+    from orchestrator.knowledge.storage.registry import KnowledgeBase
     from orchestrator.pipeline.accounting import QueryLedger, StageModels
     from orchestrator.pipeline.pages import search_pages
-    from orchestrator.triton.contracts import PAGE_ENCODER_FAMILIES
+    from orchestrator.models.contracts import PAGE_ENCODER_FAMILIES
     from tests.model_double import InProcessModels, bag_of_words
     from tests.segment_factory import commit, make_segment, unit_vectors
 

@@ -133,3 +133,18 @@ def test_parsed_values_keep_their_types_and_unset_options_stay_none():
     with pytest.raises(InvalidOptionError, match="route must be one of") as refused:
         QueryOptions.parse({"route": "hard"}).check(Settings())
     assert refused.value.param == "route"
+
+
+def test_every_query_option_is_in_the_proto_and_an_ask_flag_with_its_description():
+    """One list of options: the proto's QueryOptions, the validated model and the CLI's `ask` flags agree."""
+    from orchestrator.api.protos import pb
+    from orchestrator.cli import build_parser
+
+    assert set(QueryOptions.model_fields) == {field.name for field in pb.QueryOptions.DESCRIPTOR.fields}
+    parser = build_parser()
+    ask = parser._subparsers._group_actions[0].choices["ask"]
+    flags = {action.dest: action for action in ask._actions}
+    for name, field in QueryOptions.model_fields.items():
+        assert name in flags and field.description and flags[name].help == field.description, name
+    args = parser.parse_args(["ask", "--collection", "c", "q", "--top-p", "0.5", "--no-page-lexical", "--route", "simple"])
+    assert (args.top_p, args.page_lexical, args.route, args.temperature) == (0.5, False, "simple", None)

@@ -1,4 +1,4 @@
-from orchestrator.knowledge.segments import EvidenceRecord
+from orchestrator.knowledge.storage.segments import EvidenceRecord
 from orchestrator.pipeline.events import EvidenceItem
 from orchestrator.prompts import Conversation, answer_prompt, cited_ranks, decoupler_prompt
 from tests.model_double import CHATML

@@ -18,13 +18,13 @@ import pytest
 from orchestrator.config import Settings
 from orchestrator.errors import ModelExecutionError, TritonUnavailableError
 from orchestrator.knowledge.ingest import Ingestor
-from orchestrator.knowledge.store import KnowledgeBase
+from orchestrator.knowledge.storage.registry import KnowledgeBase
 from orchestrator.pipeline.events import AnswerDeltaEvent, EvidenceEvent, FinalAnswerEvent, RouteEvent
 from orchestrator.pipeline.plan import QueryOptions
 from orchestrator.pipeline.query import QueryInput, QueryPipeline
 from orchestrator.tokens import PlainTokenizer
-from orchestrator.triton import contracts
-from orchestrator.triton.protocol import GeneratorFacts
+from orchestrator.models import contracts
+from orchestrator.models.protocol import GeneratorFacts
 from tests.conftest import MODEL_REPOSITORY
 from tests.model_double import CHATML_TEMPLATE, InProcessModels
 

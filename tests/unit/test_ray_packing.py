@@ -11,8 +11,8 @@ import pytest
 
 from orchestrator import cli
 from orchestrator.errors import ConfigurationError, InvalidRequestError
-from orchestrator.knowledge import sources
-from orchestrator.knowledge.mineru import MineruOptions
+from orchestrator.knowledge.parsing import sources
+from orchestrator.knowledge.parsing.mineru import MineruOptions
 from orchestrator.local_documents import zip_files
 from orchestrator.ray_ingest import RAY_MISSING, import_ray, parse_row, parsed_on_ray
 from orchestrator.bench.generated import pdf_factory

@@ -11,9 +11,10 @@ import weakref
 import numpy as np
 import pytest
 
-from orchestrator.knowledge import reaper, store
-from orchestrator.knowledge.indexes import IndexSpec
-from orchestrator.knowledge.store import KnowledgeBase, Snapshot
+from orchestrator.knowledge.storage import incremental, reaper
+from orchestrator.knowledge.storage.indexes import IndexSpec
+from orchestrator.knowledge.storage.registry import KnowledgeBase
+from orchestrator.knowledge.storage.snapshot import Snapshot
 from tests.segment_factory import commit, make_segment
 
 
@@ -64,7 +65,7 @@ def segment(number: int):
 def test_a_replaced_snapshot_is_emptied_once_no_query_holds_it_and_the_new_one_is_intact(tmp_path, monkeypatch):
     """When the new snapshot's graph is built from every document (here: the delete cannot be done in place), the
     replaced one shares nothing with it and goes to the reaper."""
-    monkeypatch.setattr(store, "removable", lambda *args: False)
+    monkeypatch.setattr(incremental, "removable", lambda *args: False)
     collection = KnowledgeBase(tmp_path, IndexSpec(), warm=True).collection("docs", create=True)
     for number in range(4):
         commit(collection, segment(number))

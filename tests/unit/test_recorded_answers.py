@@ -27,8 +27,8 @@ import pytest
 from benchmarks.own_time import COLLECTION, InstantModels
 from benchmarks.synthetic_collection import CollectionShape, SyntheticCorpus, write_collection
 from orchestrator.config import ROUTE_NAMES, Settings
-from orchestrator.knowledge.indexes import index_spec
-from orchestrator.knowledge.store import KnowledgeBase
+from orchestrator.knowledge.storage.indexes import index_spec
+from orchestrator.knowledge.storage.registry import KnowledgeBase
 from orchestrator.pipeline.events import EvidenceEvent, FinalAnswerEvent
 from orchestrator.pipeline.plan import QueryOptions
 from orchestrator.pipeline.query import QueryInput, QueryPipeline

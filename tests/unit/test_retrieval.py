@@ -12,11 +12,12 @@ import pytest
 from scipy import sparse
 
 from orchestrator.config import Settings
-from orchestrator.knowledge.graph import DocumentGraph, build_graph
-from orchestrator.knowledge.indexes import IndexSpec
-from orchestrator.knowledge.lexical import BM25Index
-from orchestrator.knowledge.segments import EntityMention, RelationMention
-from orchestrator.knowledge.store import Snapshot
+from orchestrator.knowledge.graph.graph import DocumentGraph
+from orchestrator.knowledge.graph.merge import build_graph
+from orchestrator.knowledge.storage.indexes import IndexSpec
+from orchestrator.knowledge.storage.lexical import BM25Index
+from orchestrator.knowledge.storage.segments import EntityMention, RelationMention
+from orchestrator.knowledge.storage.snapshot import Snapshot
 from orchestrator.pipeline.graph_search import expand, hubs, mean_divisors, seed_nodes
 from orchestrator.pipeline.plan import QueryOptions, make_plan
 from orchestrator.pipeline import retrieval as retrieval_module

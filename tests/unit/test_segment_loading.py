@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from orchestrator.knowledge import segments as segment_files
-from orchestrator.knowledge.documents import NO_PAGE
-from orchestrator.knowledge.indexes import IndexSpec
-from orchestrator.knowledge.lexical import BM25Index
-from orchestrator.knowledge.segments import TERMS_FILE, Segment, StoredRecords
-from orchestrator.knowledge.store import Snapshot
+from orchestrator.knowledge.storage import segments as segment_files
+from orchestrator.knowledge.parsing.documents import NO_PAGE
+from orchestrator.knowledge.storage.indexes import IndexSpec
+from orchestrator.knowledge.storage.lexical import BM25Index
+from orchestrator.knowledge.storage.segments import TERMS_FILE, Segment, StoredRecords
+from orchestrator.knowledge.storage.snapshot import Snapshot
 from tests.segment_factory import make_segment
 
 WORDS = ["revenue", "grew", "north", "south", "2024", "1,200", "cost", "fell", "the", "report", "4.5%", "Ünïcode"]

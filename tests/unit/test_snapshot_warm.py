@@ -9,10 +9,12 @@ import threading
 import time
 
 from orchestrator.config import Settings
-from orchestrator.knowledge import store
-from orchestrator.knowledge.indexes import IndexSpec
-from orchestrator.knowledge.segments import Segment
-from orchestrator.knowledge.store import KnowledgeBase, Snapshot
+from orchestrator.knowledge.storage import incremental
+from orchestrator.knowledge.storage import snapshot as snapshots
+from orchestrator.knowledge.storage.indexes import IndexSpec
+from orchestrator.knowledge.storage.segments import Segment
+from orchestrator.knowledge.storage.registry import KnowledgeBase
+from orchestrator.knowledge.storage.snapshot import Snapshot
 from orchestrator.pipeline.plan import QueryOptions, make_plan
 from orchestrator.pipeline.retrieval import retrieve
 from tests.segment_factory import commit, make_segment
@@ -37,14 +39,14 @@ def wait_until(condition, seconds=20.0):
 
 def test_threads_asking_at_once_build_the_graph_once(monkeypatch):
     calls = []
-    original = store.build_graph
+    original = snapshots.build_graph
 
     def slow_build(inputs):
         calls.append(1)
         time.sleep(0.2)
         return original(inputs)
 
-    monkeypatch.setattr(store, "build_graph", slow_build)
+    monkeypatch.setattr(snapshots, "build_graph", slow_build)
     snapshot = Snapshot(1, [segment()], IndexSpec())
     graphs = []
     threads = [threading.Thread(target=lambda: graphs.append(snapshot.graph)) for _ in range(6)]
@@ -61,14 +63,14 @@ ALL_PARTS = {"lexical", "page_lexical", "graph", "node_evidence"}
 def slow_graph_builds(monkeypatch, seconds: float) -> list[int]:
     """Make every graph build take `seconds`; returns the list that counts them."""
     calls = []
-    original = store.build_graph
+    original = snapshots.build_graph
 
     def slow_build(inputs):
         calls.append(1)
         time.sleep(seconds)
         return original(inputs)
 
-    monkeypatch.setattr(store, "build_graph", slow_build)
+    monkeypatch.setattr(snapshots, "build_graph", slow_build)
     return calls
 
 
@@ -123,7 +125,7 @@ def test_a_snapshot_whose_build_fails_is_published_unbuilt(tmp_path, monkeypatch
     def broken(inputs):
         raise RuntimeError("graph build failed")
 
-    monkeypatch.setattr(store, "build_graph", broken)
+    monkeypatch.setattr(snapshots, "build_graph", broken)
     collection = KnowledgeBase(tmp_path, warm=True).collection("docs", create=True)
     commit(collection, segment())
     with caplog.at_level(logging.ERROR):
@@ -202,8 +204,8 @@ def test_a_large_collections_graph_is_made_from_the_previous_before_publication_
     asyncio.run(asyncio.wait_for(collection.visible(1), 20))
     assert wait_until(lambda: collection.snapshot.built("graph_built"))
     release = threading.Event()
-    original = store.build_graph
-    monkeypatch.setattr(store, "build_graph", lambda inputs: (release.wait(20), original(inputs))[1])
+    original = snapshots.build_graph
+    monkeypatch.setattr(snapshots, "build_graph", lambda inputs: (release.wait(20), original(inputs))[1])
     plan = make_plan("moderate", QueryOptions(), Settings())  # a route that expands the graph
 
     def query(snapshot):
@@ -223,7 +225,7 @@ def test_a_large_collections_graph_is_made_from_the_previous_before_publication_
     assert deleted.built("graph_built") and deleted.graph.carried_from is not None
     assert not deleted.building_in_background and query(deleted).skipped == []
 
-    monkeypatch.setattr(store, "removable", lambda *args: False)  # as where a removal cannot be done in place
+    monkeypatch.setattr(incremental, "removable", lambda *args: False)  # as where a removal cannot be done in place
     removed = deleted.documents["a.md"].document_id
     collection.delete("a.md")
     asyncio.run(asyncio.wait_for(collection.visible(5), 20))  # published while its graph waits
@@ -248,8 +250,8 @@ def test_a_small_collections_commit_is_published_with_its_graph(tmp_path):
 def test_publications_do_not_queue_behind_graph_builds_and_a_finished_graph_is_lent_to_newer_snapshots(tmp_path, monkeypatch):
     collection = KnowledgeBase(tmp_path, warm=True, publish_before_graph_rows=0).collection("docs", create=True)
     release = threading.Event()
-    original = store.build_graph
-    monkeypatch.setattr(store, "build_graph", lambda inputs: (release.wait(20), original(inputs))[1])
+    original = snapshots.build_graph
+    monkeypatch.setattr(snapshots, "build_graph", lambda inputs: (release.wait(20), original(inputs))[1])
     commit(collection, segment("a.md"))
     asyncio.run(asyncio.wait_for(collection.visible(1), 20))
     first = collection.snapshot

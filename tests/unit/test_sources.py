@@ -6,7 +6,7 @@ import zipfile
 import pytest
 
 from orchestrator.errors import InvalidRequestError
-from orchestrator.knowledge import sources
+from orchestrator.knowledge.parsing import sources
 from orchestrator.local_documents import find_documents, read_source
 
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from orchestrator.errors import InvalidRequestError, NotFoundError
-from orchestrator.knowledge.store import MANIFEST, KnowledgeBase
+from orchestrator.knowledge.storage.manifest import MANIFEST
+from orchestrator.knowledge.storage.registry import KnowledgeBase
 from tests.segment_factory import commit, make_segment
 
 

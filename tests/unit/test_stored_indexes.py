@@ -8,9 +8,10 @@ import logging
 import numpy as np
 import pytest
 
-from orchestrator.knowledge.indexes import IndexSpec
-from orchestrator.knowledge.store import MANIFEST, KnowledgeBase
-from orchestrator.knowledge.stored_indexes import META, PREFIX
+from orchestrator.knowledge.storage.indexes import IndexSpec
+from orchestrator.knowledge.storage.manifest import MANIFEST
+from orchestrator.knowledge.storage.registry import KnowledgeBase
+from orchestrator.knowledge.storage.stored_indexes import META, PREFIX
 from tests.segment_factory import commit, make_segment, unit_vectors
 
 HNSW = IndexSpec(kind="hnsw", hnsw_neighbors=8, hnsw_ef_search=32)

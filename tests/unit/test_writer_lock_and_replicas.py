@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 
 from orchestrator.errors import DataFolderLockedError, ReadOnlyError
-from orchestrator.knowledge import writer_lock
-from orchestrator.knowledge.indexes import IndexSpec
-from orchestrator.knowledge.store import KnowledgeBase
+from orchestrator.knowledge.storage import writer_lock
+from orchestrator.knowledge.storage.indexes import IndexSpec
+from orchestrator.knowledge.storage.registry import KnowledgeBase
 from tests.conftest import ROOT
 from tests.segment_factory import commit, make_segment
 
 HOLDER = r"""
 import sys, pathlib, time
-from orchestrator.knowledge.store import KnowledgeBase
+from orchestrator.knowledge.storage.registry import KnowledgeBase
 kb = KnowledgeBase(pathlib.Path(sys.argv[1]))
 print("holding", flush=True)
 time.sleep(600)
@@ -76,7 +76,7 @@ def test_a_second_writer_is_refused_naming_the_holder_until_the_holder_is_killed
 def test_one_process_may_open_its_folder_twice_and_releases_it_with_the_last(tmp_path):
     first, second = KnowledgeBase(tmp_path), KnowledgeBase(tmp_path)
     first.close()
-    probe = [sys.executable, "-c", "import sys, pathlib; from orchestrator.knowledge.store import KnowledgeBase; "
+    probe = [sys.executable, "-c", "import sys, pathlib; from orchestrator.knowledge.storage.registry import KnowledgeBase; "
              "KnowledgeBase(pathlib.Path(sys.argv[1]))", str(tmp_path)]
     def run():
         return subprocess.run(probe, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -30,7 +30,7 @@ from typing import Any, Optional, Sequence
 import grpc
 
 from ...errors import ThinkServeError
-from ...triton import contracts
+from ...models import contracts
 from ...triton.models import GenerationOptions, TritonModels
 from ..session import BenchSession
 from ..stats import distribution, rate, ratio
@@ -185,7 +185,7 @@ def answer_sentences(question: str, texts: Sequence[str], descriptions: Sequence
     cut and shortlisted by the pipeline's own functions (sentences sharing content words with the question
     first, then evidence order). A random-weight VLM's long unpunctuated description shares no word with the
     question, so it is embedded only when too few evidence sentences are left, as end to end."""
-    from ...knowledge.sentences import NO_SPAN, cut_sentences
+    from ...knowledge.parsing.sentences import NO_SPAN, cut_sentences
     from ...pipeline.extractive import sentences_of, shortlist
 
     sentences = sentences_of([(rank, cut_sentences([(text, NO_SPAN)]), ()) for rank, text in enumerate([*texts, *descriptions])], set())

@@ -18,7 +18,9 @@ from typing import Callable, Optional, Sequence
 from ..call_shapes import distinct_shapes, query_calls, query_seconds, routed_saving, series_cost, usage_rows
 from ..prices import PriceTable
 from ..report import _pct, _usd
-from ..standins import TorchTimer, image_positions
+from thinkserve_build.standins import image_positions
+
+from ..standins import TorchTimer
 
 CONFIGS = ("routed", "complex")
 

@@ -1,0 +1,197 @@
+"""OCR in ingest: the text of pages without a text layer, and of the figures and charts a parser crops.
+
+A PDF page that is only a picture (a scan, a slide exported as an image) gives a parser nothing but one
+full-page image; its words become searchable only when something reads them. `DocumentOcr.read` renders each such
+page (`ingest.ocr = "auto"`; every page with "always"; none with "off") at a resolution fit for reading, sends it
+to the `ocr` model (PP-OCR served by Triton), and turns the lines into blocks (ocr_layout): text and titles with
+their page, box and confidence, then passages, entities and indexes exactly like a parser's text. The full-page
+picture a parser made of such a page is dropped (its words are now text); a smaller figure or chart on it keeps
+the lines that fall inside it. On pages the parser read, the crops of figures and charts are read too, and their
+words (axis labels, legends, values) join the unit's text.
+
+A page whose OCR fails costs a warning, never the document; a model that is down fails the ingest as any model
+call does (nothing is stored). Pages are read a few at a time (`ocr_concurrency`), each rendered only when its turn
+comes, so memory stays bounded however long the document.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Literal, Optional, Sequence
+
+from ...errors import InvalidRequestError, ModelExecutionError
+from ...models.protocol import Models, PageText
+from .documents import BBOX_SCALE, Block, ParsedDocument
+from .ocr_layout import TextLine, contains, page_lines, paragraphs, reading_order, with_figure_text
+
+OcrMode = Literal["auto", "always", "off"]
+FIGURE_TYPES = frozenset({"image", "chart"})
+# An image block covering this share of its page is the page itself as a picture (a scan, an exported slide).
+PAGE_PICTURE_AREA = 0.6
+
+# The image of page `index` (encoded PNG/JPEG) and the page's width / height; runs in a worker thread.
+PageImages = Callable[[int], tuple[bytes, float]]
+
+
+@dataclass(frozen=True)
+class OcrOptions:
+    mode: OcrMode = "auto"
+    figures: bool = True  # also read the figures and charts the parser cropped
+    min_confidence: float = 0.5  # lines below are kept, in blocks of their own, and counted as low-confidence
+    concurrency: int = 4  # images in flight
+
+
+@dataclass
+class OcrReport:
+    pages: int = 0  # pages read
+    figures: int = 0  # figure and chart crops read
+    lines: int = 0
+    low_confidence_lines: int = 0
+    read_pages: bool = False  # OCR was on and had the document's pages to read (False: off, or no page images)
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+
+class DocumentOcr:
+    def __init__(self, models: Models, options: OcrOptions):
+        self.models = models
+        self.options = options
+
+    async def read(
+        self, parsed: ParsedDocument, page_images: Optional[PageImages], timeout_s: Optional[float] = None,
+        pages: Optional[Sequence[int]] = None,
+    ) -> tuple[ParsedDocument, OcrReport]:
+        """`parsed` with the text OCR found added. `page_images` renders a page (None: the source has no page
+        images, only figure crops can be read); `pages` forces which pages are read (else the mode decides)."""
+        report = OcrReport()
+        if self.options.mode == "off":
+            return parsed, report
+        started = time.monotonic()
+        report.read_pages = page_images is not None
+        if pages is None:
+            pages = self.pages_to_read(parsed) if page_images is not None else []
+        limit = asyncio.Semaphore(self.options.concurrency)
+        page_jobs = [self._read_page(page, page_images, limit, timeout_s) for page in pages] if page_images else []
+        read_pages = set(pages)
+        figures = [
+            i for i, block in enumerate(parsed.blocks)
+            if self.options.figures and block.type in FIGURE_TYPES and block.asset and parsed.asset_root is not None
+            and block.page not in read_pages
+        ]
+        figure_jobs = [self._read_figure(parsed.asset_root / parsed.blocks[i].asset, limit, timeout_s) for i in figures]
+        results = await asyncio.gather(*page_jobs, *figure_jobs)
+        page_results, figure_results = results[: len(page_jobs)], results[len(page_jobs) :]
+
+        blocks = list(parsed.blocks)
+        for index, outcome in zip(figures, figure_results):
+            if isinstance(outcome, str):
+                report.warnings.append(f"page {parsed.blocks[index].page + 1}: a figure could not be read by OCR ({outcome})")
+                continue
+            lines = page_lines(outcome.lines, outcome.boxes, outcome.confidence, parsed.blocks[index].bbox)
+            report.figures += 1
+            self._count(report, lines)
+            blocks[index] = with_figure_text(blocks[index], lines)
+
+        by_page: dict[int, tuple[list[TextLine], float]] = {}
+        for page, outcome in zip(pages, page_results):
+            if isinstance(outcome, str):
+                report.warnings.append(f"page {page + 1}: OCR failed ({outcome}); the page keeps what the parser found")
+                continue
+            text, aspect = outcome
+            lines = page_lines(text.lines, text.boxes, text.confidence)
+            report.pages += 1
+            self._count(report, lines)
+            by_page[page] = (lines, aspect)  # none: a blank page (ingest's warning on pages without text names it)
+        if by_page:
+            blocks = self._with_page_text(blocks, by_page)
+        report.seconds = time.monotonic() - started
+        return replace(parsed, blocks=blocks, warnings=parsed.warnings + report.warnings), report
+
+    def pages_to_read(self, parsed: ParsedDocument) -> list[int]:
+        """"always": every page; "auto": the pages on which the parser found no text."""
+        if parsed.page_count <= 0:
+            return []
+        if self.options.mode == "always":
+            return list(range(parsed.page_count))
+        with_text = {block.page for block in parsed.blocks if block.content.strip() or block.caption.strip()}
+        return [page for page in range(parsed.page_count) if page not in with_text]
+
+    def _count(self, report: OcrReport, lines: Sequence[TextLine]) -> None:
+        report.lines += len(lines)
+        report.low_confidence_lines += sum(line.confidence < self.options.min_confidence for line in lines)
+
+    async def _read_page(
+        self, page: int, page_images: PageImages, limit: asyncio.Semaphore, timeout_s: Optional[float]
+    ) -> tuple[PageText, float] | str:
+        async with limit:  # rendered only when its turn comes: at most `concurrency` page images in memory
+            try:
+                image, aspect = await asyncio.to_thread(page_images, page)
+            except (InvalidRequestError, OSError, ValueError) as error:
+                return f"the page could not be rendered: {error}"
+            return await self._recognized(image, timeout_s, aspect)
+
+    async def _read_figure(self, path: Path, limit: asyncio.Semaphore, timeout_s: Optional[float]) -> PageText | str:
+        async with limit:
+            try:
+                image = await asyncio.to_thread(path.read_bytes)
+            except OSError as error:
+                return f"its image could not be read: {error}"
+            outcome = await self._recognized(image, timeout_s, 1.0)
+            return outcome if isinstance(outcome, str) else outcome[0]
+
+    async def _recognized(self, image: bytes, timeout_s: Optional[float], aspect: float) -> tuple[PageText, float] | str:
+        """The model's reading of one image, or why it could not read it (an image it refuses, a failed run). A
+        model that is unavailable or out of time raises: the document fails as with any model call."""
+        try:
+            [text] = await self.models.read_text([image], timeout_s)
+        except (ModelExecutionError, InvalidRequestError) as error:
+            return str(error).splitlines()[0]
+        return text, aspect
+
+    def _with_page_text(self, blocks: list[Block], by_page: dict[int, tuple[list[TextLine], float]]) -> list[Block]:
+        """Each read page's blocks: the parser's, less the page-sized picture (and, with "always", less its text,
+        which OCR replaces), figures with the lines inside them, the other lines as paragraphs; in reading order."""
+        out: list[Block] = []
+        pages_done: set[int] = set()
+        for position, block in enumerate(blocks):
+            page = block.page
+            if page not in by_page:
+                out.append(block)
+                continue
+            if page in pages_done:
+                continue
+            pages_done.add(page)
+            out.extend(self._page_blocks([b for b in blocks[position:] if b.page == page], *by_page[page], page))
+        for page in sorted(set(by_page) - pages_done):  # a page the parser gave no block at all
+            insert_at = next((i for i, b in enumerate(out) if b.page > page), len(out))
+            out[insert_at:insert_at] = self._page_blocks([], *by_page[page], page)
+        return out
+
+    def _page_blocks(self, parser_blocks: list[Block], lines: list[TextLine], aspect: float, page: int) -> list[Block]:
+        kept = [b for b in parser_blocks if not _page_picture(b)]
+        if self.options.mode == "always":
+            kept = [b for b in kept if b.is_visual]
+        free: list[TextLine] = []
+        inside: dict[int, list[TextLine]] = {}
+        for line in lines:
+            owner = next((i for i, b in enumerate(kept) if b.is_visual and _placed(b) and contains(b.bbox, line)), None)
+            if owner is None:
+                free.append(line)
+            elif kept[owner].type in FIGURE_TYPES:  # a table's or an equation's text is the parser's already
+                inside.setdefault(owner, []).append(line)
+        kept = [with_figure_text(b, inside[i]) if i in inside else b for i, b in enumerate(kept)]
+        combined = kept + paragraphs(free, page, aspect, self.options.min_confidence)
+        return [combined[i] for i in reading_order([b.bbox for b in combined], aspect)]
+
+
+def _placed(block: Block) -> bool:
+    return block.bbox[2] > block.bbox[0] and block.bbox[3] > block.bbox[1]
+
+
+def _page_picture(block: Block) -> bool:
+    """An image block that is (nearly) the whole page: what a parser without OCR makes of a scanned page."""
+    x0, y0, x1, y1 = block.bbox
+    return block.type == "image" and (x1 - x0) * (y1 - y0) >= PAGE_PICTURE_AREA * BBOX_SCALE * BBOX_SCALE

@@ -1,0 +1,101 @@
+"""What the orchestrator asks of its models: the protocol the pipeline and the ingestor depend on.
+
+`TritonModels` implements it over Triton; `pipeline.accounting.StageModels` wraps any implementation to record
+each call in a query's ledger; the unit tests drive the pipeline's control flow with an in-process
+implementation (tests/model_double.py) that has real behaviour: delays, failures, streams that break midway.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import AsyncIterator, Optional, Protocol, Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    max_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class GenerationChunk:
+    """One streamed response of the LLM or VLM."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    log_probs: tuple[float, ...]
+    normalized_entropy: tuple[float, ...]  # each token's distribution's entropy / ln(vocabulary size)
+    finish_reason: str  # empty until the last chunk
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
+class GeneratorFacts:
+    """What the model repository declares about a generator (its config parameters, written by the build)."""
+
+    context_tokens: int  # prompt + generated tokens
+    image_tokens: int = 0  # prompt tokens each image takes (VLM)
+    vocabulary: int = 0  # logits per step: turns a normalised entropy back into nats; 0: not declared
+    judger_entropy_nats: Optional[float] = None  # the judger's threshold calibrated at build (LLM); None: not declared
+    chat_template: str = ""  # its tokenizer's Jinja chat template (orchestrator.models.chat_template); "": not declared
+    chat_template_variables: tuple[tuple[str, str], ...] = ()  # the special tokens the template reads (bos_token, ...)
+
+
+@dataclass(frozen=True)
+class PageText:
+    """What the OCR model read in one image: its lines in reading order."""
+
+    lines: tuple[str, ...]
+    boxes: np.ndarray  # [n, 4, 2] each line's corners (top-left, top-right, bottom-right, bottom-left), (x, y) as
+    # fractions of the image's width and height
+    confidence: np.ndarray  # [n] mean probability of each line's characters
+
+
+def mean_entropy_nats(normalized: Sequence[float], vocabulary: int) -> float:
+    """Mean token entropy in nats of tokens whose entropies were divided by ln(vocabulary), as generators
+    stream them; an answer with no tokens is as uncertain as can be (the uniform distribution's ln(vocabulary))."""
+    scale = math.log(vocabulary)
+    return float(np.mean(normalized)) * scale if len(normalized) else scale
+
+
+class Models(Protocol):
+    """The model calls of a query or an ingest; every call may raise TritonUnavailableError,
+    ModelExecutionError or DeadlineExceededError (orchestrator.errors)."""
+
+    async def embed(self, texts: Sequence[str], timeout_s: Optional[float] = None) -> np.ndarray:
+        """L2-normalised text embeddings [n, d]."""
+
+    async def rerank(self, query: str, passages: Sequence[str], timeout_s: Optional[float] = None) -> np.ndarray:
+        """Relevance score of each passage for the query [n]; higher is more relevant."""
+
+    async def route(self, questions: Sequence[str], timeout_s: Optional[float] = None) -> np.ndarray:
+        """Probabilities over contracts.ROUTE_LABELS [n, 3]."""
+
+    async def embed_page_text(self, family: str, texts: Sequence[str], timeout_s: Optional[float] = None) -> np.ndarray:
+        """The page encoder family's text tower [n, d]."""
+
+    async def embed_page_images(self, family: str, images: Sequence[bytes], timeout_s: Optional[float] = None) -> np.ndarray:
+        """The page encoder family's image tower [n, d]."""
+
+    async def page_relevance(self, question: str, images: Sequence[bytes], timeout_s: Optional[float] = None) -> np.ndarray:
+        """The VLM's P(yes) that each image can answer the question [n] (V-RAG's relevance filter)."""
+
+    async def read_text(self, images: Sequence[bytes], timeout_s: Optional[float] = None) -> list[PageText]:
+        """The text lines of each encoded image (OCR); a ModelExecutionError names an image that cannot be read."""
+
+    def generate(
+        self, prompt: str, options: GenerationOptions, images: Sequence[bytes] = (), timeout_s: Optional[float] = None,
+        request_id: str = "",
+    ) -> AbstractAsyncContextManager[AsyncIterator[GenerationChunk]]:
+        """Stream from the LLM, or from the VLM when images are given. Leaving the block cancels generation."""
+
+    async def generator_facts(self, model: str) -> GeneratorFacts:
+        """The LLM's or VLM's declared context, image length, vocabulary, judger threshold and chat template."""
