@@ -114,6 +114,11 @@ def engine_config(spec: EngineSpec, engines_mount: str, queue: QueueLimits) -> P
         "enable_kv_cache_reuse": spec.prompt_table_rows == 0,
         "cancellation_check_period_ms": 10,
         "executor_worker_path": EXECUTOR_WORKER,
+        # The backend reads these three without a fallback (getGuidedDecodingConfigFromParams): a config without them
+        # fails to load. Empty: no guided decoding (tests/unit/trtllm_recorded/backend_parameters.json).
+        "tokenizer_dir": "",
+        "xgrammar_tokenizer_info_path": "",
+        "guided_decoding_backend": "",
     })
     return PlannedModel(config)
 

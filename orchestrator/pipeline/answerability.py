@@ -17,7 +17,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -88,7 +88,9 @@ class AnswerabilityModels:
 
 
 @functools.lru_cache(maxsize=4)
-def load_models(path: Path = MODEL_FILE) -> AnswerabilityModels:
+def load_models(path: Optional[Path] = None) -> AnswerabilityModels:
+    """The models of an answerability file (None: the one shipped with the code), read once."""
+    path = path or MODEL_FILE
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     models = {mode: AnswerabilityModel.from_json(entry) for mode, entry in data["models"].items()}
     if set(models) != {"full", "lexical"}:

@@ -153,7 +153,7 @@ class QueryPipeline:
         self.search_pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="graph-search")
         knowledge.prepare = self.exercise  # each new snapshot is retrieved from once before queries see it
         if settings.retrieval.answerability == "model":  # a missing or malformed file stops the start, not a query
-            load_models(settings.retrieval.answerability_file) if settings.retrieval.answerability_file else load_models()
+            load_models(settings.retrieval.answerability_file)
 
     def close(self) -> None:
         self.retrieval_pool.shutdown(wait=False, cancel_futures=True)
@@ -323,7 +323,7 @@ class QueryPipeline:
                                           lexical.idf, lexical.document_frequency)
         mode = "lexical" if q.plan.lexical else "full"
         if retrieval.answerability == "model":
-            shipped = load_models(retrieval.answerability_file) if retrieval.answerability_file else load_models()
+            shipped = load_models(retrieval.answerability_file)
             model = shipped.model(mode)
             probability = model.probability(features)
             threshold = model.threshold if retrieval.min_answerability is None else retrieval.min_answerability

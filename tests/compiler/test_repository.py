@@ -242,6 +242,46 @@ def test_the_gpu_repository_declares_the_engine_tensors_the_adapter_sends(gpu_re
     assert features.parameters["runtime"].string_value == "torch" and features.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
 
 
+BACKEND_PARAMETERS = json.loads((ROOT / "tests" / "unit" / "trtllm_recorded" / "backend_parameters.json").read_text())
+
+
+def test_the_engine_configs_set_what_the_tensorrtllm_backend_requires_and_only_what_it_reads(gpu_repository):
+    """Every parameter the backend's sources read without a fallback is set (a missing one fails the model's load),
+    none it refuses, none it ignores (a misspelt name would be silently dropped), each value one it accepts."""
+    facts = BACKEND_PARAMETERS["tensorrtllm"]
+    engines = {name: config for name, config in configs(gpu_repository).items() if config.backend == "tensorrtllm"}
+    assert set(engines) == {"llm_engine", "vlm_engine"}
+    for name, config in engines.items():
+        values = {key: parameter.string_value for key, parameter in config.parameters.items()}
+        assert not set(facts["required"]) - set(values), (name, set(facts["required"]) - set(values))
+        assert not set(facts["forbidden"]) & set(values), name
+        assert not set(values) - set(facts["known"]), (name, set(values) - set(facts["known"]))
+        for key, allowed in facts["values"].items():
+            if key in values:
+                assert values[key] in allowed, (name, key, values[key])
+        for key in facts["booleans"]:
+            if key in values:
+                assert values[key] in facts["boolean_values"], (name, key, values[key])
+        for key in facts["numbers"]["float"]:
+            if key in values:
+                float(values[key])
+        for key in facts["numbers"]["int"]:
+            if key in values:
+                int(values[key])
+
+
+def test_the_tensorrt_accelerators_set_only_parameters_the_onnxruntime_backend_accepts(gpu_repository):
+    facts = BACKEND_PARAMETERS["onnxruntime_tensorrt_accelerator"]
+    accelerated = 0
+    for name, config in configs(gpu_repository).items():
+        for accelerator in config.optimization.execution_accelerators.gpu_execution_accelerator:
+            assert config.backend == "onnxruntime" and accelerator.name in facts["accelerators"], name
+            accelerated += 1
+            assert not set(accelerator.parameters) - set(facts["known"]), (name, set(accelerator.parameters) - set(facts["known"]))
+            assert accelerator.parameters["precision_mode"] in facts["precision_mode"], name
+    assert accelerated >= 9  # the encoders and the OCR graphs
+
+
 def test_the_gpu_repository_writes_the_engine_build_beside_it(gpu_repository):
     import subprocess
 
