@@ -565,9 +565,10 @@ def report(stats: dict, settings: dict[str, Any], dataset: Path, command: str, t
         f"{_f(accuracy.get('contains_answer_all_answerable'))} of all {accuracy.get('answerable', 'n/a')} answerable questions.",
         *_short_answer_lines(accuracy),
         f"- Declining to answer (a refusal, or an answer citing nothing) on the {declined['unanswerable']} unanswerable "
-        f"questions: precision {_f(declined['precision'])}, recall {_f(declined['recall'])} ({declined['declined']} declined); "
-        f"refusals alone: precision {_f(refusal['refusal answer only']['precision'])}, recall "
-        f"{_f(refusal['refusal answer only']['recall'])} ({refusal['refusal answer only']['declined']} refused).",
+        f"questions: precision {_f(declined['precision'])}, recall {_f(declined['recall'])}, F1 {_f(declined.get('f1'))} "
+        f"({declined['declined']} declined); refusals alone: precision {_f(refusal['refusal answer only']['precision'])}, "
+        f"recall {_f(refusal['refusal answer only']['recall'])}, F1 {_f(refusal['refusal answer only'].get('f1'))} "
+        f"({refusal['refusal answer only']['declined']} refused).",
         *_answerability_line(scores.get("refusal_by_answerability")),
         *_threshold_line(scores.get("refusal_by_best_cosine")),
         "- Routes: " + ", ".join(f"{route} {count}" for route, count in sorted(scores["routes"].items()))

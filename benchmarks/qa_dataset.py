@@ -104,14 +104,17 @@ def contains_answer(answer: str, gold: str) -> bool:
 
 
 def refusal_scores(declined: Sequence[bool], unanswerable: Sequence[bool]) -> dict[str, Optional[float]]:
-    """Precision and recall of declining to answer, taking the unanswerable questions as the positives."""
+    """Precision, recall and F1 of declining to answer, taking the unanswerable questions as the positives."""
     true_positive = sum(d and u for d, u in zip(declined, unanswerable))
     declined_count, positives = sum(declined), sum(unanswerable)
+    precision = true_positive / declined_count if declined_count else None
+    recall = true_positive / positives if positives else None
     return {
         "declined": declined_count,
         "unanswerable": positives,
-        "precision": true_positive / declined_count if declined_count else None,
-        "recall": true_positive / positives if positives else None,
+        "precision": precision,
+        "recall": recall,
+        "f1": 2 * precision * recall / (precision + recall) if precision and recall else (0.0 if positives else None),
     }
 
 

@@ -48,8 +48,9 @@ def test_refusal_precision_and_recall_take_unanswerable_questions_as_positives()
     unanswerable = [True, False, True, False, True]
     assert refusal_scores(declined, unanswerable) == {
         "declined": 3, "unanswerable": 3, "precision": pytest.approx(2 / 3), "recall": pytest.approx(2 / 3),
+        "f1": pytest.approx(2 / 3),
     }
-    assert refusal_scores([False], [True]) == {"declined": 0, "unanswerable": 1, "precision": None, "recall": 0.0}
+    assert refusal_scores([False], [True]) == {"declined": 0, "unanswerable": 1, "precision": None, "recall": 0.0, "f1": 0.0}
 
 
 def test_collection_names_are_valid_and_distinct():
