@@ -54,8 +54,8 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends python3-venv \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --create-home --uid 10001 --user-group thinkserve \
- && mkdir -p /data \
- && chown thinkserve:thinkserve /data
+ && mkdir -p /data/tensorrt-cache \
+ && chown -R thinkserve:thinkserve /data
 WORKDIR /opt/thinkserve
 
 # Triton's model environment: the container's own Python, which its python-backend stub was built for,

@@ -184,3 +184,27 @@ def test_the_documented_docker_run_publishes_both_ports_sizes_shm_and_mounts_the
     assert "--shm-size=2g" in run and yaml.safe_load(COMPOSE.read_text())["services"]["triton"]["shm_size"] == "2gb"
     assert any(part.endswith(":" + config["auth"]["tokens_file"] + ":ro") for part in run)
     assert any(part.endswith(":" + config["triton"]["model_repository"] + ":ro") for part in run)
+
+
+def test_triton_mounts_where_the_gpu_target_puts_its_engines_and_tensorrt_caches():
+    """The gpu repository names /engines (TensorRT-LLM's gpt_model_path) and /data/tensorrt-cache (onnxruntime's
+    TensorRT caches): without those mounts its engines are not found and every encoder's TensorRT engine is built
+    again at each start (or not written at all)."""
+    from thinkserve_build.gpu_target import GpuTarget
+
+    target = GpuTarget()
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    # "<host>:<container>[:ro]", the host part possibly "${VARIABLE:-default}"
+    compose_mounts = {volume.removesuffix(":ro").rsplit(":", 1)[1] for volume in services["triton"]["volumes"]}
+    assert {target.engines_mount, target.engine_cache} <= compose_mounts
+    build = services["engine-build"]
+    assert build["profiles"] == ["gpu-target"] and any(v.endswith(":/engines") for v in build["volumes"])
+    assert services["triton"]["depends_on"]["engine-build"]["required"] is False
+    documents = {(d["kind"], d["metadata"]["name"]): d for _, d in kubernetes_documents()}
+    pod = documents[("Deployment", "triton")]["spec"]["template"]["spec"]
+    mounts = {mount["mountPath"] for mount in pod["containers"][0]["volumeMounts"]}
+    assert {target.engines_mount, target.engine_cache} <= mounts
+    (init,) = pod["initContainers"]
+    assert {mount["mountPath"] for mount in init["volumeMounts"]} == {target.engines_mount} and "build_engines.sh" in init["args"][0]
+    claims = {volume["persistentVolumeClaim"]["claimName"] for volume in pod["volumes"] if "persistentVolumeClaim" in volume}
+    assert {("PersistentVolumeClaim", claim) for claim in claims} <= set(documents)
