@@ -294,6 +294,8 @@ class RetrievalSettings(_Section):
     graph_hub_min_chunks: int = Field(100, ge=1)
     pagerank_damping: float = Field(0.85, ge=0, lt=1)
     min_seed_similarity: float = Field(0.3, ge=-1, le=1)  # entities less similar than this seed nothing
+    # Where whole-graph PageRank runs on a GPU (CuPy): the most its memory pool keeps (CuPy's is unbounded).
+    pagerank_gpu_memory_mb: int = Field(1024, ge=1)
     # Relations similar to the question seed their two entities too. Off: on the retrieval-quality corpora it
     # changed no result and cost a third vector search per question.
     relation_seeds: bool = False

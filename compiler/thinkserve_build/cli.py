@@ -30,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
                              "gpu: Triton's onnxruntime/TensorRT and TensorRT-LLM backends in NVIDIA's container")
     parser.add_argument("--device", default="auto", choices=DEVICES,
                         help="torch target: cuda or cpu (auto: a CUDA GPU when torch sees one)")
+    parser.add_argument("--gpu-memory-gb", type=float,
+                        help="gpu target: the serving GPU's memory; a repository that does not fit is refused (the plan is "
+                             "written beside it either way, <repository>.engines/memory_plan.json)")
     parser.add_argument("--embedder-precision", choices=("fp32", "int8"), default="fp32")
     parser.add_argument("--router-checkpoint", help="serve this fine-tuned 3-way classifier (folder or hub id) as the router")
     parser.add_argument("--no-ocr", action="store_true",
@@ -54,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     output = args.output or default_output(profile.name, args.target)
     return _reported("thinkserve-build", args.verbose, lambda: compile_repository(
         profile, output, args.cache, target=args.target, force=args.force, device=args.device,
+        gpu_memory_gb=args.gpu_memory_gb,
     ))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from functools import partial
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 from . import artifacts, checkpoints, export, repository
 from .model_config import PlannedModel
@@ -39,11 +39,12 @@ def _jobs(profile: Profile, log: Log):
 
 def compile_repository(
     profile: Profile, output: Path, cache_dir: Path, target: str = "cpu", force: bool = False, log: Log = print,
-    device: str = "auto",
+    device: str = "auto", gpu_memory_gb: Optional[float] = None,
 ) -> list[PlannedModel]:
-    """Export what `target` serves (on `device`) for every role of the profile, and write the repository."""
+    """Export what `target` serves (on `device`) for every role of the profile, and write the repository;
+    `gpu_memory_gb`: the gpu target's serving GPU, which the repository must fit."""
     started = time.perf_counter()
-    chosen = select_target(target, device)  # fails here, before any export, on a machine that cannot serve it
+    chosen = select_target(target, device, gpu_memory_gb)  # fails here, before any export, on a machine that cannot serve it
     built: dict[str, artifacts.Artifact] = {}
     jobs = list(_jobs(profile, log))
     for index, (role, spec, exporter) in enumerate(jobs, 1):
@@ -58,6 +59,8 @@ def compile_repository(
         state = f"exported in {time.perf_counter() - step_started:.1f}s" if fresh else "unchanged (cached)"
         log(f"[{index}/{len(jobs)}] {role:<12} {spec.checkpoint.describe():<40} {state}")
     models = repository.plan(profile, built, chosen)
+    for line in chosen.check_fits(models, profile, built):  # a repository that cannot fit is not written
+        log(line)
     report = repository.write(models, output)
     for line in chosen.write_extras(output, profile, built):
         log(line)

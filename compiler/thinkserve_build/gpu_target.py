@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -26,7 +27,7 @@ from orchestrator.models import contracts
 from orchestrator.models.chat_template import ChatTemplate
 from orchestrator.models.contracts import ModelContract, Tensor
 
-from . import trtllm_engines
+from . import gpu_memory, trtllm_engines
 from .artifacts import Artifact
 from .model_config import PlannedModel, WarmupInput, add_tensor, python_model, schedule, set_parameters
 from .profiles import Profile, PromptRouterSpec, ServingOptions
@@ -48,15 +49,18 @@ class GpuTarget:
     name = "gpu"
     instance_kind = "gpu"
 
-    def __init__(self, engine_cache: str = "/data/tensorrt-cache", engines_mount: str = "/engines"):
+    def __init__(self, engine_cache: str = "/data/tensorrt-cache", engines_mount: str = "/engines",
+                 memory_gb: Optional[float] = None):
         self.engine_cache = engine_cache  # where TensorRT keeps the encoders' engines between starts (a writable volume)
         self.engines_mount = engines_mount  # where the container mounts <repository>.engines (TensorRT-LLM's engines)
+        self.memory_gb = memory_gb  # the serving GPU's memory: a repository that does not fit is refused (gpu_memory.py)
+        self.memory_plan: Optional[gpu_memory.GpuMemoryPlan] = None  # the last repository's, once checked
 
     @classmethod
-    def for_device(cls, device: str) -> "GpuTarget":
+    def for_device(cls, device: str, memory_gb: Optional[float] = None) -> "GpuTarget":
         if device == "cpu":
             raise TargetUnavailableError("the gpu target serves on NVIDIA GPUs: use --target cpu or --target torch --device cpu")
-        return cls()
+        return cls(memory_gb=memory_gb)
 
     def describe(self) -> str:
         return "gpu (onnxruntime + TensorRT encoders, TensorRT-LLM generators)"
@@ -197,10 +201,31 @@ class GpuTarget:
         models.append(PlannedModel(config, files, f"{BACKEND}.torch_runner:TorchRunnerModel"))
         return models
 
+    def check_fits(self, models: list[PlannedModel], profile: Profile, artifacts: dict[str, Artifact]) -> list[str]:
+        """The repository's GPU memory plan (gpu_memory.py), before it is written: refused (GpuMemoryError) when it
+        does not fit the declared memory."""
+        from orchestrator.config import IndexSettings, RetrievalSettings
+
+        index, retrieval = IndexSettings(), RetrievalSettings()
+        orchestrator_mb = index.gpu_memory_mb + index.gpu_temp_memory_mb + retrieval.pagerank_gpu_memory_mb
+        tensorrt = [(m.name, sum(f.stat().st_size for f in m.files.values())) for m in models
+                    if m.config.backend == "onnxruntime" and m.config.optimization.execution_accelerators.gpu_execution_accelerator]
+        torch = [(m.name, sum(f.stat().st_size for f in m.files.values() if f.suffix == ".safetensors")) for m in models
+                 if m.name == VLM_IMAGE_FEATURES]
+        engines = [(spec.model, spec.checkpoint, spec.kv_tokens) for spec in self._engine_specs(profile, artifacts)]
+        self.memory_plan = gpu_memory.plan(engines, tensorrt, torch, TENSORRT_WORKSPACE_BYTES, orchestrator_mb << 20, self.memory_gb)
+        self.memory_plan.check()
+        return [self.memory_plan.summary()]
+
     def write_extras(self, repository: Path, profile: Profile, artifacts: dict[str, Artifact]) -> list[str]:
-        """<repository>.engines/: the engines' checkpoints and build_engines.sh (engines are built in the container)."""
+        """<repository>.engines/: the engines' checkpoints and build_engines.sh (engines are built in the container),
+        and the memory plan (memory_plan.json)."""
         folder = trtllm_engines.write_engines_folder(repository, self._engine_specs(profile, artifacts), self.engines_mount)
-        return [f"TensorRT-LLM engines: run {folder / 'build_engines.sh'} in NVIDIA's Triton TensorRT-LLM container"]
+        lines = [f"TensorRT-LLM engines: run {folder / 'build_engines.sh'} in NVIDIA's Triton TensorRT-LLM container"]
+        if self.memory_plan is not None:
+            (folder / "memory_plan.json").write_text(json.dumps(self.memory_plan.to_json(), indent=1) + "\n")
+            lines.append(f"{self.memory_plan.summary()}: {folder / 'memory_plan.json'}")
+        return lines
 
     def _engine_specs(self, profile: Profile, artifacts: dict[str, Artifact]) -> list[trtllm_engines.EngineSpec]:
         llm, vlm = artifacts["llm"], artifacts["vlm"]

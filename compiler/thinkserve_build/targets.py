@@ -15,7 +15,7 @@ and the python model classes are the same for cpu and torch (a `runtime` paramet
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import Optional, Protocol
 
 from orchestrator import prompts
 from orchestrator.models import contracts
@@ -57,6 +57,7 @@ class Target(Protocol):
     def ocr_network(self, name: str, onnx_file: Path, inputs: list[Tensor], outputs: list[Tensor], max_batch_size: int,
                     shapes: OcrShapes, serving: ServingOptions) -> PlannedModel: ...
     def engines(self, profile, artifacts: dict[str, Artifact]) -> list[PlannedModel]: ...
+    def check_fits(self, models: list[PlannedModel], profile, artifacts: dict[str, Artifact]) -> list[str]: ...
     def write_extras(self, repository: Path, profile, artifacts: dict[str, Artifact]) -> list[str]: ...
 
 
@@ -81,6 +82,11 @@ class PythonTarget:
 
     def engines(self, profile, artifacts: dict[str, Artifact]) -> list[PlannedModel]:
         """Models the generators' adapters call (TensorRT-LLM engines on the gpu target); none here."""
+        return []
+
+    def check_fits(self, models: list[PlannedModel], profile, artifacts: dict[str, Artifact]) -> list[str]:
+        """Refuse a repository the serving device cannot hold, before it is written (the gpu target's memory plan);
+        what it found, one line each."""
         return []
 
     def write_extras(self, repository: Path, profile, artifacts: dict[str, Artifact]) -> list[str]:
@@ -286,7 +292,7 @@ class TorchTarget(PythonTarget):
         return {}, {}  # the checkpoint holds the vision tower and the embeddings
 
 
-def select_target(name: str, device: str = "auto") -> Target:
+def select_target(name: str, device: str = "auto", gpu_memory_gb: Optional[float] = None) -> Target:
     """The target `name` on `device` (auto: the torch target takes a CUDA GPU when torch sees one). Raises
     TargetUnavailableError, before anything is exported, when this machine cannot build or serve it."""
     if device not in DEVICES:
@@ -300,7 +306,7 @@ def select_target(name: str, device: str = "auto") -> Target:
     if name == "gpu":
         from .gpu_target import GpuTarget
 
-        return GpuTarget.for_device(device)
+        return GpuTarget.for_device(device, gpu_memory_gb)
     raise ValueError(f"unknown target {name!r}; known: {', '.join(TARGET_NAMES)}")
 
 

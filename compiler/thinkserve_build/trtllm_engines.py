@@ -29,8 +29,9 @@ from .repository import link_file
 TRTLLM_CLASSES = {"qwen2": "QWenForCausalLM", "llama": "LLaMAForCausalLM", "mistral": "LLaMAForCausalLM"}
 ENGINE_DTYPE = "bfloat16"
 EXECUTOR_WORKER = "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"
-# Share of the GPU memory left free once the weights are loaded that each engine's KV cache may take: two engines
-# (LLM, VLM) and the encoders share one GPU.
+# Share of the GPU memory left free once the weights are loaded that each engine's KV cache may take at most: two
+# engines (LLM, VLM) and the encoders share one GPU. The cache is sized in tokens (EngineSpec.kv_tokens, the memory
+# plan's); the backend takes the smaller of the two.
 KV_CACHE_FREE_GPU_MEMORY_FRACTION = 0.4
 
 ENGINE_INPUTS = (
@@ -84,6 +85,12 @@ class EngineSpec:
     max_seq_len: int  # prompt + generated tokens (the generator's max_context)
     prompt_table_rows: int = 0  # a VLM: image feature rows the engine takes per batch (0: no prompt table)
 
+    @property
+    def kv_tokens(self) -> int:
+        """The KV cache's positions: every request in flight at its full length (what guaranteed_no_evict
+        admits), so the cache is sized by the plan (gpu_memory.py), not by what loaded before the engine."""
+        return self.max_batch_size * self.max_seq_len
+
 
 def engine_config(spec: EngineSpec, engines_mount: str, queue: QueueLimits) -> PlannedModel:
     """The tensorrt_llm model of an engine: decoupled (streaming), in-flight batched by the backend itself."""
@@ -105,6 +112,7 @@ def engine_config(spec: EngineSpec, engines_mount: str, queue: QueueLimits) -> P
         "max_beam_width": 1,
         "batch_scheduler_policy": "guaranteed_no_evict",
         "kv_cache_free_gpu_mem_fraction": KV_CACHE_FREE_GPU_MEMORY_FRACTION,
+        "max_tokens_in_paged_kv_cache": spec.kv_tokens,
         "exclude_input_in_output": True,
         "enable_chunked_context": True,
         # The router's and the answer's prompts share long prefixes (instructions, the evidence of one question): their

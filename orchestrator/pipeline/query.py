@@ -27,7 +27,7 @@ from opentelemetry.context import Context
 
 from ..config import ROUTE_NAMES, Settings
 from ..errors import DeadlineExceededError, InvalidRequestError, ModelExecutionError, TritonUnavailableError
-from ..knowledge.graph.pagerank import compiled_kernels
+from ..knowledge.graph.pagerank import compiled_kernels, limit_gpu_pool
 from ..knowledge.storage.segments import EvidenceRecord
 from ..knowledge.storage.registry import KnowledgeBase
 from ..knowledge.storage.snapshot import Snapshot
@@ -165,6 +165,7 @@ class QueryPipeline:
         warm: a server runs it in the background at start (on 100,000 chunks the first query was 1.5x a steady
         one)."""
         compiled_kernels()
+        limit_gpu_pool(self.settings.retrieval.pagerank_gpu_memory_mb)
         self.knowledge.preload()
         for name in self.knowledge.names():
             try:

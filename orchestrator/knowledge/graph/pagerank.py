@@ -86,6 +86,17 @@ def gpu_available() -> bool:
     return gpu_engine() is not None
 
 
+def limit_gpu_pool(megabytes: int) -> bool:
+    """Bound the memory CuPy's pool keeps for PageRank (unbounded by default: it holds what each call freed, beside
+    Triton's models on the same GPU). False where PageRank does not run on CuPy."""
+    if gpu_engine() != "cupy":
+        return False
+    import cupy
+
+    cupy.get_default_memory_pool().set_limit(size=megabytes << 20)
+    return True
+
+
 def to_gpu(matrix: sp.csr_matrix, degree: np.ndarray):
     """The adjacency, the dangling-node mask and 1 / degree on the GPU, for pagerank_cupy."""
     import cupy
