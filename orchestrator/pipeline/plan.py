@@ -156,6 +156,8 @@ def lexical_plan(plan: QueryPlan) -> QueryPlan:
 
 
 def make_plan(route: str, options: QueryOptions, settings: Settings) -> QueryPlan:
+    if options.lexical:
+        return _model_free(route, options, settings)
     policy = settings.routes.policy(route)
     retrieval, pages, generation = settings.retrieval, settings.pages, settings.generation
     answerer = options.answerer or settings.answer.answerer or "extractive"
@@ -197,7 +199,7 @@ def make_plan(route: str, options: QueryOptions, settings: Settings) -> QueryPla
         temperature=generation.temperature if options.temperature is None else options.temperature,
         top_p=generation.top_p if options.top_p is None else options.top_p,
         seed=options.seed,
-    ) if not options.lexical else _model_free(route, options, settings)
+    )
 
 
 def _model_free(route: str, options: QueryOptions, settings: Settings) -> QueryPlan:
