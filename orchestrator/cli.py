@@ -216,9 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--samples", type=Path, nargs="+", default=[Path("samples/northwind-2024-annual-report.md")])
     demo.add_argument("--questions", type=Path, default=Path("samples/questions.txt"))
     demo.set_defaults(run=cmd_demo)
-    from .bench.cli import add_bench_command  # `thinkserve bench ...` (orchestrator/bench/)
-
-    add_bench_command(commands)
+    # The benchmarks are a command of their own, `thinkserve-bench` (bench/thinkserve_bench/), which imports this
+    # package; nothing here imports it.
     return parser
 
 

@@ -1,6 +1,6 @@
 """The settings a `thinkserve` command runs with: its --config file, the global options that override it, and the
-THINKSERVE_SECTION__KEY environment variables. Shared by the CLI (orchestrator/cli.py) and its `bench` sub-command
-(orchestrator/bench/cli.py), which the CLI imports: neither imports the other for it."""
+THINKSERVE_SECTION__KEY environment variables. Shared by the CLI (orchestrator/cli.py) and the benchmarks' command
+`thinkserve-bench` (bench/thinkserve_bench/command.py): neither imports the other for it."""
 
 from __future__ import annotations
 

@@ -240,7 +240,7 @@ RECIPES: dict[str, Callable[[Path], None]] = {
 #
 # The `standin` profile serves these: each is the published architecture of the `hf` profile's checkpoint for its
 # role, at full size, with random weights. Their dimensions are thinkserve_build.standins' tables (the one
-# source: `thinkserve bench standins` times the same models in PyTorch); here each becomes an ordinary checkpoint
+# source: `thinkserve-bench standins` times the same models in PyTorch); here each becomes an ordinary checkpoint
 # folder, so the repository is built by the same export code as any profile. No real tokenizer exists offline:
 # the tiny profile's (MiniLM's WordPiece, 30,522 ids; the 4,099-id BPE for the Qwen2 decoders) drive them, every
 # id inside the larger vocabularies, so text costs what it would with the real tokenizer of the same length.

@@ -1,7 +1,7 @@
 """The realistic-size stand-ins of the deployed models: the published architecture of the checkpoint the `hf`
 build profile serves for each role (thinkserve_build.profiles.hf), as a transformers config class and its fields,
 built with random weights. The compiler builds them into the `standin` repository (recipes.py), a GPU machine
-without hub access serves them, and `thinkserve bench standins` times the same models in PyTorch: one table.
+without hub access serves them, and `thinkserve-bench standins` times the same models in PyTorch: one table.
 
 `preset="test"` has the same classes with toy dimensions, so the whole path runs in the test suite.
 """

@@ -4,7 +4,7 @@ A fixed threshold on the best cosine separated the dev PDFs' unanswerable questi
 0.50). Here a small logistic model reads what retrieval found: the best and second cosines and lexical matches,
 the best page's match, how much of the question's rare words and numbers the best page holds, whether the dense
 and lexical top pages agree, whether the evidence holds a value of the type asked for, and the route. It is
-fitted offline by `python -m benchmarks.answerability` on labelled questions (cross-validated by document) and
+fitted offline by `python -m thinkserve_bench.scripts.answerability` on labelled questions (cross-validated by document) and
 shipped beside this module as a versioned JSON file: one model per retrieval mode (lexical mode has no cosine).
 The same `answerability_features` compute the features here and, through the Retrieve response that reports
 them, for the training: what the model was fitted on is what it reads when serving.

@@ -1,4 +1,4 @@
-"""Ctrl-C during a `thinkserve bench` run that started its own deployment: the command stops with status 130
+"""Ctrl-C during a `thinkserve-bench` run that started its own deployment: the command stops with status 130
 and leaves no tritonserver behind (Triton runs in a session of its own, so only an orderly stop ends it)."""
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def _lines_until(stream, prefix: str, seconds: float) -> list[str]:
 
 
 def test_ctrl_c_stops_the_bench_and_its_own_deployment(tmp_path):
-    command = [sys.executable, "-m", "orchestrator", "bench", "latency", "--documents", str(SAMPLE_DOCUMENT),
+    command = [sys.executable, "-m", "thinkserve_bench", "latency", "--documents", str(SAMPLE_DOCUMENT),
                "--questions", "2", "--configs", "simple", "--rounds", "200", "--option", "page_images=false",
                "--option", "perception=off", "--out", str(tmp_path), "--no-plots"]
     # a session of its own, like a terminal's foreground job: Ctrl-C is SIGINT to the whole group

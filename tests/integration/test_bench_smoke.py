@@ -1,4 +1,4 @@
-"""Every `thinkserve bench` mode for a few seconds against the real deployment (session Triton + orchestrator over
+"""Every `thinkserve-bench` mode for a few seconds against the real deployment (session Triton + orchestrator over
 gRPC): the reports exist and their figures hang together (pipeline time within client time, Triton's counters
 attributed, forced routes honoured, rates positive, the ceiling measured)."""
 
@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from orchestrator.bench.prices import BenchSettings, LoadSettings
-from orchestrator.bench.runner import Run
-from orchestrator.bench.target import Target, ingest
+from thinkserve_bench.prices import BenchSettings, LoadSettings
+from thinkserve_bench.runner import Run
+from thinkserve_bench.target import Target, ingest
 from orchestrator.config import Settings
 from tests.conftest import SAMPLE_DOCUMENT
 
@@ -111,7 +111,7 @@ def test_ablations(target, workload, tmp_path):
 def test_ablations_with_a_deployment_variant(target, workload, triton_settings, tmp_path):
     """A second Triton + orchestrator serving the repository without dynamic batching, in the same run: its
     queries are interleaved with the baseline's, and the throughput windows measure both deployments."""
-    from orchestrator.bench.variants import NO_BATCHING, variant_targets
+    from thinkserve_bench.variants import NO_BATCHING, variant_targets
     from orchestrator.triton.client import TritonClient
     from tests.conftest import settings_with
 

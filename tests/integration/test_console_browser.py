@@ -13,7 +13,7 @@ import httpx
 import pypdfium2
 import pytest
 
-from orchestrator.bench.generated import pdf_factory
+from thinkserve_bench.generated import pdf_factory
 from orchestrator.deployment import Deployment
 from tests.conftest import ROOT, SAMPLE_DOCUMENT, settings_with
 from tests.integration.conftest import BackgroundLoop

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from benchmarks import content_list_ingest
-from orchestrator.bench.generated import pdf_factory
+from thinkserve_bench.scripts import content_list_ingest
+from thinkserve_bench.generated import pdf_factory
 
 pytestmark = pytest.mark.integration
 

@@ -11,10 +11,10 @@ import json
 
 import pytest
 
-from benchmarks.document_qa import ABLATIONS, evaluate, parse_only, report, rescore, settings_record
-from benchmarks.qa_dataset import load_questions
+from thinkserve_bench.scripts.document_qa import ABLATIONS, evaluate, parse_only, report, rescore, settings_record
+from thinkserve_bench.scripts.qa_dataset import load_questions
 from orchestrator.config import Settings
-from orchestrator.bench.generated import pdf_factory
+from thinkserve_bench.generated import pdf_factory
 from tests.integration.test_ocr import scanned_pdf
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ import tarfile
 
 import pytest
 
-from benchmarks.gpu import pack
+from thinkserve_bench.gpu import pack
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration
@@ -43,7 +43,7 @@ def test_the_cpu_dry_run_runs_the_whole_flow(tmp_path):
     pack.make_pack(cpu_pack, here, level=1, log=lambda line: None)  # this Python's stub and wheels; fast compression
     out = tmp_path / "out"
     command = [
-        sys.executable, "-m", "benchmarks.gpu.run_on_device", "--device", "cpu", "--profile", "tiny",
+        sys.executable, "-m", "thinkserve_bench.gpu.run_on_device", "--device", "cpu", "--profile", "tiny",
         "--pack", str(cpu_pack), "--work", str(tmp_path / "work"), "--out", str(out),
         "--cache", str(ROOT / ".thinkserve" / "cache"), "--budget-s", "400",
         "--parts", "encoders,generators,mix", "--quick", "--batches", "1,2", "--streams", "1,2",

@@ -19,7 +19,7 @@ from orchestrator.ingest_batch import ingest_paths
 from orchestrator.knowledge.graph.graph import BELONGS_TO
 from orchestrator.knowledge.storage.manifest import MANIFEST
 from orchestrator.knowledge.storage.registry import KnowledgeBase
-from orchestrator.bench.generated import pdf_factory
+from thinkserve_bench.generated import pdf_factory
 from tests.integration.conftest import event_of
 from tests.integration.test_models import call, png
 

@@ -9,8 +9,8 @@ import json
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
-from benchmarks import ocr_quality
-from orchestrator.bench.generated import pdf_factory
+from thinkserve_bench.scripts import ocr_quality
+from thinkserve_bench.generated import pdf_factory
 
 pytestmark = pytest.mark.integration
 

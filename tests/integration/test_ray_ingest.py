@@ -17,7 +17,7 @@ from orchestrator.ingest_batch import ingest_paths  # noqa: E402
 from orchestrator.knowledge.storage.registry import KnowledgeBase  # noqa: E402
 from orchestrator.knowledge.parsing.mineru import MineruOptions  # noqa: E402
 from orchestrator.ray_ingest import RayOptions, pack_parse  # noqa: E402
-from orchestrator.bench.generated import pdf_factory  # noqa: E402
+from thinkserve_bench.generated import pdf_factory  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

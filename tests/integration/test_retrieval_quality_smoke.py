@@ -8,8 +8,8 @@ import dataclasses
 
 import pytest
 
-from orchestrator.bench.generated.quality_corpus import Question, write_quality_corpus
-from benchmarks.retrieval_quality import CONFIGURATIONS, KS, TOP_K, evaluate
+from thinkserve_bench.generated.quality_corpus import Question, write_quality_corpus
+from thinkserve_bench.scripts.retrieval_quality import CONFIGURATIONS, KS, TOP_K, evaluate
 
 pytestmark = pytest.mark.integration
 

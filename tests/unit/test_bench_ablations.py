@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.bench.modes.ablations import BASELINE, compare_configurations
-from orchestrator.bench.record import OK, TIMEOUT, QueryRecord
-from orchestrator.bench.workload import ExpectedPage, WorkloadQuestion
+from thinkserve_bench.modes.ablations import BASELINE, compare_configurations
+from thinkserve_bench.record import OK, TIMEOUT, QueryRecord
+from thinkserve_bench.workload import ExpectedPage, WorkloadQuestion
 
 QUESTIONS = [WorkloadQuestion(id=f"q{n}", question=f"question {n}", type="lookup",
                               expected_pages=(ExpectedPage(document="report.pdf", page=n),)) for n in (1, 2)]

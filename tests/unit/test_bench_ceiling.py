@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.bench.modes.ceiling import Call, Plan, compare, sweep_stops
+from thinkserve_bench.modes.ceiling import Call, Plan, compare, sweep_stops
 
 
 def _complex_plan() -> Plan:
@@ -71,7 +71,7 @@ def test_compare_reports_the_fraction_and_flags_a_ceiling_below_end_to_end():
 
 
 def test_the_answer_stage_embeds_the_sentences_the_pipeline_would_shortlist():
-    from orchestrator.bench.modes.ceiling import answer_sentences
+    from thinkserve_bench.modes.ceiling import answer_sentences
     from orchestrator.knowledge.parsing.sentences import MAX_SENTENCE_CHARS
 
     rambling = " ".join(f"tok{i}" for i in range(200))  # a random-weight VLM's description: one long "sentence"
@@ -92,8 +92,8 @@ def test_a_question_whose_capture_fails_is_left_out_of_the_replay():
 
     import grpc
 
-    from orchestrator.bench.modes.ceiling import capture
-    from orchestrator.bench.workload import WorkloadQuestion
+    from thinkserve_bench.modes.ceiling import capture
+    from thinkserve_bench.workload import WorkloadQuestion
     from orchestrator.errors import ThinkServeError
 
     class Orchestrator:  # the orchestrator client's query(): one stream per question

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.bench.cost import (
+from thinkserve_bench.query_costs import (
     ORCHESTRATOR,
     TRITON,
     Usage,
@@ -14,11 +14,11 @@ from orchestrator.bench.cost import (
     summarize_costs,
     usd_per_query_at_rate,
 )
-from orchestrator.bench.prices import BenchSettings, DeploymentPrice, PriceTable, TokenPrice, config_hash
+from thinkserve_bench.prices import BenchSettings, DeploymentPrice, PriceTable, TokenPrice, config_hash
 from orchestrator.api.convert import model_stats
-from orchestrator.bench.record import QueryRecord
-from orchestrator.bench.summary import paired_ok, server_totals
-from orchestrator.bench.triton_stats import ModelCounters, Snapshot, Topology, parse_statistics
+from thinkserve_bench.record import QueryRecord
+from thinkserve_bench.summary import paired_ok, server_totals
+from thinkserve_bench.triton_stats import ModelCounters, Snapshot, Topology, parse_statistics
 from orchestrator.errors import ConfigurationError
 
 # $3.60 per core-hour, one core per model: exactly $0.001 per model-second.

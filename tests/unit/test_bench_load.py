@@ -7,11 +7,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator.bench.cost import Usage
-from orchestrator.bench.modes.load import level_report, saturated
-from orchestrator.bench.prices import BenchSettings
-from orchestrator.bench.record import ERROR, OK, REJECTED, QueryRecord
-from orchestrator.bench.triton_stats import Topology
+from thinkserve_bench.query_costs import Usage
+from thinkserve_bench.modes.load import level_report, saturated
+from thinkserve_bench.prices import BenchSettings
+from thinkserve_bench.record import ERROR, OK, REJECTED, QueryRecord
+from thinkserve_bench.triton_stats import Topology
 
 
 class _Window:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orchestrator.bench.micro import CorpusVectors, build_index, faiss_micro, graph_micro, ivf_lists, markdown, recall_at_k
+from thinkserve_bench.micro import CorpusVectors, build_index, faiss_micro, graph_micro, ivf_lists, markdown, recall_at_k
 
 
 def test_recall_at_k_counts_shared_rows_only():
@@ -59,9 +59,9 @@ def test_our_graph_paths_agree_with_networkx():
 
 
 def test_thinkserve_bench_micro_writes_its_report(tmp_path):
-    from orchestrator.cli import main
+    from thinkserve_bench.command import main
 
-    code = main(["bench", "micro", "--vectors", "2000", "--index-kinds", "flat", "hnsw", "--micro-queries", "40",
+    code = main(["micro", "--vectors", "2000", "--index-kinds", "flat", "hnsw", "--micro-queries", "40",
                  "--graph-chunks", "1000", "--seed-sets", "2", "--out", str(tmp_path)])
     assert code == 0
     text = (tmp_path / "bench-micro.md").read_text()

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from orchestrator.bench.call_shapes import (
+from thinkserve_bench.call_shapes import (
     CallShape,
     distinct_shapes,
     query_calls,
@@ -16,8 +16,8 @@ from orchestrator.bench.call_shapes import (
     row_shape,
     series_cost,
 )
-from orchestrator.bench.modes.standins import device_deployment, source_image_tokens
-from orchestrator.bench.prices import PriceTable
+from thinkserve_bench.modes.standins import device_deployment, source_image_tokens
+from thinkserve_bench.prices import PriceTable
 from thinkserve_build.standins import image_positions, standins
 from orchestrator.pipeline.accounting import ModelUsage
 
@@ -95,7 +95,7 @@ def _cost_payload() -> dict:
     simple = [("text_embedder", "embed", 1, 1, 15, 0), ("reranker", "rerank", 1, 10, 1300, 0)]
     complex_ = simple + [("vlm_relevance", "vlm_filter", 1, 6, 90, 0), ("vlm", "perception", 2, 4, 400, 40),
                          ("llm", "llm", 1, 1, 900, 24)]
-    return {"command": "thinkserve bench cost", "machine": {"cpu": "x", "profile": "tiny"},
+    return {"command": "thinkserve-bench cost", "machine": {"cpu": "x", "profile": "tiny"},
             # the third question timed out on the Complex path: it is left out of both series
             "result": {"mode": "cost", "configs": {
                 "routed": {"records": [record("simple", simple), record("complex", complex_), record("simple", simple)]},
@@ -103,11 +103,11 @@ def _cost_payload() -> dict:
 
 
 def test_thinkserve_bench_standins_times_toy_standins_end_to_end(tmp_path):
-    from orchestrator.cli import main
+    from thinkserve_bench.command import main
 
     source = tmp_path / "cost.json"
     source.write_text(json.dumps(_cost_payload()))
-    code = main(["bench", "standins", "--from-cost", str(source), "--preset", "test", "--device", "cpu", "--repeats", "1",
+    code = main(["standins", "--from-cost", str(source), "--preset", "test", "--device", "cpu", "--repeats", "1",
                  "--source-image-tokens", "36", "--standin-concurrency", "1", "2", "--out", str(tmp_path)])
     assert code == 0
     result = json.loads((tmp_path / "bench-standins.json").read_text())["result"]
@@ -130,8 +130,8 @@ def test_thinkserve_bench_standins_times_toy_standins_end_to_end(tmp_path):
 
 
 def test_standins_refuses_a_file_that_is_not_a_cost_result(tmp_path):
-    from orchestrator.cli import main
+    from thinkserve_bench.command import main
 
     source = tmp_path / "latency.json"
     source.write_text(json.dumps({"result": {"mode": "latency"}}))
-    assert main(["bench", "standins", "--from-cost", str(source), "--preset", "test", "--out", str(tmp_path)]) != 0
+    assert main(["standins", "--from-cost", str(source), "--preset", "test", "--out", str(tmp_path)]) != 0

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from orchestrator.bench.stats import distribution, gaps_ms, goodput, percentile, rate, ratio, saving
+from thinkserve_bench.stats import distribution, gaps_ms, goodput, percentile, rate, ratio, saving
 
 
 def test_percentiles_interpolate_between_closest_ranks():

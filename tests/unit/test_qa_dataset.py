@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from benchmarks.document_qa import _own_time_lines, collection_name, own_time
-from benchmarks.qa_dataset import (Question, contains_answer, load_questions, normalize_answer, page_hits, refusal_scores,
+from thinkserve_bench.scripts.document_qa import _own_time_lines, collection_name, own_time
+from thinkserve_bench.scripts.qa_dataset import (Question, contains_answer, load_questions, normalize_answer, page_hits, refusal_scores,
                                    separation_auc)
 
 

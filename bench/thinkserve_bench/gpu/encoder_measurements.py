@@ -1,0 +1,185 @@
+"""The encoders' measurements: each network model of the repository (embedder, cross-encoder, page text and image
+towers; the router's classifier where the profile has one) at each batch size, called directly with the same token
+ids or pixels through Triton and in-process PyTorch (the module, device and dtype the served model runs); before
+anything, a round trip of text through the embedder's ensemble."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+from tritonclient.grpc import model_config_pb2
+
+from orchestrator.models import contracts
+from orchestrator.triton.client import TritonClient
+
+from ..stats import call_latency_summary
+from ..timing import time_async_window, time_window
+from .gpu_report import percent
+from .options import Options
+from .served_models import measured_networks, parameters, public_name, read_config, torch_device
+
+SEQUENCE_TOKENS = {"text_embedder": 256, "reranker": 256, "router": 64}
+QUESTION_TOKENS = 32
+# Ids every text tokenizer of the profiles has (MiniLM's WordPiece; the stand-ins' vocabularies are larger): the
+# first and last are its [CLS] and [SEP], where CLIP's towers pool.
+CLS_ID, SEP_ID, LOW_ID, HIGH_ID = 101, 102, 1000, 29000
+
+def share(triton: Optional[float], in_process: Optional[float]) -> Optional[float]:
+    """Triton's share of the cost: 1 - Triton's throughput / in-process throughput (0: no overhead)."""
+    if not triton or not in_process:
+        return None
+    return 1.0 - triton / in_process
+
+
+def text_length(repository: Path, network: str) -> int:
+    """Token length of the calls to a text network: SEQUENCE_TOKENS (questions for page towers), capped at what its
+    tokenizer step serves; a tokenizer that pads to its maximum always gives that."""
+    public = public_name(network)
+    tokenize = repository / f"{public}_tokenize"
+    wanted = SEQUENCE_TOKENS.get(public, QUESTION_TOKENS)
+    if not (tokenize / "config.pbtxt").is_file():
+        return wanted
+    params = parameters(read_config(repository, f"{public}_tokenize"))
+    max_length = int(params.get("max_length", wanted))
+    if params.get("pad_to_max_length", "false").lower() in ("1", "true", "yes"):
+        return max_length
+    return min(wanted, max_length)
+
+
+def encoder_inputs(config: model_config_pb2.ModelConfig, batch: int, length: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """One call's inputs, as the network's config declares them: token ids ([CLS] ... [SEP], every id inside each
+    profile's vocabulary) with full masks, or pixels."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for tensor in config.input:
+        if tensor.data_type == model_config_pb2.TYPE_FP32:
+            arrays[tensor.name] = rng.standard_normal((batch, *tensor.dims)).astype(np.float32)
+        elif tensor.name == "input_ids":
+            ids = rng.integers(LOW_ID, HIGH_ID, size=(batch, length), dtype=np.int64)
+            ids[:, 0], ids[:, -1] = CLS_ID, SEP_ID
+            arrays[tensor.name] = ids
+        elif tensor.name == "attention_mask":
+            arrays[tensor.name] = np.ones((batch, length), dtype=np.int64)
+        else:  # token_type_ids
+            arrays[tensor.name] = np.zeros((batch, length), dtype=np.int64)
+    return arrays
+
+
+class InProcessNetwork:
+    """A network as the torch target's served model runs it (torch_runner.TorchRunnerModel), called directly."""
+
+    def __init__(self, repository: Path, network: str, device: str):
+        import torch
+        from thinkserve_backend.torch_modules import NetworkKind, load_network
+
+        config = read_config(repository, network)
+        params = parameters(config)
+        self.torch = torch
+        self.device, self.dtype = torch_device(device)
+        if device == "cpu":
+            torch.set_num_threads(int(params.get("intra_op_threads", "2")))
+        self.network = load_network(NetworkKind.from_facts(json.loads(params["network"])), repository / network / "1",
+                                    self.device, self.dtype)
+        accepted = set(inspect.signature(self.network.forward).parameters)
+        self.inputs = [t.name for t in config.input if t.name in accepted]
+
+    def __call__(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
+        torch = self.torch
+        with torch.inference_mode():
+            feeds = {}
+            for name in self.inputs:
+                tensor = torch.from_numpy(arrays[name]).to(self.device, non_blocking=True)
+                feeds[name] = tensor.to(self.dtype) if tensor.is_floating_point() else tensor
+            return self.network(**feeds).float().cpu().numpy()
+
+    def close(self) -> None:
+        del self.network
+        if self.device.type == "cuda":
+            self.torch.cuda.empty_cache()
+
+
+def path_result(latencies: list[float], wall: float, batch: int) -> dict:
+    return {**call_latency_summary(latencies), "rows_per_s": batch * len(latencies) / wall if wall > 0 else None}
+
+
+async def round_trip_check(client: TritonClient, repository: Path, device: str) -> dict:
+    """Text in through the embedder's ensemble (BYTES into the tokenizer step, then the network) against the
+    network fed the same ids directly, and against in-process PyTorch: the numpy-1 model environment and DLPack
+    are right before anything is timed."""
+    from thinkserve_backend.tokenization import encode, load_tokenizer
+
+    texts = ["What was the revenue in 2023?", "The table on page 4 lists revenue by region and by quarter.", "Hello"]
+    name = contracts.TEXT_EMBEDDER.name
+    params = parameters(read_config(repository, f"{name}_tokenize"))
+    tokenizer = load_tokenizer(repository / f"{name}_tokenize" / "1" / "tokenizer.json", int(params["max_length"]))
+    network = f"{name}_encode"
+    config = read_config(repository, network)
+    wanted = [t.name for t in config.input]
+    rows = [encode(tokenizer, [text], None, int(params.get("pad_id", "0")), None, []) for text in texts]
+    through_ensemble = (await client.infer(name, {"text": np.array([[t.encode()] for t in texts], dtype=np.object_)},
+                                           ["embedding"]))["embedding"]
+    direct, local = [], []
+    model = InProcessNetwork(repository, network, device)
+    try:
+        for arrays in rows:
+            feeds = {n: arrays[n].astype(np.int64) for n in wanted}
+            direct.append((await client.infer(network, feeds, ["embedding"]))["embedding"][0])
+            local.append(model(feeds)[0])
+    finally:
+        model.close()
+    direct_array, local_array = np.stack(direct), np.stack(local)
+    result = {
+        "texts": len(texts),
+        "ensemble_vs_network": float(np.abs(through_ensemble - direct_array).max()),
+        "triton_vs_in_process": float(np.abs(direct_array - local_array).max()),
+        "norms": [float(n) for n in np.linalg.norm(through_ensemble, axis=1)],
+    }
+    tolerance = 5e-2 if device == "cuda" else 1e-4
+    result["ok"] = bool(np.isfinite(through_ensemble).all() and result["ensemble_vs_network"] <= 1e-5
+                        and result["triton_vs_in_process"] <= tolerance and all(abs(n - 1) < 1e-2 for n in result["norms"]))
+    return result
+
+
+async def measure_encoders(client: TritonClient, repository: Path, options: Options, record: Callable[[dict], None],
+                           progress: Callable[[str], None]) -> None:
+    for network in measured_networks(repository, options):
+        if options.left() < 6 * options.seconds * len(options.batches):
+            progress(f"  {network}: skipped, out of time")
+            record({"model": network, "skipped": "out of time"})
+            continue
+        config = read_config(repository, network)
+        output = config.output[0].name
+        image = any(t.data_type == model_config_pb2.TYPE_FP32 for t in config.input)
+        length = 0 if image else text_length(repository, network)
+        model = InProcessNetwork(repository, network, options.device)
+        try:
+            for batch in options.batches:
+                arrays = encoder_inputs(config, batch, length, seed=batch)
+                local, wall_local = time_window(lambda: model(arrays), options.seconds, options.min_calls)
+
+                async def call(arrays=arrays):
+                    return await client.infer(network, arrays, [output])
+
+                remote, wall_remote = await time_async_window(call, options.seconds, options.min_calls)
+                served = (await call())[output]
+                row = {
+                    "model": network, "public": public_name(network), "batch": batch,
+                    "input": f"{length} tokens" if length else "x".join(map(str, config.input[0].dims)) + " pixels",
+                    "in_process": path_result(local, wall_local, batch),
+                    "triton": path_result(remote, wall_remote, batch),
+                    "max_abs_diff": float(np.abs(served - model(arrays)).max()),
+                }
+                if batch == max(options.batches) and options.inflight > 1:
+                    pipelined, wall = await time_async_window(call, options.seconds, options.min_calls, options.inflight)
+                    row["triton_inflight"] = {**path_result(pipelined, wall, batch), "inflight": options.inflight}
+                row["triton_share"] = share(row["triton"]["rows_per_s"], row["in_process"]["rows_per_s"])
+                record(row)
+                progress(f"  {network} batch {batch}: in-process {row['in_process']['rows_per_s']:.1f} rows/s, "
+                         f"Triton {row['triton']['rows_per_s']:.1f} rows/s (share {percent(row['triton_share'])})")
+        finally:
+            model.close()
+

@@ -1,0 +1,208 @@
+"""The device runner's measurements: every model through the real Triton and in-process PyTorch, in one run.
+
+    python -m thinkserve_bench.gpu.measurements --repository R --install-root I --model-env M --device cuda \\
+        --parts encoders,generators,mix [--quick] --out DIR
+
+(run_on_device.py prepares R, I and M and passes them.) Triton is started by the project's launcher on the
+models the parts need (a hard-linked copy of those model folders, served_models.py), with the model environment
+given. The parts, each a module of its own:
+
+- **encoders** (encoder_measurements.py): each network model of the repository (embedder, cross-encoder, page text and image towers; the
+  router's classifier where the profile has one) at batch 1, 8 and 32, called directly with the same token ids or
+  pixels both ways: through Triton (one request of `batch` rows at a time; at the largest batch also 4 in flight)
+  and in-process (thinkserve_backend.torch_modules.load_network: the module, device and dtype the served model
+  runs). Throughput is rows per second of sequential calls; Triton's share = 1 - Triton / in-process. Before
+  anything, the embedder's ensemble (text in: BYTES through the tokenizer step) is checked against the network
+  fed the same ids, and every network's Triton output against the in-process one.
+- **generators** (generator_measurements.py): the LLM and the VLM (one image, its positions counted in the prompt) with prompts of exactly
+  `--prompt-tokens` positions (1,024) and `--new-tokens` (128) greedy tokens, at 1, 8 and 32 concurrent streams:
+  through Triton (grpc streams) and in-process (the same torch_decoding.TorchKVCacheDecoder and decoding.generate,
+  streams in a thread pool as large as the served model's, max_concurrent_generations). TTFT (submit to first
+  token, queueing in the pool included) and tokens per second (all streams' tokens over the level's wall time).
+- **mix** (call_mix.py): a cost run's recorded model calls (--cost, the routed questions) replayed by the ceiling mode's replay
+  (thinkserve_bench.modes.ceiling: the pipeline's phases, branches and concurrency per question) against this
+  Triton, per route, closed loop at concurrency 1, 4 and 16: model-bound queries/s and model time per query (p50,
+  p95); cost per query at the price table's H100 and H200 rates; an end-to-end estimate per route = the cost run's
+  own orchestrator time (measured on the CPU machine) + this model time, labelled an estimate.
+
+Results are written after every unit of work (`gpu-<parts>.json`, then `.md`), so a command stopped at its time
+limit still returns what it measured; `--deadline` (from run_on_device) skips what would not finish in time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from orchestrator.config import TritonSettings
+from orchestrator.triton.client import TritonClient
+from orchestrator.triton.launcher import TritonServer
+
+from ..machine import machine_facts
+from . import gpu_report
+from .call_mix import measure_mix
+from .encoder_measurements import measure_encoders, round_trip_check
+from .generator_measurements import measure_generators
+from .options import DEFAULT_COST, PARTS, ROOT, Options
+from .served_models import model_names, models_for, serving_repository
+
+
+def device_facts(device: str) -> dict:
+    """The machine's facts (thinkserve_bench.machine), with torch's version, CUDA's, the device measured on, its
+    memory and the dtype the served models run in."""
+    import torch
+
+    base = machine_facts()
+    facts = {**base, "torch": torch.__version__, "cuda": torch.version.cuda, "device": device,
+             "cpu_count": base["logical_cores"]}
+    if device == "cuda" and torch.cuda.is_available():
+        free, total = torch.cuda.mem_get_info()
+        facts.update(gpu=torch.cuda.get_device_name(0), gpu_memory_gib=round(total / 2**30, 1),
+                     dtype="bfloat16")
+    else:
+        facts.update(gpu="none", dtype="float32")
+    return facts
+
+
+class Results:
+    """The run's results, written to disk after every unit of work."""
+
+    def __init__(self, out: Path, options: Options, repository: Path):
+        self.out = out
+        out.mkdir(parents=True, exist_ok=True)
+        self.stem = "gpu-" + "-".join(options.parts)
+        self.data: dict = {
+            "kind": "thinkserve-gpu-measurements", "dry_run": options.device != "cuda", "parts": list(options.parts),
+            "repository": str(repository), "profile": _profile_of(repository), "machine": device_facts(options.device),
+            "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in options.__dict__.items() if k != "deadline"},
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "encoders": [], "generators": [], "mix": {}, "notes": [],
+        }
+
+    def save(self) -> None:
+        for suffix, text in ((".json", json.dumps(self.data, indent=2, default=str) + "\n"), (".md", gpu_report.markdown([self.data]))):
+            path = self.out / (self.stem + suffix)
+            path.with_suffix(suffix + ".tmp").write_text(text)
+            path.with_suffix(suffix + ".tmp").replace(path)
+
+
+def _profile_of(repository: Path) -> str:
+    name = repository.name.removeprefix("repo-")
+    return name.rsplit("-", 1)[0] if name.endswith(("-cuda", "-cpu")) else name
+
+
+async def run(args, options: Options, progress: Callable[[str], None]) -> int:
+    results = Results(args.out, options, args.repository)
+    results.save()
+    serving = serving_repository(args.repository, models_for(args.repository, options), args.work / "serving")
+    settings = TritonSettings(
+        model_repository=serving, model_environment=args.model_env, install_root=args.install_root,
+        log_dir=args.work / "logs", startup_timeout_s=max(60.0, min(900.0, options.left() - 60)),
+        call_timeout_s=600.0, supervise=False,
+    )
+    server = TritonServer(settings, required=())
+    began = time.monotonic()
+    progress(f"starting tritonserver on {len(model_names(serving))} models ({', '.join(options.parts)})")
+    try:
+        server.start()
+    except Exception as error:
+        results.data["error"] = f"Triton did not start: {error}"
+        results.save()
+        _keep_log(server, args.out)
+        progress(results.data["error"])
+        return 1
+    results.data["triton_start_s"] = round(time.monotonic() - began, 1)
+    results.data["machine"].update(device_facts(options.device))
+    progress(f"Triton ready in {results.data['triton_start_s']} s")
+    client = TritonClient.from_settings(settings, server.endpoints.grpc)
+    status = 0
+    try:
+        if "encoders" in options.parts or "mix" in options.parts:
+            check = await round_trip_check(client, serving, options.device)
+            results.data["round_trip"] = check
+            results.save()
+            progress(f"round trip (text through the ensemble vs the network vs in-process): {check}")
+            if not check["ok"]:
+                raise RuntimeError("the round-trip check failed: Triton's answers are wrong, nothing else is measured")
+        for part in options.parts:
+            began = time.monotonic()
+            progress(f"{part}:")
+            if part == "encoders":
+                await measure_encoders(client, serving, options, lambda row: (results.data["encoders"].append(row), results.save()), progress)
+            elif part == "generators":
+                await measure_generators(client, serving, options, lambda row: (results.data["generators"].append(row), results.save()), progress)
+            elif part == "mix":
+                await measure_mix(client, serving, options, lambda key, value: (results.data["mix"].__setitem__(key, value), results.save()), progress)
+            results.data.setdefault("part_seconds", {})[part] = round(time.monotonic() - began, 1)
+            results.save()
+    except Exception as error:  # noqa: BLE001 - what was measured is kept; the error is reported with it
+        results.data["error"] = f"{type(error).__name__}: {error}"
+        progress(f"error: {results.data['error']}")
+        status = 1
+    finally:
+        await client.close()
+        server.stop()
+        _keep_log(server, args.out)
+        results.data["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+        results.save()
+    return status
+
+
+def _keep_log(server: TritonServer, out: Path, lines: int = 400) -> None:
+    """The tail of Triton's log beside the results (errors and the stubs' messages)."""
+    if server.log_path and server.log_path.is_file():
+        tail = server.log_path.read_text(errors="replace").splitlines()[-lines:]
+        (out / "gpu-triton.log").write_text("\n".join(tail) + "\n")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m thinkserve_bench.gpu.measurements", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repository", type=Path, required=True, help="a torch-target model repository")
+    parser.add_argument("--install-root", type=Path, required=True, help="tritonserver's folder (bin/, backends/, stubs)")
+    parser.add_argument("--model-env", type=Path, required=True, help="Triton's model environment (numpy 1)")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/thinkserve-gpu"))
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
+    parser.add_argument("--quick", action="store_true", help="shorter windows and 32 generated tokens (about a third of the time)")
+    parser.add_argument("--batches", help="encoder batch sizes (default 1,8,32)")
+    parser.add_argument("--streams", help="generator concurrent streams (default 1,8,32)")
+    parser.add_argument("--prompt-tokens", type=int, help="generator prompt positions (default 1024)")
+    parser.add_argument("--new-tokens", type=int, help="generated tokens per stream (default 128; --quick 32)")
+    parser.add_argument("--mix-concurrency", help="replay concurrency levels (default 1,4,16)")
+    parser.add_argument("--mix-window", type=float, help="measured seconds per replay level")
+    parser.add_argument("--networks", help="encoder networks to measure, comma-separated (default: every one)")
+    parser.add_argument("--cost", type=Path, help=f"the cost run to replay (default {DEFAULT_COST.relative_to(ROOT)})")
+    parser.add_argument("--source-image-tokens", type=int, help="prompt positions per image of the cost run's VLM (tiny: 36)")
+    parser.add_argument("--deadline", type=float, default=math.inf, help="epoch seconds: start no work that ends later")
+    args = parser.parse_args(argv)
+    parts = tuple(p.strip() for p in args.parts.split(",") if p.strip())
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        parser.error(f"unknown parts {unknown}; known: {', '.join(PARTS)}")
+    overrides: dict = {"deadline": args.deadline}
+    if args.networks:
+        overrides["networks"] = tuple(n.strip() for n in args.networks.split(",") if n.strip())
+    for name, value in (("batches", args.batches), ("streams", args.streams), ("mix_concurrency", args.mix_concurrency)):
+        if value:
+            overrides[name] = tuple(int(v) for v in value.split(","))
+    for name, value in (("prompt_tokens", args.prompt_tokens), ("new_tokens", args.new_tokens), ("mix_window_s", args.mix_window),
+                        ("cost", args.cost), ("source_image_tokens", args.source_image_tokens)):
+        if value is not None:
+            overrides[name] = value
+    options = Options.quick(parts, args.device, **overrides) if args.quick else Options(parts, args.device, **overrides)
+    started = time.monotonic()
+
+    def progress(line: str) -> None:
+        print(f"[measure {time.monotonic() - started:6.1f}s] {line}", flush=True)
+
+    return asyncio.run(run(args, options, progress))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

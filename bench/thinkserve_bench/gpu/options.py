@@ -1,0 +1,43 @@
+"""The GPU measurements' options: the parts, their sizes and windows, the cost run replayed, and the deadline."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+PARTS = ("encoders", "generators", "mix")
+DEFAULT_COST = ROOT / "bench" / "results" / "bench" / "bench-cost-llm.json"
+
+
+@dataclass
+class Options:
+    parts: tuple[str, ...]
+    device: str
+    batches: tuple[int, ...] = (1, 8, 32)
+    inflight: int = 4  # Triton requests in flight at the largest batch (besides one at a time)
+    seconds: float = 1.5  # timed seconds per encoder case and path
+    min_calls: int = 5
+    streams: tuple[int, ...] = (1, 8, 32)
+    prompt_tokens: int = 1024
+    new_tokens: int = 128
+    mix_concurrency: tuple[int, ...] = (1, 4, 16)
+    mix_warmup_s: float = 2.0
+    mix_window_s: float = 8.0
+    cost: Path = DEFAULT_COST
+    cost_config: str = "routed"
+    source_image_tokens: int = 36  # the cost run's VLM (tiny: 96 px / 16 px patches = 36 positions an image)
+    networks: tuple[str, ...] = ()  # the encoder networks measured (empty: every one)
+    deadline: float = math.inf  # epoch seconds: no new unit of work starts that would end after it
+
+    @classmethod
+    def quick(cls, parts: tuple[str, ...], device: str, **overrides) -> "Options":
+        """About a third of the full run's time: shorter windows, fewer generated tokens."""
+        values = dict(seconds=0.6, min_calls=3, new_tokens=32, mix_warmup_s=1.0, mix_window_s=3.0)
+        return cls(parts, device, **{**values, **overrides})
+
+    def left(self) -> float:
+        return self.deadline - time.time()
+

@@ -1,0 +1,55 @@
+"""Result files: JSON with every raw figure and the machine it ran on, a Markdown report beside it, the results folder
+of the benchmark scripts, and how a run was invoked (so a result says which command and code produced it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+RESULTS = Path("bench/results")  # the scripts run from the checkout's root
+
+
+def write(directory: Path, name: str, payload: dict, markdown: str) -> tuple[Path, Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = directory / f"{name}.json", directory / f"{name}.md"
+    json_path.write_text(json.dumps(payload, indent=1, default=_jsonable) + "\n")
+    md_path.write_text(markdown)
+    return json_path, md_path
+
+
+def _jsonable(value):
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def write_results(name: str, payload: dict, markdown: str, directory: Path = RESULTS) -> tuple[Path, Path]:
+    return write(directory, name, payload, markdown)
+
+
+def write_and_show(name: str, payload: dict, markdown: str, directory: Path) -> None:
+    """Write the results, print the report, and say on stderr where the files went."""
+    paths = write_results(name, payload, markdown, directory)
+    print(markdown)
+    print(f"written: {', '.join(map(str, paths))}", file=sys.stderr)
+
+
+def uncommitted_changes() -> list[str]:
+    """Tracked files that differ from the commit in the machine facts (others may be editing the code measured)."""
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+    return status.stdout.splitlines()
+
+
+def invocation(name: str, argv: list[str]) -> str:
+    """How benchmark script `name` was run, as typed from the repository root (interpreter path and PYTHONPATH
+    included)."""
+    interpreter = Path(sys.executable)
+    if interpreter.is_relative_to(Path.cwd()):
+        interpreter = interpreter.relative_to(Path.cwd())
+    prefix = f"PYTHONPATH={os.environ['PYTHONPATH']} " if os.environ.get("PYTHONPATH") else ""
+    return f"{prefix}{interpreter} -m thinkserve_bench.scripts.{name} {' '.join(argv)}".strip()

@@ -1,1 +1,0 @@
-"""Benchmarks: each module is runnable (`python -m benchmarks.<name>`) and writes results/<name>.{json,md}."""
