@@ -79,7 +79,7 @@ test-integration: models models-torch browser
 	$(BIN)/python -m pytest tests/integration
 
 bench: models
-	$(BIN)/python -m benchmarks.triton_overhead --rounds 10
+	$(BIN)/python -m thinkserve_bench.scripts.triton_overhead --rounds 10
 
 clean:
 	rm -rf $(VENV) $(MODEL_VENV) .thinkserve model_repository/*/ orchestrator/api/_generated
