@@ -7,14 +7,12 @@ import asyncio
 import logging
 import os
 import signal
-import sys
 from pathlib import Path
 from typing import Optional
 
-import grpc
 
+from .cli_run import run_command
 from .cli_settings import settings_from_args
-from .errors import ThinkServeError
 
 
 def _client(args):
@@ -223,23 +221,4 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    try:
-        return args.run(args)
-    except KeyboardInterrupt:
-        print("thinkserve: interrupted", file=sys.stderr)
-        return 130
-    except (ThinkServeError, grpc.RpcError, OSError) as error:
-        if args.verbose:
-            raise
-        print(f"thinkserve: error: {_describe(error)}", file=sys.stderr)
-        return 2
-
-
-def _describe(error: BaseException) -> str:
-    if isinstance(error, grpc.RpcError):
-        return f"{error.code().name}: {error.details()}"
-    return str(error)
+    return run_command("thinkserve", args, args.run)

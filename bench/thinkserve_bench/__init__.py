@@ -2,7 +2,7 @@
 
 - The harness of `thinkserve-bench` (command.py): latency, load, cost-per-query, model-bound ceiling and ablation
   benchmarks against a live deployment (one the command starts, or one at an address), with reports a capacity
-  review can use. The measurement core (stats, timing, machine, prices, query_costs, triton_stats) imports nothing
+  review can use. The measurement core (stats, timed_calls, machine, prices, query_costs, triton_stats) imports nothing
   heavy, so its arithmetic is unit-tested on synthetic timings; the modes (modes/) talk to the real orchestrator
   over gRPC and to Triton for its server-side statistics.
 - generated/: documents generated with known content, for the benchmarks and the tests.

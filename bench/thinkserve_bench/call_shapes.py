@@ -1,6 +1,6 @@
 """From a cost run's per-query model usage to the shapes of the model calls, and back to seconds per query.
 
-The stand-in cost model (standins.py) times realistic-size models at the shapes the pipeline actually sent;
+The stand-in cost model (standin_timing.py) times realistic-size models at the shapes the pipeline actually sent;
 this module is its arithmetic, kept free of torch so it is unit-tested on synthetic usage:
 
   shapes      each usage row (calls of one model in one stage, summed: ModelUsage) becomes `calls` calls of

@@ -8,7 +8,7 @@ a mode's run and report.
     thinkserve-bench micro [--micro faiss graph] [--vectors N ...] [--graph-chunks N ...]
                                                           FAISS kinds and graph paths in process (micro.py)
     thinkserve-bench standins --from-cost bench-cost.json  a cost run's model calls timed on realistic-size stand-in
-                                                          models in PyTorch (the GPU when present; modes/standins.py)
+                                                          models in PyTorch (the GPU when present; modes/standin_costs.py)
 
 Global options as `thinkserve`'s: --config FILE (the deployment's settings), --profile NAME, -v.
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import os
 import shlex
 import sys
@@ -110,24 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[list[str]] = None) -> int:
     """`thinkserve-bench`: errors are one line naming the cause, as `thinkserve`'s (-v: the traceback)."""
-    import grpc
+    from orchestrator.cli_run import run_command
 
-    from orchestrator.errors import ThinkServeError
-
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        return cmd_bench(args)
-    except KeyboardInterrupt:
-        print("thinkserve-bench: interrupted", file=sys.stderr)
-        return 130
-    except (ThinkServeError, grpc.RpcError, OSError) as error:
-        if args.verbose:
-            raise
-        cause = f"{error.code().name}: {error.details()}" if isinstance(error, grpc.RpcError) else str(error)
-        print(f"thinkserve-bench: error: {cause}", file=sys.stderr)
-        return 2
+    return run_command("thinkserve-bench", build_parser().parse_args(argv), cmd_bench)
 
 
 def parse_options(pairs: list[str]) -> dict[str, Any]:
@@ -231,7 +215,7 @@ def run_micro(args, settings) -> int:
 
 def run_standins_mode(args, settings) -> int:
     """Replay a cost run's calls on the stand-ins (no deployment: torch and transformers only)."""
-    from .modes.standins import device_deployment, markdown, run_standins, source_image_tokens
+    from .modes.standin_costs import device_deployment, markdown, run_standins, source_image_tokens
     from .machine import machine_info
     from .result_files import write
     from .standin_timing import TorchTimer

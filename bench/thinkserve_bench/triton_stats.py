@@ -10,7 +10,7 @@ public model (the orchestrator's contract name) whose ensemble runs it.
 
 Decoupled (streaming) python models return from execute() once their generation thread starts, so Triton's
 compute time misses the generation: for them the orchestrator's measured stream time must be used instead
-(see cost.py); `Topology.decoupled` says which models these are.
+(see query_costs.py); `Topology.decoupled` says which models these are.
 """
 
 from __future__ import annotations

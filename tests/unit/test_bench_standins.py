@@ -16,7 +16,7 @@ from thinkserve_bench.call_shapes import (
     row_shape,
     series_cost,
 )
-from thinkserve_bench.modes.standins import device_deployment, source_image_tokens
+from thinkserve_bench.modes.standin_costs import device_deployment, source_image_tokens
 from thinkserve_bench.prices import PriceTable
 from thinkserve_build.standins import image_positions, standins
 from orchestrator.pipeline.accounting import ModelUsage

@@ -98,7 +98,7 @@ def _module_file(name: str) -> Path | None:
 
 # Code that runs on the GPU machine, whose imports inside functions count too; elsewhere (the orchestrator's
 # modules the replay reaches) only the module-level imports run.
-RUNS_THERE = ("thinkserve_bench.gpu", "thinkserve_bench.stats", "thinkserve_bench.timing", "thinkserve_bench.machine",
+RUNS_THERE = ("thinkserve_bench.gpu", "thinkserve_bench.stats", "thinkserve_bench.timed_calls", "thinkserve_bench.machine",
               "thinkserve_build", "thinkserve_backend")
 # The OCR role's code imports OpenCV, which the GPU machine lacks: the runner builds its repository without the role
 # (`--no-ocr`, checked below), so these modules never load there.

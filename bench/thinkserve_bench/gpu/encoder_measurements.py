@@ -17,7 +17,7 @@ from orchestrator.models import contracts
 from orchestrator.triton.client import TritonClient
 
 from ..stats import call_latency_summary
-from ..timing import time_async_window, time_window
+from ..timed_calls import time_async_window, time_window
 from .gpu_report import percent
 from .options import Options
 from .served_models import measured_networks, parameters, public_name, read_config, torch_device

@@ -30,7 +30,7 @@ from orchestrator.api.security import new_token
 from thinkserve_bench.machine import machine_facts
 from thinkserve_bench.result_files import write_results
 from thinkserve_bench.stats import summarize
-from thinkserve_bench.timing import time_async_calls
+from thinkserve_bench.timed_calls import time_async_calls
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
 from orchestrator.deployment import running

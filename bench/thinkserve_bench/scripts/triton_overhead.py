@@ -30,7 +30,7 @@ from tritonclient.grpc import model_config_pb2
 from thinkserve_bench.machine import machine_facts
 from thinkserve_bench.result_files import write_results
 from thinkserve_bench.stats import summarize
-from thinkserve_bench.timing import time_async_calls, time_calls
+from thinkserve_bench.timed_calls import time_async_calls, time_calls
 from orchestrator.config import TritonSettings
 from orchestrator.triton.client import TritonClient
 from orchestrator.models.contracts import TEXT_EMBEDDER
