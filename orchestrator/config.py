@@ -344,8 +344,14 @@ class UncertaintySettings(_Section):
     """Uncertainty-guided answering (HKRAG): pruner, judger, decoupler, summarizer (LLM answerer only)."""
 
     enabled: bool = True
-    # Mean token entropy (nats) above which a probe answer is uncertain; None: the LLM's own threshold, calibrated
-    # by the build on answerable questions and declared in its config (thinkserve_build.calibration).
+    # What the judger reads of a probe answer (orchestrator/pipeline/uncertainty.py): "entropy", the mean token
+    # entropy of a greedy probe (the paper's; on the gpu target the probe alone streams the logits it needs);
+    # "surprisal", the mean -log p of a probe sampled at temperature 1, which needs only the chosen tokens'
+    # log-probabilities (never any logits), at the cost of decisions that differ (bench/results/judger_measures.md).
+    measure: Literal["entropy", "surprisal"] = "entropy"
+    probe_seed: int = 0  # the surprisal probe's sampling seed: one question, one decision
+    # The measure's value (nats) above which a probe answer is uncertain; None: the LLM's own threshold for the
+    # measure, calibrated by the build on answerable questions and declared in its config (thinkserve_build.calibration).
     threshold_nats: Optional[float] = Field(None, ge=0)
     sufficiency: float = Field(1.5, gt=0)  # the pruner stops adding evidence once relevance sums to this
     probe_tokens: int = Field(16, ge=1)  # length of the answer whose entropy the judger measures

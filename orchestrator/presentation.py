@@ -60,7 +60,7 @@ class QueryPrinter:
         if final.HasField("uncertainty"):
             u = final.uncertainty
             entropies = ", ".join(f"{h:.2f}" for h in u.entropies)
-            write(f"   uncertainty: {u.evidence_used} evidence kept, entropy {entropies} nats (threshold {u.threshold:.2f}), {u.iterations} decoupler rounds\n")
+            write(f"   uncertainty: {u.evidence_used} evidence kept, {u.measure or 'entropy'} {entropies} nats (threshold {u.threshold:.2f}), {u.iterations} decoupler rounds\n")
         write("Evidence:\n")
         for item in self.evidence:
             where = item.document_name + (f" > {item.section}" if item.section else "")

@@ -57,6 +57,11 @@ class InProcessModels:
     answer: str = "Northwind's revenue was 412 million euros [1]."  # what the LLM and VLM say, word by word
     # normalised entropy of every token of a generation, from its prompt (the judger reads it)
     entropy: Callable[[str], float] = lambda prompt: 0.1
+    # log-probability of every token of a generation, from its prompt and options (the surprisal judger reads it)
+    log_prob: Callable[[str, GenerationOptions], float] = lambda prompt, options: -0.1
+    # when entropies stream: always (the cpu and torch targets), asked (the gpu target's engines: NaN unless the
+    # request asks), never (an engine built without logits)
+    entropies_stream: str = "always"
     facts: dict[str, GeneratorFacts] = field(default_factory=lambda: {
         contracts.LLM.name: GeneratorFacts(2048, vocabulary=4099, judger_entropy_nats=2.0, chat_template=CHATML_TEMPLATE),
         contracts.VLM.name: GeneratorFacts(1024, image_tokens=16, vocabulary=4099, chat_template=CHATML_TEMPLATE),
@@ -130,7 +135,9 @@ class InProcessModels:
         await self._call(model, timeout_s)
         self.generations.append(GenerationCall(model, prompt, options, len(images)))
         words = self.answer.split()[: options.max_tokens]
-        entropy = self.entropy(prompt)
+        streamed = self.entropies_stream == "always" or (self.entropies_stream == "asked" and options.entropies)
+        entropy = self.entropy(prompt) if streamed else float("nan")
+        log_prob = self.log_prob(prompt, options)
         prompt_tokens = len(_WORD.findall(prompt))
 
         async def chunks() -> AsyncIterator[GenerationChunk]:
@@ -141,7 +148,7 @@ class InProcessModels:
                     await asyncio.sleep(self.token_delay_s)
                 last = produced == len(words)
                 yield GenerationChunk(
-                    text=word + ("" if last else " "), token_ids=(produced,), log_probs=(-0.1,), normalized_entropy=(entropy,),
+                    text=word + ("" if last else " "), token_ids=(produced,), log_probs=(log_prob,), normalized_entropy=(entropy,),
                     finish_reason="length" if last else "", prompt_tokens=prompt_tokens, completion_tokens=produced,
                 )
 

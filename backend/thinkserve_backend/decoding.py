@@ -154,6 +154,9 @@ class GenerationParams:
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
     seed: Optional[int] = None
+    # each token's entropy asked for: generate computes them anyway, where the logits are; an engine for which
+    # they cost the vocabulary's logits per token (trtllm) fetches those only when asked
+    entropies: bool = False
 
 
 @dataclass

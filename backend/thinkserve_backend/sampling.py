@@ -1,7 +1,9 @@
 """Choosing the next token and measuring the model's confidence in it.
 
 Log-probabilities and entropies are taken from the model's own distribution (temperature 1, no top-p):
-they describe the model's uncertainty, whatever sampling settings the caller chose.
+they describe the model's uncertainty, whatever sampling settings the caller chose. A sampled token is drawn by
+inverse CDF from one uniform of the request's generator (what numpy's `choice` does), so a runtime that samples
+where its logits lie (torch_decoding.DeviceLogits) draws the same token from the same seed.
 """
 
 from __future__ import annotations
@@ -34,8 +36,11 @@ def token_measures(logits: np.ndarray, token: int) -> tuple[float, float]:
     return float(log_probs[token]), min(max(entropy, 0.0), 1.0)
 
 
-def choose_token(logits: np.ndarray, temperature: float, top_p: float, rng: np.random.Generator) -> TokenChoice:
-    """Greedy when temperature <= 0, else nucleus sampling; returns the token with its log-prob and entropy."""
+def choose_token(logits, temperature: float, top_p: float, rng: np.random.Generator) -> TokenChoice:
+    """Greedy when temperature <= 0, else nucleus sampling; returns the token with its log-prob and entropy.
+    `logits` is one step's [vocab] array, or an object that chooses where its logits lie (its `choose_token`)."""
+    if not isinstance(logits, np.ndarray):
+        return logits.choose_token(temperature, top_p, rng)
     if temperature <= 0:
         token = int(np.argmax(logits))
     else:
@@ -46,7 +51,7 @@ def choose_token(logits: np.ndarray, temperature: float, top_p: float, rng: np.r
 def _sample(scaled_log_probs: np.ndarray, top_p: float, rng: np.random.Generator) -> int:
     probs = np.exp(scaled_log_probs)
     if top_p >= 1.0:
-        return int(rng.choice(len(probs), p=probs / probs.sum()))
+        return inverse_cdf(probs, rng.random())
     candidates = min(_TOP_P_CANDIDATES, len(probs))
     top = np.argpartition(-probs, candidates - 1)[:candidates]
     if probs[top].sum() < top_p:
@@ -54,5 +59,10 @@ def _sample(scaled_log_probs: np.ndarray, top_p: float, rng: np.random.Generator
     order = top[np.argsort(-probs[top], kind="stable")]
     cumulative = np.cumsum(probs[order])
     keep = order[: int(np.searchsorted(cumulative, top_p)) + 1]
-    kept = probs[keep]
-    return int(keep[rng.choice(len(keep), p=kept / kept.sum())])
+    return int(keep[inverse_cdf(probs[keep], rng.random())])
+
+
+def inverse_cdf(weights: np.ndarray, uniform: float) -> int:
+    """The index a uniform draw in [0, 1) falls on in the normalised cumulative weights (numpy's `choice`)."""
+    cdf = np.cumsum(weights)
+    return int(np.searchsorted(cdf / cdf[-1], uniform, side="right"))

@@ -51,7 +51,7 @@ from .text_stream import Decode, TextStream
 Outputs = Mapping[str, np.ndarray]  # one response of the tensorrt_llm model: tensor name -> array
 
 # What a streamed generation and a one-step scoring ask the tensorrt_llm model for.
-STREAM_OUTPUTS = ("output_ids", "sequence_length", "output_log_probs", "generation_logits")
+STREAM_OUTPUTS = ("output_ids", "sequence_length", "output_log_probs")
 SCORING_OUTPUTS = ("output_ids", "sequence_length", "generation_logits", "batch_index")
 # The vision model's contract (the VLM's vision tower + projector): preprocessed pixels in, one row per image token out.
 VISION_INPUT = "pixel_values"  # FP32 [n, 3, height, width], as images.pixels_of makes them
@@ -65,7 +65,12 @@ class EngineOptions:
     end_id: Optional[int] = None  # the engine stops at it and withholds it
     pad_id: Optional[int] = None
     stop_token_ids: tuple[int, ...] = ()  # further end-of-sequence ids, sent as the engine's stop words
-    generation_logits: bool = True  # each step's logits: exact log-probs and entropies (engine built to gather them)
+    # Every streamed step's logits (engine built to gather them): exact log-probabilities and entropies, at the cost
+    # of the whole vocabulary per token (0.6 MB for Qwen's, copied to the host and log-softmaxed here). Off, a stream
+    # asks for them only when its request wants entropies (the judger's probes: GenerationParams.entropies), and
+    # otherwise for the engine's output_log_probs alone (4 bytes a token; the model's own when sampling at
+    # temperature 1).
+    generation_logits: bool = False
     seed_input: str = "seed"  # "random_seed" in backends before the rename
 
 
@@ -79,6 +84,17 @@ def generation_budget(prompt_tokens: int, max_tokens: int, max_context: int) -> 
 def _one(value, dtype) -> np.ndarray:
     """A per-request scalar: dims [1] plus the batch dimension."""
     return np.array([[value]], dtype=dtype)
+
+
+def wants_logits(params: GenerationParams, options: EngineOptions) -> bool:
+    """Whether a stream asks the engine for each step's logits: the deployment always wants them, or this request
+    wants entropies."""
+    return options.generation_logits or params.entropies
+
+
+def stream_outputs(params: GenerationParams, options: EngineOptions) -> tuple[str, ...]:
+    """What a streamed generation asks the tensorrt_llm model for: logits only when wanted (wants_logits)."""
+    return STREAM_OUTPUTS + (("generation_logits",) if wants_logits(params, options) else ())
 
 
 def greedy(params: GenerationParams) -> bool:
@@ -106,8 +122,8 @@ def generation_inputs(
         "request_output_len": _one(budget, np.int32),
         "streaming": _one(True, np.bool_),
         "exclude_input_in_output": _one(True, np.bool_),
-        "return_generation_logits": _one(options.generation_logits, np.bool_),
-        "return_log_probs": _one(not options.generation_logits, np.bool_),
+        "return_generation_logits": _one(wants_logits(params, options), np.bool_),
+        "return_log_probs": _one(not wants_logits(params, options), np.bool_),
     }
     if greedy(params):
         inputs["runtime_top_k"] = _one(1, np.int32)
@@ -206,9 +222,10 @@ def _aligned(rows: int, tokens: int) -> list[Optional[int]]:
 class TrtllmStream:
     """One streamed generation: the engine's responses in (`feed`), our contract's steps out.
 
-    Log-probabilities and entropies come from generation_logits when the engine returns them. Where it does not,
-    entropies are NaN and `entropy_measured` turns False (the caller says so); log-probabilities are the engine's
-    own when they are the model's (engine_log_probs_exact), else NaN. Nothing is estimated.
+    Log-probabilities and entropies come from generation_logits when the engine returns them. Where it does not
+    (not asked for: wants_logits), entropies are NaN and `entropy_measured` turns False;
+    log-probabilities are the engine's own when they are the model's (engine_log_probs_exact), else NaN. Nothing is
+    estimated here.
     """
 
     def __init__(

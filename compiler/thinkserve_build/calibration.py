@@ -11,6 +11,10 @@ the model's own: the build has the LLM answer CALIBRATION (questions whose answe
 given: the judger's situation after a good retrieval) through the loop Triton runs, greedily, for
 PROBE_TOKENS tokens (the orchestrator's default `uncertainty.probe_tokens`), and takes the `percentile`-th of
 the probes' mean entropies. A probe more uncertain than that share of answerable probes is flagged.
+
+Where the served LLM streams no entropies (the gpu target's engines), the judger weighs a probe sampled at
+temperature 1 by its mean surprisal (orchestrator/pipeline/uncertainty.py); its threshold is the same percentile of
+the same questions' sampled probes, seeded as the orchestrator seeds them.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from orchestrator.prompts import SYSTEM
-from orchestrator.models.protocol import mean_entropy_nats
+from orchestrator.models.protocol import mean_entropy_nats, mean_surprisal_nats
 
 PROBE_TOKENS = 16
+PROBE_SEED = 0  # the orchestrator's default uncertainty.probe_seed
 # (source, evidence, question): short passages of the kinds users ingest, each answering its question.
 CALIBRATION = (
     ("annual report, page 4", "Revenue rose 12% to $4.2 billion in fiscal 2023, driven by services.", "What was revenue in fiscal 2023?"),
@@ -57,3 +62,12 @@ def judger_threshold(
     normalised entropy."""
     prompts = probe_prompts(chat)
     return float(np.percentile([mean_entropy_nats(probe(prompt), vocabulary) for prompt in prompts], percentile))
+
+
+def surprisal_threshold(
+    sampled_probe: Callable[[str], Sequence[float]], chat: Callable[[str, str], str], vocabulary: int, percentile: float
+) -> float:
+    """The `percentile`-th mean surprisal (nats) of the probes sampled at temperature 1; `sampled_probe(prompt)`
+    returns each generated token's log-probability."""
+    prompts = probe_prompts(chat)
+    return float(np.percentile([mean_surprisal_nats(sampled_probe(prompt), vocabulary) for prompt in prompts], percentile))

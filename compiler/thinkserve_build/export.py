@@ -360,6 +360,19 @@ def export_llm(location: str, spec: GeneratorSpec, out: Path, formats: frozenset
         )
         return [entropy for step in steps for entropy in step.normalized_entropy]
 
+    def sampled_probe(text: str) -> list[float]:
+        """Each token's log-probability in a probe sampled at temperature 1 (the surprisal judger's probe)."""
+        steps = generate(
+            served[0].decoder,
+            np.array([tokenizer(text, add_special_tokens=False).input_ids], dtype=np.int64),
+            GenerationParams(max_tokens=calibration.PROBE_TOKENS, temperature=1.0, top_p=1.0, seed=calibration.PROBE_SEED),
+            decode=lambda ids: tokenizer.decode(list(ids)),
+            eos_token_ids=eos_token_ids,
+            max_context=max_context,
+        )
+        return [log_prob for step in steps for log_prob in step.log_probs]
+
+    vocabulary = model.config.vocab_size
     return {
         **facts,
         "tokenizer_file": _save_tokenizer(tokenizer, out),
@@ -367,7 +380,8 @@ def export_llm(location: str, spec: GeneratorSpec, out: Path, formats: frozenset
         "max_context": max_context,
         "default_max_tokens": spec.default_max_tokens,
         "vocab_size": model.config.vocab_size,
-        "judger_entropy_nats": calibration.judger_threshold(probe, chat, model.config.vocab_size, spec.judger_percentile),
+        "judger_entropy_nats": calibration.judger_threshold(probe, chat, vocabulary, spec.judger_percentile),
+        "judger_surprisal_nats": calibration.surprisal_threshold(sampled_probe, chat, vocabulary, spec.judger_percentile),
         **chat_format,
     }
 
@@ -415,7 +429,7 @@ def export_vlm(location: str, spec: GeneratorSpec, out: Path, formats: frozenset
         # First-token logits of a prompt with one image: embed, splice the features, decode.
         embeddings = form.embed(prompt.numpy())
         spliced = splice_image_features(prompt.numpy()[0], embeddings[0], form.image_features(pixels.numpy()), image_token_id)[None]
-        logits = form.decoder.sequence().step(spliced)
+        logits = np.asarray(form.decoder.sequence().step(spliced))  # a torch form's stay on its device otherwise
         onnx_tools.check_close("VLM first-token logits", expected, logits, atol=1e-3, runtime=form.runtime)
         # The relevance filter prefills many prompts of one length in one run: the batch axis must be exact too.
         for row in form.decoder.prefill_logits(np.repeat(spliced, 3, axis=0)):

@@ -129,11 +129,14 @@ class GpuTarget:
             **self._adapter_parameters(artifact, VLM_ENGINE if vision else LLM_ENGINE),
             "eos_token_ids": facts["eos_token_ids"],
             "default_max_tokens": facts["default_max_tokens"],
-            "generation_logits": True,  # the judger's entropies and the log-probs come from them
+            # Logits (the vocabulary, 4 bytes each, per token) only for requests that want entropies: the judger's
+            # probes. Answers stream the engine's log-probs alone (trtllm.wants_logits).
+            "generation_logits": False,
             "max_concurrent_generations": serving.max_batch_size,  # one waiting thread per request in flight
         }
         for fact, parameter in (
             ("judger_entropy_nats", contracts.JUDGER_THRESHOLD_PARAMETER),
+            ("judger_surprisal_nats", contracts.JUDGER_SURPRISAL_PARAMETER),
             ("chat_template", contracts.CHAT_TEMPLATE_PARAMETER),
             ("chat_template_variables", contracts.CHAT_TEMPLATE_VARIABLES_PARAMETER),
         ):

@@ -138,6 +138,7 @@ class PythonTarget:
         for fact, parameter in (
             ("vocab_size", contracts.VOCABULARY_PARAMETER),
             ("judger_entropy_nats", contracts.JUDGER_THRESHOLD_PARAMETER),
+            ("judger_surprisal_nats", contracts.JUDGER_SURPRISAL_PARAMETER),
             ("chat_template", contracts.CHAT_TEMPLATE_PARAMETER),
             ("chat_template_variables", contracts.CHAT_TEMPLATE_VARIABLES_PARAMETER),
         ):

@@ -111,6 +111,7 @@ def uncertainty(report: UncertaintyReport) -> "pb.Uncertainty":
     return pb.Uncertainty(
         evidence_used=report.evidence_used, relevance_mass=report.relevance_mass, entropies=list(report.entropies),
         threshold=report.threshold, iterations=report.iterations, uncertain=report.uncertain, details=report.details,
+        measure=report.measure,
     )
 
 

@@ -80,13 +80,17 @@ GENERATION_INPUTS: tuple[Tensor, ...] = (
     Tensor("top_p", "FP32", (1,), optional=True),
     Tensor("stop", "BYTES", (-1,), optional=True),  # stop strings; generation ends before them
     Tensor("seed", "UINT64", (1,), optional=True),
+    # Each token's entropy wanted (the judger's probes). A runtime for which they cost the vocabulary's logits per
+    # token (a TensorRT-LLM engine) sends NaN unless asked; the others compute them where the logits are, always.
+    Tensor("entropies", "BOOL", (1,), optional=True),
 )
 
 GENERATION_OUTPUTS: tuple[Tensor, ...] = (
     Tensor("text_output", "BYTES", (1,)),  # text added by this response (a delta)
     Tensor("token_ids", "INT32", (-1,)),
     Tensor("log_probs", "FP32", (-1,)),  # log-probability of each token under the model (temperature 1)
-    Tensor("normalized_entropy", "FP32", (-1,)),  # entropy of each step's distribution / log(vocab), in [0, 1]
+    Tensor("normalized_entropy", "FP32", (-1,)),  # entropy of each step's distribution / log(vocab), in [0, 1]; NaN:
+    # not measured (not asked for where costly: the `entropies` input)
     Tensor("finish_reason", "BYTES", (1,)),  # empty until the final response: stop | length | eos | cancelled
     Tensor("prompt_tokens", "INT32", (1,)),
     Tensor("completion_tokens", "INT32", (1,)),  # cumulative
@@ -101,6 +105,9 @@ IMAGE_TOKENS_PARAMETER = "image_tokens_per_image"
 VOCABULARY_PARAMETER = "vocab_size"
 # The LLM declares the judger's threshold in nats, calibrated by the build (thinkserve_build.calibration).
 JUDGER_THRESHOLD_PARAMETER = "judger_entropy_nats"
+# ... and the threshold of the judger's other measure, the mean surprisal of a probe sampled at temperature 1, which
+# needs no entropies (orchestrator/pipeline/uncertainty.py).
+JUDGER_SURPRISAL_PARAMETER = "judger_surprisal_nats"
 # Every LLM/VLM declares its prompt format: its tokenizer's Jinja chat template, and (JSON) the special tokens the
 # template reads, so prompts are built in the model's own format (orchestrator.models.chat_template).
 CHAT_TEMPLATE_PARAMETER = "chat_template"

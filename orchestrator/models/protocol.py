@@ -22,6 +22,9 @@ class GenerationOptions:
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
     seed: Optional[int] = None
+    # each token's entropy wanted (the judger's probes): free on the cpu and torch targets, the vocabulary's logits
+    # per token on the gpu target's engines, which otherwise stream NaN
+    entropies: bool = False
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class GeneratorFacts:
     image_tokens: int = 0  # prompt tokens each image takes (VLM)
     vocabulary: int = 0  # logits per step: turns a normalised entropy back into nats; 0: not declared
     judger_entropy_nats: Optional[float] = None  # the judger's threshold calibrated at build (LLM); None: not declared
+    judger_surprisal_nats: Optional[float] = None  # the same for the sampled probe's surprisal; None: not declared
     chat_template: str = ""  # its tokenizer's Jinja chat template (orchestrator.models.chat_template); "": not declared
     chat_template_variables: tuple[tuple[str, str], ...] = ()  # the special tokens the template reads (bos_token, ...)
 
@@ -64,6 +68,12 @@ def mean_entropy_nats(normalized: Sequence[float], vocabulary: int) -> float:
     stream them; an answer with no tokens is as uncertain as can be (the uniform distribution's ln(vocabulary))."""
     scale = math.log(vocabulary)
     return float(np.mean(normalized)) * scale if len(normalized) else scale
+
+
+def mean_surprisal_nats(log_probs: Sequence[float], vocabulary: int) -> float:
+    """Mean -log p (nats) of an answer's tokens, from their log-probabilities; like mean_entropy_nats, an answer with
+    no tokens counts as the uniform distribution's ln(vocabulary)."""
+    return -float(np.mean(log_probs)) if len(log_probs) else math.log(vocabulary)
 
 
 class Models(Protocol):

@@ -199,16 +199,18 @@ class StageModels:
         self, prompt: str, options: GenerationOptions, images: Sequence[bytes] = (), timeout_s: Optional[float] = None,
         request_id: str = "",
     ) -> "Completion":
-        """A whole generation, not streamed: its text and every token's normalised entropy."""
+        """A whole generation, not streamed: its text and every token's normalised entropy and log-probability."""
         parts: list[str] = []
         entropies: list[float] = []
+        log_probs: list[float] = []
         finish = ""
         async with self.generate(prompt, options, images, timeout_s, request_id) as chunks:
             async for chunk in chunks:
                 parts.append(chunk.text)
                 entropies.extend(chunk.normalized_entropy)
+                log_probs.extend(chunk.log_probs)
                 finish = chunk.finish_reason or finish
-        return Completion("".join(parts).strip(), tuple(entropies), finish)
+        return Completion("".join(parts).strip(), tuple(entropies), finish, tuple(log_probs))
 
 
 @dataclass(frozen=True)
@@ -216,3 +218,4 @@ class Completion:
     text: str
     normalized_entropy: tuple[float, ...]
     finish_reason: str
+    log_probs: tuple[float, ...] = ()

@@ -84,11 +84,12 @@ class UncertaintyReport:
 
     evidence_used: int  # evidence items the answer reads: the text the pruner kept and the pages the filter kept
     relevance_mass: float  # what they summed to
-    entropies: tuple[float, ...]  # mean token entropy (nats) of each probe answer
-    threshold: float  # in nats: the LLM's calibrated threshold, or uncertainty.threshold_nats
+    entropies: tuple[float, ...]  # each probe answer's measure (nats): mean token entropy, or mean surprisal
+    threshold: float  # in nats: the LLM's calibrated threshold for the measure, or uncertainty.threshold_nats
     iterations: int  # decoupler rounds that ran
     uncertain: bool  # still above the threshold at the end
     details: str = ""  # the fine-print notes the decoupler mined
+    measure: str = "entropy"  # what `entropies` are: entropy | surprisal (UncertaintySettings.measure)
 
 
 @dataclass(frozen=True)

@@ -48,12 +48,14 @@ class TritonModels:
                 return parameters[name].string_value if name in parameters else None
 
             threshold = value(contracts.JUDGER_THRESHOLD_PARAMETER)
+            surprisal = value(contracts.JUDGER_SURPRISAL_PARAMETER)
             variables = json.loads(value(contracts.CHAT_TEMPLATE_VARIABLES_PARAMETER) or "{}")
             self._facts[model] = GeneratorFacts(
                 context_tokens=int(value(contracts.CONTEXT_PARAMETER)),
                 image_tokens=int(value(contracts.IMAGE_TOKENS_PARAMETER) or 0),
                 vocabulary=int(value(contracts.VOCABULARY_PARAMETER) or 0),
                 judger_entropy_nats=float(threshold) if threshold is not None else None,
+                judger_surprisal_nats=float(surprisal) if surprisal is not None else None,
                 chat_template=value(contracts.CHAT_TEMPLATE_PARAMETER) or "",
                 chat_template_variables=tuple(sorted((str(k), str(v)) for k, v in variables.items())),
             )
@@ -139,6 +141,8 @@ class TritonModels:
             inputs["stop"] = _strings(options.stop).reshape(1, -1)
         if options.seed is not None:
             inputs["seed"] = np.array([[options.seed]], dtype=np.uint64)
+        if options.entropies:
+            inputs["entropies"] = np.array([[True]], dtype=np.bool_)
         model = contracts.LLM.name
         if images:
             inputs["images"] = _strings(images).reshape(1, -1)

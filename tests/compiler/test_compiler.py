@@ -96,6 +96,7 @@ def test_exported_decoder_matches_pytorch_greedy_decoding(tmp_path):
     assert facts["eos_token_ids"] and facts["max_context"] == 2048
     assert (tmp_path / facts["decoder_file"]).is_file()
     assert 0 < facts["judger_entropy_nats"] < math.log(facts["vocab_size"])  # calibrated on the exported decoder
+    assert 0 < facts["judger_surprisal_nats"] < 2 * math.log(facts["vocab_size"])  # on probes sampled at temperature 1
 
 
 def test_the_orchestrators_rendering_of_the_tiny_llms_template_is_its_tokenizers(tmp_path):
@@ -132,6 +133,18 @@ def test_the_judger_threshold_is_the_chosen_percentile_of_the_probes_mean_entrop
     values = [(i + 1) / 100 * math.log(vocabulary) for i in range(len(prompts))]
     assert calibration.judger_threshold(probe, CHATML, vocabulary, 50) == pytest.approx(sorted(values)[len(values) // 2 - 1] / 2 + sorted(values)[len(values) // 2] / 2)
     assert calibration.judger_threshold(probe, CHATML, vocabulary, 100) == pytest.approx(max(values))
+
+
+def test_the_surprisal_threshold_is_the_chosen_percentile_of_the_sampled_probes_mean_surprisal():
+    index = {prompt: i for i, prompt in enumerate(calibration.probe_prompts(CHATML))}
+
+    def sampled_probe(prompt: str) -> list[float]:  # the i-th probe's tokens average -(i + 1) / 10 nats
+        mean = -(index[prompt] + 1) / 10
+        return [mean - 0.05, mean, mean + 0.05]
+
+    values = sorted((i + 1) / 10 for i in range(len(index)))
+    assert calibration.surprisal_threshold(sampled_probe, CHATML, 1000, 100) == pytest.approx(values[-1])
+    assert calibration.surprisal_threshold(sampled_probe, CHATML, 1000, 0) == pytest.approx(values[0])
 
 
 def test_a_target_this_machine_cannot_serve_fails_in_one_line_before_any_export(capsys, monkeypatch):

@@ -106,8 +106,10 @@ def test_the_llm_declares_its_context_vocabulary_and_calibrated_judger_threshold
     parameters = configs(repository)[contracts.LLM.name].parameters
     vocabulary = int(parameters[contracts.VOCABULARY_PARAMETER].string_value)
     threshold = float(parameters[contracts.JUDGER_THRESHOLD_PARAMETER].string_value)
+    surprisal = float(parameters[contracts.JUDGER_SURPRISAL_PARAMETER].string_value)
     assert int(parameters[contracts.CONTEXT_PARAMETER].string_value) > 0 and vocabulary > 1
     assert 0 < threshold < math.log(vocabulary)  # in nats, below the uniform distribution's entropy
+    assert 0 < surprisal < 2 * math.log(vocabulary)  # a sampled probe's mean -log p: around the entropy
 
 
 def test_generators_declare_their_chat_format_and_the_page_filter_its_prompt_in_it(repository):
@@ -237,6 +239,11 @@ def test_the_gpu_repository_declares_the_engine_tensors_the_adapter_sends(gpu_re
         parameters = parsed[adapter].parameters
         assert parameters["engine_model"].string_value == engine, adapter
         assert (gpu_repository / adapter / "1" / "model.py").read_text().count("trtllm_adapter") == 2, adapter
+    # Logits (the vocabulary per token) only for requests that want entropies; the surprisal judger's threshold too
+    for generator in ("llm", "vlm"):
+        assert parsed[generator].parameters["generation_logits"].string_value == "false", generator
+    surprisal = float(parsed["llm"].parameters[contracts.JUDGER_SURPRISAL_PARAMETER].string_value)
+    assert 0 < surprisal < math.log(int(parsed["llm"].parameters[contracts.VOCABULARY_PARAMETER].string_value))
     assert parsed["vlm"].parameters["vision_model"].string_value == "vlm_image_features"
     features = parsed["vlm_image_features"]
     assert features.parameters["runtime"].string_value == "torch" and features.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU

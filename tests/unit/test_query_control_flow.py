@@ -193,6 +193,49 @@ def test_an_llm_without_a_calibrated_threshold_names_the_fix(ask):
     assert final.answer_source == "llm" and final.uncertainty.threshold == 3.0
 
 
+def test_only_the_judgers_probes_ask_for_entropies(ask):
+    """The gpu target's engines stream entropies only when asked (they cost the vocabulary's logits per token): the
+    probes ask, the decoupler and the answer do not, and the loop decides as with entropies always streamed."""
+    models = InProcessModels(entropies_stream="asked", entropy=lambda p: 0.1 if "Details found in the evidence" in p else 0.5)
+    _, final = ask(QueryOptions(answerer="llm", route="complex"), models)
+    loop = final.uncertainty
+    assert loop.measure == "entropy" and loop.iterations == 1 and not loop.uncertain
+    assert loop.entropies == pytest.approx((0.5 * 8.3185, 0.1 * 8.3185), rel=1e-3)
+    asked = [call.options.entropies for call in models.generations]
+    assert asked == [True, False, True, False]  # probe, decoupler, probe, answer
+    assert final.answer_source == "llm" and not final.degraded
+
+
+def test_the_surprisal_judger_samples_its_probe_and_needs_no_entropies(ask):
+    """uncertainty.measure = "surprisal": the probe is sampled at temperature 1 with a fixed seed and weighed by its
+    mean -log p against the LLM's surprisal threshold; no request asks for entropies, and the answer keeps the
+    request's own sampling settings."""
+    def log_prob(prompt: str, options) -> float:
+        sampled = options.temperature == 1.0 and options.top_p == 1.0 and options.seed == 0
+        return -1.0 if "Details found in the evidence" in prompt else (-4.0 if sampled else -0.5)
+
+    models = InProcessModels(entropies_stream="never", log_prob=log_prob)
+    models.facts[contracts.LLM.name] = replace(models.facts[contracts.LLM.name], judger_surprisal_nats=3.0)
+    _, final = ask(QueryOptions(answerer="llm", route="complex"), models, settings(uncertainty={"measure": "surprisal"}))
+    loop = final.uncertainty
+    assert loop.measure == "surprisal" and loop.threshold == 3.0
+    assert loop.entropies == pytest.approx((4.0, 1.0)) and loop.iterations == 1 and not loop.uncertain
+    probes = [call.options for call in models.generations if call.options.max_tokens == 16]
+    assert probes and all(o.temperature == 1.0 and o.top_p == 1.0 and o.seed == 0 for o in probes)
+    assert not any(call.options.entropies for call in models.generations)
+    assert models.generations[-1].options.temperature == 0.0
+    assert final.answer_source == "llm" and not final.degraded
+
+
+def test_the_judger_names_what_a_stream_lacks_for_its_measure(ask):
+    models = InProcessModels(entropies_stream="never")  # an engine built without --gather_generation_logits
+    _, final = ask(QueryOptions(answerer="llm", route="complex"), models)
+    assert final.answer_source == "extractive" and "without entropies" in final.degraded_reason
+    assert "gather_generation_logits" in final.degraded_reason and "surprisal" in final.degraded_reason
+    _, final = ask(QueryOptions(answerer="llm", route="complex"), models, settings(uncertainty={"measure": "surprisal"}))
+    assert final.answer_source == "extractive" and "judger_surprisal_nats" in final.degraded_reason
+
+
 @pytest.mark.parametrize("route", ["simple", "complex"])
 def test_without_the_embedder_the_query_is_answered_in_lexical_mode_and_says_why(ask, route, caplog):
     """Retrieval started beside the embedder (its BM25 side, and on Complex the graph side waiting for the

@@ -58,3 +58,24 @@ def test_top_p_falls_back_to_the_whole_vocabulary_when_the_candidates_are_not_en
     drawn = {choose_token(logits, 1.0, 0.9001, rng).token_id for _ in range(3000)}
     assert len(drawn) > 1024
     assert max(drawn) <= 2700
+
+
+@pytest.mark.parametrize("temperature,top_p", [(0.0, 1.0), (1.0, 1.0), (0.7, 0.9), (1.3, 0.5)])
+def test_the_device_chooser_draws_the_host_choosers_tokens_and_measures(temperature, top_p):
+    """The torch target chooses where its logits lie (torch_decoding.DeviceLogits): from the same seed it must draw
+    what the ONNX target's numpy chooser draws, with the same log-probability and entropy, and move only the
+    three measures to the host."""
+    torch = pytest.importorskip("torch")
+    from thinkserve_backend.torch_decoding import MEASURES_PER_TOKEN, DeviceLogits
+
+    vocab = 5000
+    host_rng, device_rng = np.random.default_rng(11), np.random.default_rng(11)
+    for step in range(60):
+        logits = np.random.default_rng(step).normal(scale=2.5, size=vocab).astype(np.float32)
+        expected = choose_token(logits, temperature, top_p, host_rng)
+        on_device = DeviceLogits(torch.from_numpy(logits))
+        actual = choose_token(on_device, temperature, top_p, device_rng)
+        assert actual.token_id == expected.token_id, f"step {step}"
+        assert actual.log_prob == pytest.approx(expected.log_prob, abs=1e-9)
+        assert actual.normalized_entropy == pytest.approx(expected.normalized_entropy, abs=1e-9)
+        assert on_device.host_bytes == MEASURES_PER_TOKEN * 8 < logits.nbytes

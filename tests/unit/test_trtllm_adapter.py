@@ -211,6 +211,20 @@ def test_greedy_request_tensors():
     assert inputs["seed"].tolist() == [[3]]
 
 
+def test_only_a_request_that_wants_entropies_asks_the_engine_for_the_vocabularys_logits():
+    """The deployment's default: answers stream the engine's log-probs alone (4 bytes a token); the judger's probes
+    (entropies wanted) get each step's logits, from which the stream computes exact entropies."""
+    options = trtllm.EngineOptions(end_id=0)
+    answer = GenerationParams(max_tokens=5)
+    probe = GenerationParams(max_tokens=5, entropies=True)
+    assert trtllm.generation_inputs([8], answer, 5, options)["return_generation_logits"].tolist() == [[False]]
+    assert trtllm.generation_inputs([8], answer, 5, options)["return_log_probs"].tolist() == [[True]]
+    assert "generation_logits" not in trtllm.stream_outputs(answer, options)
+    assert trtllm.generation_inputs([8], probe, 5, options)["return_generation_logits"].tolist() == [[True]]
+    assert "generation_logits" in trtllm.stream_outputs(probe, options)
+    assert "generation_logits" in trtllm.stream_outputs(answer, trtllm.EngineOptions(generation_logits=True))
+
+
 def test_sampling_request_tensors():
     params = GenerationParams(max_tokens=5, temperature=0.7, top_p=0.9, seed=2**63 + 5)
     options = trtllm.EngineOptions(generation_logits=False, seed_input="random_seed")

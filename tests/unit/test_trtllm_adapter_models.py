@@ -64,10 +64,12 @@ class Engine:
     def __init__(self, responses: list[dict], fail: str = ""):
         self.responses, self.fail = responses, fail
         self.requests: list[dict[str, np.ndarray]] = []
+        self.outputs: list[list[str]] = []  # each request's requested output names
         self.cancelled = 0
 
     def stream(self, request):
         self.requests.append({tensor.name(): tensor.as_numpy() for tensor in request.inputs})
+        self.outputs.append(list(request.requested_output_names))
         engine = self
 
         class Responses:
@@ -127,6 +129,7 @@ def triton_api(monkeypatch):
     class InferenceRequest:
         def __init__(self, model_name, requested_output_names, inputs, request_id="", preferred_memory=None):
             self.model_name, self.inputs, self.request_id = model_name, inputs, request_id
+            self.requested_output_names = requested_output_names
 
         def exec(self, decoupled=False):
             return api.engine.stream(self)
@@ -139,8 +142,9 @@ def triton_api(monkeypatch):
 
 
 @pytest.fixture
-def language_model(triton_api, tmp_path):
-    """TrtllmLanguageModel initialised as Triton would, with the recordings' tokenizer and parameters."""
+def serve_language_model(triton_api, tmp_path):
+    """TrtllmLanguageModel initialised as Triton would, with the recordings' tokenizer and parameters (plus any
+    given)."""
     from thinkserve_backend.models.trtllm_adapter import TrtllmLanguageModel
 
     tokenizer = Tokenizer(models.WordLevel({token: i for i, token in enumerate(VOCAB)}, unk_token="!"))
@@ -149,16 +153,29 @@ def language_model(triton_api, tmp_path):
     tokenizer.decoder = decoders.Fuse()
     (tmp_path / "1").mkdir()
     tokenizer.save(str(tmp_path / "1" / "tokenizer.json"))
-    parameters = {
-        "tokenizer_file": "tokenizer.json", "eos_token_ids": json.dumps(EOS), "max_context": "64",
-        "vocab_size": str(VOCAB_SIZE), "engine_model": "llm_engine", "max_concurrent_generations": "1",
-    }
-    config = {"parameters": {key: {"string_value": value} for key, value in parameters.items()}, "input": [], "output": []}
-    model = TrtllmLanguageModel()
-    model.initialize({"model_config": json.dumps(config), "model_name": "llm", "model_repository": str(tmp_path),
-                      "model_version": "1"})
-    yield model
-    model.finalize()
+    served = []
+
+    def serve(**extra: str):
+        parameters = {
+            "tokenizer_file": "tokenizer.json", "eos_token_ids": json.dumps(EOS), "max_context": "64",
+            "vocab_size": str(VOCAB_SIZE), "engine_model": "llm_engine", "max_concurrent_generations": "1", **extra,
+        }
+        config = {"parameters": {key: {"string_value": value} for key, value in parameters.items()}, "input": [], "output": []}
+        model = TrtllmLanguageModel()
+        model.initialize({"model_config": json.dumps(config), "model_name": "llm", "model_repository": str(tmp_path),
+                          "model_version": "1"})
+        served.append(model)
+        return model
+
+    yield serve
+    for model in served:
+        model.finalize()
+
+
+@pytest.fixture
+def language_model(serve_language_model):
+    """As the gpu target deploys it: no logits streamed."""
+    return serve_language_model()
 
 
 def replay(name: str, fail: str = "") -> Engine:
@@ -173,7 +190,8 @@ def text_of(sent) -> str:
     return "".join(tensors["text_output"].reshape(-1)[0].decode() for tensors, _ in sent if "text_output" in tensors)
 
 
-def test_a_greedy_stream_reaches_the_client_as_the_recording_says(triton_api, language_model):
+def test_a_greedy_stream_reaches_the_client_as_the_recording_says(triton_api, serve_language_model):
+    language_model = serve_language_model(generation_logits="true")  # as the recording was asked
     triton_api.engine = replay("greedy_end_id")
     sender = Sender()
     language_model._serve(Request(prompt(max_tokens=np.array([[8]], dtype=np.int32)), sender))
@@ -185,6 +203,24 @@ def test_a_greedy_stream_reaches_the_client_as_the_recording_says(triton_api, la
     (sent,) = triton_api.engine.requests
     assert sent["request_output_len"].tolist() == [[8]] and sent["streaming"].tolist() == [[True]]
     assert sent["input_ids"].dtype == np.int32 and sent["return_generation_logits"].tolist() == [[True]]
+
+
+def test_by_default_a_stream_asks_the_engine_for_log_probabilities_not_the_vocabularys_logits(triton_api, language_model):
+    triton_api.engine = replay("stop_string")  # a recording made without logits
+    language_model._serve(Request(prompt(max_tokens=np.array([[4]], dtype=np.int32), temperature=np.array([[1.0]], dtype=np.float32)), Sender()))
+    (sent,) = triton_api.engine.requests
+    assert sent["return_generation_logits"].tolist() == [[False]] and sent["return_log_probs"].tolist() == [[True]]
+    assert "generation_logits" not in triton_api.engine.outputs[0]
+
+
+def test_a_probe_that_wants_entropies_gets_the_engines_logits(triton_api, language_model):
+    triton_api.engine = replay("greedy_end_id")  # a recording made with logits
+    sender = Sender()
+    language_model._serve(Request(prompt(max_tokens=np.array([[8]], dtype=np.int32), entropies=np.array([[True]])), sender))
+    (sent,) = triton_api.engine.requests
+    assert sent["return_generation_logits"].tolist() == [[True]] and "generation_logits" in triton_api.engine.outputs[0]
+    entropies = np.concatenate([tensors["normalized_entropy"].reshape(-1) for tensors, _ in sender.sent if "normalized_entropy" in tensors])
+    assert len(entropies) and np.isfinite(entropies).all()
 
 
 def test_a_stop_string_ends_the_stream_and_cancels_the_engine(triton_api, language_model):

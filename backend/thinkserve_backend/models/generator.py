@@ -119,7 +119,8 @@ class LanguageModel:
             raise ValueError(f"top_p must be in (0, 1], got {top_p}")
         seed = input_scalar(request, "seed", None)
         stop = tuple(input_strings(request, "stop") or ())
-        return GenerationParams(max_tokens, temperature, top_p, stop, None if seed is None else int(seed))
+        entropies = bool(input_scalar(request, "entropies", False))
+        return GenerationParams(max_tokens, temperature, top_p, stop, None if seed is None else int(seed), entropies)
 
     def _response(self, step: GenerationStep, prompt_tokens: int):
         n = len(step.token_ids)

@@ -36,7 +36,7 @@ def _engine_options(params: ModelParameters, eos_token_ids: list[int]) -> trtllm
         end_id=end_id,
         pad_id=params.integer("pad_id", end_id),
         stop_token_ids=tuple(t for t in eos_token_ids if t != end_id),
-        generation_logits=params.flag("generation_logits", True),
+        generation_logits=params.flag("generation_logits", False),
         seed_input=params.string("engine_seed_input", "seed"),
     )
 
@@ -150,7 +150,7 @@ class TrtllmLanguageModel(LanguageModel):
         engine_request = _request(
             self.engine_model,
             trtllm.generation_inputs(prompt_ids, params, budget, self.options, table),
-            trtllm.STREAM_OUTPUTS,
+            trtllm.stream_outputs(params, self.options),
             self.tower.table_dtype if self.tower else "",
             request_id,
         )
@@ -161,11 +161,12 @@ class TrtllmLanguageModel(LanguageModel):
             cancel=lambda: self._cancel(responses, request_id),
             client_gone=is_cancelled,
         )
-        return prompt_tokens, self._reported(steps, stream)
+        return prompt_tokens, self._reported(steps, stream, trtllm.wants_logits(params, self.options))
 
-    def _reported(self, steps: Iterator[GenerationStep], stream: trtllm.TrtllmStream) -> Iterator[GenerationStep]:
+    def _reported(self, steps: Iterator[GenerationStep], stream: trtllm.TrtllmStream, asked: bool) -> Iterator[GenerationStep]:
         yield from steps
-        self._report_unmeasured(stream)
+        if asked:
+            self._report_unmeasured(stream)
 
     def _cancel(self, responses, request_id: str):
         """Stop the engine's request: the BLS iterator's cancel() where the python backend has it, else the backend's
@@ -178,12 +179,13 @@ class TrtllmLanguageModel(LanguageModel):
             pass
 
     def _report_unmeasured(self, stream: trtllm.TrtllmStream):
+        """Say once when logits were asked for and did not come."""
         if not stream.entropy_measured and not self.unmeasured_reported:
             self.unmeasured_reported = True
             pb_utils.Logger.log_warn(
                 f"{self.model_name}: {self.engine_model} returned tokens without generation_logits, so their "
-                "normalized_entropy is NaN (and log_probs NaN unless sampling at temperature 1): set the "
-                "generation_logits parameter and build the engine with --gather_generation_logits"
+                "normalized_entropy is NaN (and log_probs NaN unless sampling at temperature 1): build the engine "
+                "with --gather_generation_logits"
             )
 
 
