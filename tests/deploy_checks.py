@@ -41,3 +41,15 @@ def metric_names(expression: str) -> set[str]:
 def families(names: set[str]) -> set[str]:
     """A histogram's series (_bucket, _sum, _count) named by their family."""
     return {_HISTOGRAM_SERIES.sub("", name) for name in names}
+
+
+def served_by_triton(name: str) -> bool:
+    """Triton's own metrics (its metrics port, and the orchestrator's /metrics/triton) are named nv_*."""
+    return name.startswith("nv_")
+
+
+def queried_families() -> tuple[set[str], set[str]]:
+    """(ThinkServe's, Triton's): the families the dashboard and the alert rules query, by who serves them."""
+    queried = families(set().union(*(metric_names(expression) for expression in expressions())))
+    triton = {name for name in queried if served_by_triton(name)}
+    return queried - triton, triton

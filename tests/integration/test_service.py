@@ -27,7 +27,7 @@ from orchestrator.client import AsyncThinkServeClient, ThinkServeClient, query_r
 from orchestrator.deployment import Deployment
 from orchestrator.observability.metrics import catalogue
 from tests.conftest import settings_with
-from tests.deploy_checks import expressions, families, metric_names
+from tests.deploy_checks import queried_families
 from tests.integration.conftest import BackgroundLoop, event_of
 
 pytestmark = pytest.mark.integration
@@ -392,7 +392,8 @@ def test_request_ids_metrics_and_spans(secured):
     assert _sample(metrics, "thinkserve_triton_retries_total") >= 0
     for series, kind, _, _ in catalogue():  # every series the README lists (generated from the registry) is served
         assert f"# TYPE {series} {kind}" in metrics, series
-    for family in families(set().union(*map(metric_names, expressions()))):  # what the dashboard and alerts query
+    ours, _ = queried_families()  # what the dashboard and alerts query of ours (Triton's: tests/unit/test_deploy_artefacts.py)
+    for family in ours:
         assert f"# TYPE {family} " in metrics, family
     external = httpx.get(f"{secured.http}/metrics/triton", timeout=10)  # this deployment did not launch its Triton
     assert external.status_code == 404 and "external triton.url" in external.text

@@ -31,6 +31,7 @@ from orchestrator.triton.client import TritonClient
 from orchestrator.triton.launcher import TritonServer, _free_port
 from orchestrator.triton.supervisor import TritonSupervisor
 from tests.conftest import SAMPLE_DOCUMENT, settings_with
+from tests.deploy_checks import queried_families
 from tests.integration.conftest import BackgroundLoop, event_of, repository_subset
 
 pytestmark = pytest.mark.integration
@@ -116,6 +117,10 @@ def test_triton_metrics_are_relayed_on_the_http_port(faulty):
 
     relayed = httpx.get(f"{faulty.deployment.http_address}/metrics/triton", timeout=10)
     assert relayed.status_code == 200 and 'nv_inference_count{model="text_embedder_encode"' in relayed.text
+    # the dashboard's Triton families a CPU tritonserver serves (its GPU and TensorRT-LLM ones need a GPU)
+    _, triton = queried_families()
+    for family in sorted(name for name in triton if name.startswith("nv_inference_")):
+        assert f"# TYPE {family} " in relayed.text, family
 
 
 def test_kill_9_of_tritonserver_under_load_answers_in_lexical_mode_and_recovers_by_itself(faulty):
