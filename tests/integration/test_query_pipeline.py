@@ -97,6 +97,7 @@ def test_the_fixed_complex_route_runs_the_page_filter_and_the_uncertainty_loop(c
     assert (route.label, route.source) == ("complex", "fixed")
     stages = {u.stage: u for u in final.cost.models}
     assert stages["vlm_filter"].model == "vlm_relevance" and stages["vlm_filter"].items == 3  # one page per item, one call
+    assert final.answer_source == "llm", final.degraded_reason
     assert {"page_images", "vlm_filter", "uncertainty", "perception", "llm_ttft", "llm_generation"} <= {t.stage for t in final.timings}
     loop = final.uncertainty
     threshold = llm_parameter(contracts.JUDGER_THRESHOLD_PARAMETER)  # calibrated by the build, in nats

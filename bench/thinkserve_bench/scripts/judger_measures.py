@@ -78,18 +78,18 @@ def load_llm(repository: Path) -> Served:
     )
 
 
-def dataset_prompts(served: Served, limit: int) -> list[str]:
+def dataset_prompts(served: Served, dataset: Path, limit: int) -> list[str]:
     """Each question with its first evidence page's text (the first page for unanswerable ones), as a probe reads
     them: the orchestrator's rules, one numbered evidence entry, the model's chat format."""
     import pypdfium2
 
-    questions = json.loads((DATASET / "questions.json").read_text())[:limit]
+    questions = json.loads((dataset / "questions.json").read_text())[:limit]
     prompts, documents = [], {}
     for question in questions:
         pages = json.loads(question["evidence_pages"]) or [1]
         name = question["doc_id"]
         if name not in documents:
-            documents[name] = pypdfium2.PdfDocument(str(DATASET / "documents" / name))
+            documents[name] = pypdfium2.PdfDocument(str(dataset / "documents" / name))
         document = documents[name]
         page = min(pages[0], len(document)) - 1
         text = document[page].get_textpage().get_text_range()[:EVIDENCE_CHARS].strip()
@@ -222,7 +222,7 @@ def markdown(command: str, machine: dict, payload: dict, dirty: list[str]) -> st
         "",
         f"`{command}`",
         "",
-        f"Machine: {machine.get('cpu', '?')}, {machine.get('cores', '?')} cores; commit {machine.get('commit', '?')}"
+        f"Machine: {machine.get('cpu', '?')}, {machine.get('logical_cores', '?')} cores; commit {machine.get('git_commit', '?')}"
         + (f" with uncommitted changes ({len(dirty)} files)" if dirty else ""),
         "",
         f"LLM: {payload['repository']} (torch target, CPU), vocabulary {payload['vocabulary']}; probes of "
@@ -278,7 +278,8 @@ def markdown(command: str, machine: dict, payload: dict, dirty: list[str]) -> st
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-repository", type=Path, default=Path("model_repository/tiny-torch"))
-    parser.add_argument("--questions", type=int, default=307, help="the first N dev questions")
+    parser.add_argument("--dataset", type=Path, default=DATASET, help="MMLongBench-Doc's layout: questions.json, documents/")
+    parser.add_argument("--questions", type=int, default=307, help="the first N questions")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--percentile", type=float, default=75.0, help="the profile's judger_percentile")
     parser.add_argument("--transfer-prompts", type=int, default=8)
@@ -291,7 +292,7 @@ def main(argv: list[str] | None = None) -> None:
 
     served = load_llm(args.model_repository)
     calibration_prompts = calibration.probe_prompts(served.chat)
-    prompts = dataset_prompts(served, args.questions)
+    prompts = dataset_prompts(served, args.dataset, args.questions)
     calibrating = [measures(served, p, args.seeds) for p in calibration_prompts]
     records = [measures(served, p, args.seeds) for p in prompts]
     payload = {
