@@ -29,7 +29,9 @@ from ..models.chat_template import chat_template_of
 from ..models.protocol import GenerationOptions, Models
 from ..prompts import INGEST_SYSTEM, description_request
 from ..tokens import PlainTokenizer
-from .graph.extraction import CooccurrenceExtractor, Extraction, LlmExtractor, describe_fallback, normalize_entity_name
+from .graph.cooccurrence import CooccurrenceExtractor
+from .graph.extraction import Extraction, describe_fallback, normalize_entity_name
+from .graph.llm_extraction import LlmExtractor
 from .parsing import sources
 from .parsing.chunking import Span, TextChunk, chunk_blocks
 from .parsing.content_list import read_content_list

@@ -8,18 +8,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from orchestrator.knowledge.parsing.documents import Block
-from orchestrator.knowledge.graph.extraction import (
-    CooccurrenceExtractor,
-    Entity,
-    Extraction,
-    LlmExtractor,
-    Relation,
-    _parse_llm_extraction,
-    ENTITY_TYPES,
-    describe_fallback,
-    normalize_entity_name,
-    parse_llm_extraction,
-)
+from orchestrator.knowledge.graph.cooccurrence import CooccurrenceExtractor
+from orchestrator.knowledge.graph.extraction import ENTITY_TYPES, Entity, Extraction, Relation, describe_fallback, normalize_entity_name
+from orchestrator.knowledge.graph.llm_extraction import LlmExtractor, _parse_llm_extraction, parse_llm_extraction
 from orchestrator.knowledge.parsing.text import split_sentences
 from orchestrator.prompts import extraction_prompt
 
