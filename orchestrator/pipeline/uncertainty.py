@@ -4,19 +4,19 @@ Pruner: the smallest top-n of the ranked text evidence whose relevance sums to `
 route's evidence_k); the pages the page filter kept stay (evidence.answering_order says why). Judger: a short
 probe answer from that evidence; its mean token entropy in nats (from the LLM's own distributions) above the
 threshold marks the pair uncertain. The threshold is the LLM's own, calibrated by the build
-(thinkserve_build.calibration says why nats and how), or `threshold_nats` when set. Only the probes ask for
-entropies (GenerationOptions.entropies): the gpu target's engines ship the vocabulary's logits for the probe's
-tokens alone, and every answer streams without them.
-
-`uncertainty.measure = "surprisal"` needs no logits at all: the probe is sampled at temperature 1 with a fixed
-seed and the measure is the mean -log p of its tokens, each chosen token's log-probability (4 bytes a token). Its
-expectation at each step is that step's entropy (E[-log p(x)] = H(p) for x drawn from p), so it estimates HKRAG's
-measure along a sampled path instead of reading it along the greedy one; its threshold is calibrated the same way
-on the same questions. How often the two decide alike is measured on recorded generations
-(thinkserve_bench.scripts.judger_measures): not often enough to be the default. Decoupler: while uncertain
-and under `max_iterations`, mine fine-print details anchored on the salient evidence, then probe again with them. The
-probes are never shown to the reader and never fed back as input (as in the paper); the summarizer answers
+(thinkserve_build.calibration says why nats and how), or `threshold_nats` when set. Decoupler: while uncertain
+and under `max_iterations`, mine fine-print details anchored on the salient evidence, then probe again with them.
+The probes are never shown to the reader and never fed back as input (as in the paper); the summarizer answers
 from the kept evidence and the mined details.
+
+Only the probes ask for entropies (GenerationOptions.entropies): the gpu target's engines ship the vocabulary's
+logits for the probes' tokens alone, and every answer streams without them. `uncertainty.measure = "surprisal"`
+needs no logits at all: the probe is sampled at temperature 1 with a fixed seed and the measure is the mean -log p
+of its tokens (each chosen token's log-probability, 4 bytes a token). Its expectation at each step is that step's
+entropy (E[-log p(x)] = H(p) for x drawn from p), so it estimates HKRAG's measure along a sampled path instead of
+reading it along the greedy one; its threshold is calibrated the same way on the same questions. How often the
+two decide alike is measured on recorded generations (thinkserve_bench.scripts.judger_measures): not often enough
+to be the default.
 """
 
 from __future__ import annotations
