@@ -130,9 +130,12 @@ class TritonClient:
 
     # ------------------------------------------------------------------ server and model state
 
-    async def server_ready(self, timeout_s: float = 2.0) -> bool:
+    async def server_ready(self, timeout_s: float = 2.0, *, wait_for_connection: bool = False) -> bool:
+        """Whether Triton says it is ready. By default a channel that cannot connect now answers False at once;
+        `wait_for_connection` waits (within timeout_s) for the channel to connect, past its reconnect backoff."""
         try:
-            return (await self._stub.ServerReady(service_pb2.ServerReadyRequest(), timeout=timeout_s)).ready
+            request = service_pb2.ServerReadyRequest()
+            return (await self._stub.ServerReady(request, timeout=timeout_s, wait_for_ready=wait_for_connection)).ready
         except grpc.aio.AioRpcError:
             return False
 

@@ -227,6 +227,7 @@ class TritonSupervisor:
             return
         if self._stopping:
             return
+        await self._await_reconnection(server)
         self._restart_failures, self._next_restart_at = 0, 0.0
         self._restarts += 1
         self._ready = True
@@ -240,6 +241,14 @@ class TritonSupervisor:
             "Triton restarted on %s in %.1f s (restart %d, log: %s)",
             server.endpoints.grpc, self._last_restart_s, self._restarts, server.log_path,
         )
+
+    async def _await_reconnection(self, server: TritonServer) -> None:
+        """The launcher saw the new server ready on its own probe, but the shared client's channel may still sit
+        in its reconnect backoff (up to triton.reconnect_backoff_max_s), failing every call at once: a restart
+        counts as done, and the breakers are reset, only once that channel reaches the new server."""
+        wait_s = self.settings.reconnect_backoff_max_s + max(1.0, self.settings.supervise_interval_s)
+        if not await self.client.server_ready(timeout_s=wait_s, wait_for_connection=True):
+            log.warning("Triton restarted on %s, but this client did not reach it within %.1f s", server.endpoints.grpc, wait_s)
 
     # ------------------------------------------------------------------ dead stubs
 

@@ -294,6 +294,9 @@ def test_a_stuck_reload_restarts_triton(faulty, caplog):
     finally:
         hidden.rename(code)  # Triton's repository stays stuck all the same
     wait_for(lambda: supervisor.status().restarts > restarts, 90, "the restart")
+    # a restart counts once the shared client's channel reaches the new server, past its reconnect backoff:
+    # a call at that moment, which fails at once on a channel still backing off, succeeds
+    assert faulty.loop.run(deployment.triton_client.server_ready(timeout_s=1.0))
     assert "reloading model reranker_score did not finish within 10 s (triton.reload_timeout_s)" in caplog.text
     assert "Triton's model repository is stuck; restarting Triton" in supervisor.status().last_failure
     answered_with(faulty.address, "reranker")
