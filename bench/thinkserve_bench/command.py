@@ -217,11 +217,11 @@ def run_standins_mode(args, settings) -> int:
     """Replay a cost run's calls on the stand-ins (no deployment: torch and transformers only)."""
     from .modes.standin_costs import device_deployment, markdown, run_standins, source_image_tokens
     from .machine import machine_info
-    from .result_files import write
+    from .result_files import read_json, write
     from .standin_timing import TorchTimer
 
     try:
-        cost = json.loads(args.from_cost.read_text())
+        cost = read_json(args.from_cost)  # committed gzipped: bench-cost.json finds bench-cost.json.gz
     except (OSError, ValueError) as error:
         raise ConfigurationError(f"--from-cost {args.from_cost}: cannot read a cost result ({error})") from None
     if cost.get("result", {}).get("mode") != "cost":

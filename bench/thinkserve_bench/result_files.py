@@ -3,6 +3,7 @@ of the benchmark scripts, and how a run was invoked (so a result says which comm
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -10,6 +11,24 @@ import sys
 from pathlib import Path
 
 RESULTS = Path("bench/results")  # the scripts run from the checkout's root
+# Raw JSON larger than this is committed gzipped (`gzip -9n`: FILE.json.gz), beside its Markdown report; the
+# Markdown stays plain (bench/results/README.md)
+COMMITTED_RAW_LIMIT = 32 * 1024
+
+
+def committed_path(path: Path) -> Path:
+    """`path`, or its gzipped form when only that exists: a result named as the run wrote it (FILE.json) is found
+    after it was committed compressed (FILE.json.gz)."""
+    path = Path(path)
+    packed = path.with_name(path.name + ".gz")
+    return packed if not path.exists() and path.suffix != ".gz" and packed.exists() else path
+
+
+def read_json(path: Path):
+    """A results file, plain or gzipped (decided by the name found, see committed_path)."""
+    found = committed_path(path)
+    data = found.read_bytes()
+    return json.loads(gzip.decompress(data) if found.suffix == ".gz" else data)
 
 
 def write(directory: Path, name: str, payload: dict, markdown: str) -> tuple[Path, Path]:

@@ -5,7 +5,6 @@ arithmetic (prompts of an exact length, statistics, the replayed call mix, the r
 from __future__ import annotations
 
 import ast
-import json
 import subprocess
 import sys
 import time
@@ -15,12 +14,13 @@ import numpy as np
 import pytest
 
 from thinkserve_bench import stats
+from thinkserve_bench.result_files import read_json
 from thinkserve_bench.gpu import call_mix, encoder_measurements, generator_measurements, gpu_report, options, pack, served_models
 from thinkserve_build.standins import standins
 from orchestrator.models import contracts
 from tests.conftest import ROOT
 
-COST = ROOT / "bench" / "results" / "bench" / "bench-cost-llm.json"
+COST = options.DEFAULT_COST  # bench-cost-llm.json.gz: raw results are committed gzipped
 TINY_TORCH = ROOT / "model_repository" / "tiny-torch"
 
 
@@ -331,7 +331,7 @@ def test_triton_loads_only_what_the_parts_need(tmp_path):
 
 
 def test_the_recorded_calls_become_replay_plans_with_this_vlms_image_positions():
-    cost = json.loads(COST.read_text())
+    cost = read_json(COST)
     planned = call_mix.plans_from_cost(cost, "routed", source_image_tokens=36, image_tokens=729,
                                       contexts={contracts.LLM.name: 8192, contracts.VLM.name: 4096})
     records = cost["result"]["configs"]["routed"]["records"]

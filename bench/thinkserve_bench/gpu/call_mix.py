@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import math
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ from orchestrator.models import contracts
 from orchestrator.triton.client import TritonClient
 from orchestrator.triton.models import TritonModels
 
+from ..result_files import read_json
 from ..stats import call_latency_summary, percentile
 from .generator_measurements import WORDS, page_image, single_token_words, whole_text_tokenizer
 from .options import ROOT, Options
@@ -128,7 +128,7 @@ async def measure_mix(client: TritonClient, repository: Path, options: Options, 
     from thinkserve_bench.modes.ceiling import calibrate
 
     models = TritonModels(client)
-    cost = json.loads(options.cost.read_text())
+    cost = read_json(options.cost)
     facts = {name: await models.generator_facts(name) for name in (contracts.LLM.name, contracts.VLM.name)}
     image_tokens = facts[contracts.VLM.name].image_tokens
     # the calibrated prompts are made of words the LLM's tokenizer reads as one token each (a first guess of

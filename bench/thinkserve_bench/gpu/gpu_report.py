@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Optional, Sequence
 
+from ..result_files import read_json
+
 ENCODER_GOAL = 0.10  # Triton's share of encoder throughput at batch 32, at most
 GENERATOR_GOAL = 0.5  # Triton's generator tokens/s at 32 streams, at least this share of in-process
 
@@ -199,7 +201,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--setup", type=Path, nargs="*", default=[], help="run_on_device's gpu-setup.json files")
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args(argv)
-    results = [json.loads(path.read_text()) for path in args.results]
+    results = [read_json(path) for path in args.results]
     setups = [json.loads(path.read_text()) for path in args.setup]
     args.output.write_text(markdown(results, setups))
     return 0

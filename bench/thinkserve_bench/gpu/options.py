@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 PARTS = ("encoders", "generators", "mix")
-DEFAULT_COST = ROOT / "bench" / "results" / "bench" / "bench-cost-llm.json"
+DEFAULT_COST = ROOT / "bench" / "results" / "bench" / "bench-cost-llm.json.gz"  # committed gzipped (result_files.read_json)
 
 
 @dataclass

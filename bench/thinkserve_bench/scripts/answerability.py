@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import gzip
 import json
 import subprocess
 import sys
@@ -36,7 +35,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import RESULTS, invocation, write_and_show
+from thinkserve_bench.result_files import RESULTS, invocation, read_json, write_and_show
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
 from orchestrator.deployment import running
@@ -221,9 +220,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     names = sorted({q.document for q in questions})
     progress = lambda message: print(f"* {message}", file=sys.stderr, flush=True)  # noqa: E731
     if args.examples:
-        opened = gzip.open(args.examples, "rt") if args.examples.suffix == ".gz" else args.examples.open()
-        with opened as file:
-            examples = json.load(file)["examples"]
+        examples = read_json(args.examples)["examples"]
     else:
         with tempfile.TemporaryDirectory(prefix="thinkserve-answerability-") as scratch:
             settings = Settings.load(None, {"retrieval.answerability": "similarity"}).scratch(args.data_dir or Path(scratch) / "data")

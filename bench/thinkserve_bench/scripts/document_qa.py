@@ -39,8 +39,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import gzip
-import json
 import re
 import signal
 import sys
@@ -52,7 +50,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import RESULTS, invocation, uncommitted_changes, write_and_show
+from thinkserve_bench.result_files import RESULTS, invocation, read_json, uncommitted_changes, write_and_show
 from thinkserve_bench.stats import percentile
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
@@ -608,9 +606,10 @@ BASELINE_TIMEOUT_S = 900.0
 def rescore(path: Path, questions: list[Question], dataset: Path, command: str) -> tuple[dict, str]:
     """A previous run's answers, rankings and timings scored again (a new figure without a new 50-minute run);
     the report names both commands. A results file may be gzipped (.json.gz: how the larger ones are committed,
-    a tenth of the size, so the tree stays small enough to travel to the GPU machine)."""
+    a tenth of the size, so the tree stays small enough to travel to the GPU machine), and a name as the run wrote
+    it (document_qa.json) finds its committed .json.gz."""
     try:
-        previous = json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_text())
+        previous = read_json(path)
         stats = previous["stats"]
         runs = {int(k): v for k, v in stats["runs"].items()}
         rankings = {int(k): v for k, v in stats["baselines"].items()}
