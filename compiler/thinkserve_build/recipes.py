@@ -104,7 +104,7 @@ def _qwen2_tokenizer(out: Path):
     return tokenizer
 
 
-def _qwen2_text_config(tokenizer):
+def _qwen2_text_config(tokenizer, **overrides):
     from transformers import Qwen2Config
 
     return Qwen2Config(
@@ -121,6 +121,7 @@ def _qwen2_text_config(tokenizer):
         pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
         bos_token_id=None,
         tie_word_embeddings=False,
+        **overrides,
     )
 
 
@@ -131,6 +132,22 @@ def tiny_qwen2(out: Path) -> None:
     tokenizer = _qwen2_tokenizer(out)
     torch.manual_seed(21)
     Qwen2ForCausalLM(_qwen2_text_config(tokenizer)).save_pretrained(str(out))
+
+
+# Qwen2 and Qwen2.5's RoPE base (their config.json: rope_theta 1,000,000). The tiny profile's decoders keep
+# transformers' default, 10,000 (their recorded outputs were made with it), which is also what a converter falls
+# back to when it misses the setting: this recipe is the tiny decoder with Qwen's base, so a test can tell the two
+# apart (the TensorRT-LLM hand-over, trtllm_engines.converter_config).
+QWEN_ROPE_THETA = 1_000_000.0
+
+
+def tiny_qwen2_rope(out: Path) -> None:
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    tokenizer = _qwen2_tokenizer(out)
+    torch.manual_seed(22)
+    Qwen2ForCausalLM(_qwen2_text_config(tokenizer, rope_theta=QWEN_ROPE_THETA)).save_pretrained(str(out))
 
 
 def tiny_llava(out: Path) -> None:
@@ -229,6 +246,7 @@ RECIPES: dict[str, Callable[[Path], None]] = {
     "tiny-cross-encoder": tiny_cross_encoder,
     "tiny-router": tiny_router,
     "tiny-qwen2": tiny_qwen2,
+    "tiny-qwen2-rope": tiny_qwen2_rope,
     "tiny-llava": tiny_llava,
     "tiny-clip": tiny_clip,
     "tiny-openclip": tiny_openclip,

@@ -37,10 +37,14 @@ ROUTE_PROMPT_TOKENS = len(ROUTE_SYSTEM + route_request("")) // 4 + 10
 
 
 def _hf_standins() -> dict[str, StandIn]:
+    # rope_theta: both checkpoints' (1,000,000), not transformers' default 10,000, which is what a converter that misses
+    # the setting falls back to (thinkserve_build.trtllm_engines.converter_config)
     qwen15_05b = dict(vocab_size=151646, hidden_size=1024, intermediate_size=2816, num_hidden_layers=24,
-                      num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=32768, tie_word_embeddings=True)
+                      num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=32768, tie_word_embeddings=True,
+                      rope_theta=1_000_000.0)
     qwen25_15b = dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
-                      num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=32768, tie_word_embeddings=True)
+                      num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=32768, tie_word_embeddings=True,
+                      rope_theta=1_000_000.0)
     return {
         "text_embedder": StandIn("sentence-transformers/all-MiniLM-L6-v2", "BertModel", "BertConfig",
                                  dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,

@@ -13,6 +13,7 @@ transcribed in tests/unit/trtllm_recorded/tensorrt_llm_config.json, which the ad
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,7 +107,14 @@ def engine_config(spec: EngineSpec, engines_mount: str, queue: QueueLimits) -> P
     # The backend schedules on the GPU itself: its Triton instance is a CPU one (as NVIDIA's template has it).
     schedule(config, 0, 1, "cpu", queue)
     config.dynamic_batching.preferred_batch_size.append(spec.max_batch_size)
-    set_parameters(config, {
+    set_parameters(config, engine_parameters(spec, engines_mount))
+    return PlannedModel(config)
+
+
+def engine_parameters(spec: EngineSpec, engines_mount: str) -> dict[str, object]:
+    """The backend parameters of an engine's model (their names are checked against the container's backend by
+    build_engines.sh, backend_names)."""
+    return {
         "gpt_model_type": "inflight_fused_batching",
         "gpt_model_path": f"{engines_mount}/{spec.folder}",
         "max_beam_width": 1,
@@ -127,8 +135,17 @@ def engine_config(spec: EngineSpec, engines_mount: str, queue: QueueLimits) -> P
         "tokenizer_dir": "",
         "xgrammar_tokenizer_info_path": "",
         "guided_decoding_backend": "",
-    })
-    return PlannedModel(config)
+    }
+
+
+def backend_names() -> list[str]:
+    """Every name the engine models' configs give the tensorrtllm backend: its parameters and the tensors the
+    adapter sends and reads. build_engines.sh looks each up in the container's backend library, so a name the
+    pinned release does not know (one renamed between releases: random_seed and seed) stops the build instead of
+    being ignored at serving time."""
+    sample = EngineSpec("engine", "engine", Path("."), "qwen2", 1, 2, prompt_table_rows=1)
+    tensors = [t.name for t in ENGINE_INPUTS + PROMPT_TABLE_INPUTS + ENGINE_OUTPUTS]
+    return sorted(set(engine_parameters(sample, "/engines")) | set(tensors))
 
 
 def trtllm_class(model_type: str) -> str:
@@ -141,28 +158,155 @@ def trtllm_class(model_type: str) -> str:
         ) from None
 
 
+# transformers 5 saves a checkpoint's RoPE under `rope_parameters` ({rope_theta, rope_type, scaling fields}) and no
+# top-level `rope_theta`. The converter of the pinned container (TensorRT-LLM 0.20 on transformers 4.x:
+# QWenConfig.from_hugging_face reads getattr(hf_config, "rope_theta") and "rope_scaling") then gets transformers 4.x's
+# default, 10,000, instead of Qwen's 1,000,000: the engine builds and generates garbage
+# (tests/unit/trtllm_recorded/converter_reads.json). The checkpoint handed over carries them at the top level.
+ROPE_SCALING_FIELDS = ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor",
+                       "beta_fast", "beta_slow", "attention_factor", "mrope_section", "short_factor", "long_factor")
+
+
+def converter_config(config: dict) -> dict:
+    """A checkpoint's config.json as the pinned converter must read it: `rope_theta` (and `rope_scaling` for a
+    scaled RoPE) at the top level, taken from transformers 5's `rope_parameters`; a config saved by transformers 4
+    is returned as it is. A config naming two different bases, or none, is refused."""
+    parameters = config.get("rope_parameters")
+    if not parameters:
+        if "rope_theta" not in config:
+            raise ValueError("the checkpoint's config.json has no RoPE base (neither rope_theta nor rope_parameters): "
+                             "TensorRT-LLM's converter would take 10,000")
+        return dict(config)
+    theta = float(parameters["rope_theta"])
+    if "rope_theta" in config and float(config["rope_theta"]) != theta:
+        raise ValueError(f"the checkpoint's config.json names two RoPE bases: rope_theta {config['rope_theta']} "
+                         f"and rope_parameters {theta}")
+    handed = {**config, "rope_theta": theta}
+    kind = parameters.get("rope_type", parameters.get("type", "default"))
+    if kind == "default":
+        handed.setdefault("rope_scaling", None)
+    else:  # transformers 4.x's rope_scaling; TensorRT-LLM's RotaryScalingType reads "type" (older) or "rope_type"
+        handed["rope_scaling"] = {"type": kind, "rope_type": kind,
+                                  **{k: v for k, v in parameters.items() if k in ROPE_SCALING_FIELDS}}
+    if "partial_rotary_factor" in parameters:
+        handed.setdefault("partial_rotary_factor", parameters["partial_rotary_factor"])
+    return handed
+
+
+CHECKS_FILE = "check_engines.py"
+STARTUP_FILE = "startup.json"
+# Checks build_engines.sh runs inside the container (the standard library only). `names`: every name the engine
+# models' configs give the backend is in the container's tensorrtllm backend as a string of its own; a name held only
+# inside a longer one (random_seed for seed) is refused too, as that is how a renamed input looks (set
+# THINKSERVE_TRUST_NAMES=1 to go on anyway). `rope`: a converted checkpoint's rotary_base is the checkpoint's.
+CHECKS_SCRIPT = r"""#!/usr/bin/env python3
+# Generated by thinkserve-build --target gpu; run by build_engines.sh inside NVIDIA's Triton TensorRT-LLM container.
+import json, math, os, re, sys
+from pathlib import Path
+
+NAMES = __NAMES__
+
+
+def names(folder):
+    data = b"".join(path.read_bytes() for path in sorted(Path(folder).glob("*.so*")) if path.is_file())
+    if not data:
+        sys.exit(f"check_engines: no backend library under {folder}")
+    missing, inside = [], {}
+    for name in NAMES:
+        if re.search(rb"(?<![A-Za-z0-9_])" + re.escape(name.encode()) + rb"\x00", data):
+            continue
+        longer = sorted({m.decode() for m in re.findall(rb"[A-Za-z0-9_]+" + re.escape(name.encode()) + rb"(?=\x00)", data)})
+        (inside.__setitem__(name, longer[:3]) if longer else missing.append(name))
+    problems = [f"{name} (not in the backend)" for name in missing]
+    problems += [f"{name} (only inside {', '.join(longer)})" for name, longer in inside.items()]
+    if problems and os.environ.get("THINKSERVE_TRUST_NAMES") != "1":
+        print("check_engines: the engine configs use names this container's tensorrtllm backend does not read: "
+              + "; ".join(problems) + ". Rebuild the repository for this release (or THINKSERVE_TRUST_NAMES=1).",
+              file=sys.stderr)
+        sys.exit(1)
+    print(f"check_engines: {len(NAMES)} names found in the backend" + (f" (trusted: {problems})" if problems else ""))
+
+
+def rope(converted, expected):
+    found = json.loads(Path(converted).read_text()).get("rotary_base")
+    if found is None or not math.isclose(float(found), float(expected), rel_tol=1e-6):
+        print(f"check_engines: {converted} has rotary_base {found}, the checkpoint's RoPE base is {float(expected)}: "
+              "this converter misread the checkpoint's config.json; the engine would generate garbage", file=sys.stderr)
+        sys.exit(1)
+    print(f"check_engines: rotary_base {found}")
+
+
+if __name__ == "__main__":
+    {"names": lambda: names(sys.argv[2]), "rope": lambda: rope(sys.argv[2], sys.argv[3])}[sys.argv[1]]()
+"""
+
 BUILD_SCRIPT = """#!/usr/bin/env bash
-# Generated by thinkserve-build --target gpu: builds the TensorRT-LLM engines that {models} serve.
-# Run it inside NVIDIA's Triton TensorRT-LLM container, on the GPU model that will serve them, with this folder
-# mounted at {mount}:
-#   docker run --rm --gpus all -v "$PWD/{folder}:{mount}" nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3 \\
-#     bash {mount}/build_engines.sh
+# Generated by thinkserve-build --target gpu: builds the TensorRT-LLM engines that {models} serve, then starts the
+# whole repository once so that every encoder's TensorRT engine is built too, and times a warm start.
+# Run it inside NVIDIA's Triton TensorRT-LLM container (the image's trtllm flavour), on the GPU model that will
+# serve them, with this folder at {mount}, the model repository at $MODELS (default /models) and the TensorRT cache
+# volume where the encoders' configs write it (/data/tensorrt-cache):
+#   docker run --rm --gpus all --shm-size=2g -v "$PWD/{folder}:{mount}" -v "$PWD/<repository>:/models:ro" \\
+#     -v thinkserve_tensorrt-cache:/data/tensorrt-cache thinkserve --entrypoint bash {mount}/build_engines.sh
+# STARTUP_BUDGET_S (default 600): the startup probes' allowance; the build fails when the warm start needs more than
+# half of it, so that a deployment is not killed by its own probe while it loads.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+models="${{MODELS:-/models}}"
+budget="${{STARTUP_BUDGET_S:-600}}"
 if ! command -v trtllm-build >/dev/null; then
   echo "build_engines.sh: trtllm-build is not on PATH: run this inside NVIDIA's Triton TensorRT-LLM container" >&2
   exit 1
 fi
+# 1. the names the engine configs use, against this release's backend (a renamed one is otherwise ignored)
+python3 "$here/{checks}" names "${{TRTLLM_BACKEND_DIR:-/opt/tritonserver/backends/tensorrtllm}}"
 convert() {{  # a transformers checkpoint -> a TensorRT-LLM checkpoint ($1 model class, $2 in, $3 out)
   python3 -c 'import sys, tensorrt_llm.models as m; getattr(m, sys.argv[1]).from_hugging_face(sys.argv[2], dtype=sys.argv[4]).save_checkpoint(sys.argv[3])' "$1" "$2" "$3" {dtype}
 }}
+check_rope() {{  # the converted checkpoint's RoPE base is the checkpoint's ($1 engine folder, $2 base)
+  python3 "$here/{checks}" rope "$here/converted/$1/config.json" "$2"
+}}
+# 2. the TensorRT-LLM engines
 {steps}
 echo "engines built under $here"
+# 3. the encoders' TensorRT engines: onnxruntime builds them when a model first loads, which would otherwise happen
+#    at the first start of the service, under its startup probe. Start the repository once (building them into the
+#    cache volume), then again, warm, timed: what the startup probes must allow.
+if [ ! -f "$models/llm_engine/config.pbtxt" ]; then
+  echo "build_engines.sh: no repository at $models: the encoders' TensorRT engines will be built at the first start" >&2
+  exit 0
+fi
+[ -d /opt/thinkserve/.venv-triton/bin ] && export PATH="/opt/thinkserve/.venv-triton/bin:$PATH"
+start_once() {{  # start tritonserver on the whole repository as the service does, wait until ready, stop; prints seconds
+  local began=$SECONDS pid
+  tritonserver --model-repository="$models" --model-control-mode=explicit --load-model='*' --exit-timeout-secs=10 \\
+    --http-port=18000 --grpc-port=18001 --metrics-port=18002 >"$here/first-start-$1.log" 2>&1 &
+  pid=$!
+  until python3 -c 'import urllib.request; urllib.request.urlopen("http://127.0.0.1:18000/v2/health/ready", timeout=3)' 2>/dev/null; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "build_engines.sh: tritonserver exited while loading the repository: see $here/first-start-$1.log" >&2
+      return 1
+    fi
+    sleep 2
+  done
+  echo $((SECONDS - began))
+  kill -TERM "$pid" && wait "$pid" || true
+}}
+cold=$(start_once cold)
+warm=$(start_once warm)
+printf '{{"cold_start_s": %s, "warm_start_s": %s, "startup_budget_s": %s}}\\n' "$cold" "$warm" "$budget" >"$here/{startup}"
+echo "repository started in ${{cold}} s cold (TensorRT engines built), ${{warm}} s warm; the probes allow ${{budget}} s"
+if [ $((2 * warm)) -gt "$budget" ]; then
+  echo "build_engines.sh: a warm start takes ${{warm}} s, more than half the startup probes' ${{budget}} s: raise" \\
+       "TRITON_START_PERIOD_S (compose) or the startupProbe's failureThreshold and STARTUP_BUDGET_S (Kubernetes)" >&2
+  exit 1
+fi
 """
 
 ENGINE_STEP = """
 echo "{folder}: converting {model_type} ({trtllm_class}) and building"
 convert {trtllm_class} "$here/checkpoints/{folder}" "$here/converted/{folder}"
+check_rope {folder} {rope_theta!r}
 trtllm-build --checkpoint_dir "$here/converted/{folder}" --output_dir "$here/{folder}" \\
   --max_batch_size {max_batch_size} --max_seq_len {max_seq_len} --max_input_len {max_input_len} \\
   --max_num_tokens {max_num_tokens} --gather_generation_logits --logits_dtype float32 \\
@@ -174,14 +318,15 @@ def build_script(specs: list[EngineSpec], folder_name: str, mount: str) -> str:
     steps = []
     for spec in specs:
         table = f" \\\n  --max_prompt_embedding_table_size {spec.prompt_table_rows}" if spec.prompt_table_rows else ""
+        rope_theta = converter_config(json.loads((spec.checkpoint / "config.json").read_text()))["rope_theta"]
         steps.append(ENGINE_STEP.format(
             folder=spec.folder, model_type=spec.model_type, trtllm_class=trtllm_class(spec.model_type),
-            max_batch_size=spec.max_batch_size, max_seq_len=spec.max_seq_len, max_input_len=spec.max_seq_len - 1,
-            max_num_tokens=max(spec.max_seq_len, 8192), prompt_table=table,
+            rope_theta=float(rope_theta), max_batch_size=spec.max_batch_size, max_seq_len=spec.max_seq_len,
+            max_input_len=spec.max_seq_len - 1, max_num_tokens=max(spec.max_seq_len, 8192), prompt_table=table,
         ))
     return BUILD_SCRIPT.format(
         models=", ".join(spec.model for spec in specs), mount=mount, folder=shlex.quote(folder_name),
-        dtype=ENGINE_DTYPE, steps="".join(steps).rstrip() + "\n",
+        dtype=ENGINE_DTYPE, steps="".join(steps).rstrip() + "\n", checks=CHECKS_FILE, startup=STARTUP_FILE,
     )
 
 
@@ -190,15 +335,21 @@ def engines_folder(repository: Path) -> Path:
 
 
 def write_engines_folder(repository: Path, specs: list[EngineSpec], mount: str) -> Path:
-    """`<repository>.engines/`: each engine's checkpoint (hard links) and build_engines.sh; engines already built
+    """`<repository>.engines/`: each engine's checkpoint (hard links to the build's files, but config.json, written
+    as the pinned converter must read it: converter_config), build_engines.sh and its checks; engines already built
     there are left alone."""
     folder = engines_folder(repository)
     for spec in specs:
         target = folder / "checkpoints" / spec.folder
         target.mkdir(parents=True, exist_ok=True)
         for file in spec.checkpoint.iterdir():
-            if file.is_file():
+            if file.is_file() and file.name != "config.json":
                 link_file(file, target / file.name)
+        config = target / "config.json"
+        config.unlink(missing_ok=True)  # a hard link into the build cache, from an earlier build: never written through
+        config.write_text(json.dumps(converter_config(json.loads((spec.checkpoint / "config.json").read_text())), indent=2) + "\n")
+    checks = folder / CHECKS_FILE
+    checks.write_text(CHECKS_SCRIPT.replace("__NAMES__", repr(backend_names())))
     script = folder / "build_engines.sh"
     script.write_text(build_script(specs, folder.name, mount))
     script.chmod(0o755)

@@ -295,11 +295,16 @@ def test_the_gpu_repository_writes_the_engine_build_beside_it(gpu_repository):
     engines = gpu_repository.with_name(gpu_repository.name + ".engines")
     for folder in ("llm", "vlm"):
         assert (engines / "checkpoints" / folder / "model.safetensors").is_file()
-        assert json.loads((engines / "checkpoints" / folder / "config.json").read_text())["model_type"] == "qwen2"
+        handed = json.loads((engines / "checkpoints" / folder / "config.json").read_text())
+        assert handed["model_type"] == "qwen2"
+        # the RoPE base where TensorRT-LLM 0.20's converter reads it (tests/compiler/test_trtllm_engines.py)
+        assert handed["rope_theta"] == handed.get("rope_parameters", handed)["rope_theta"], folder
     script = engines / "build_engines.sh"
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     text = script.read_text()
     assert text.count("trtllm-build --checkpoint_dir") == 2 and "--gather_generation_logits" in text
+    assert text.count("\ncheck_rope ") == 2 and "check_engines.py\" names" in text  # one RoPE check per engine
+    assert "cold=$(start_once cold)" in text and "warm=$(start_once warm)" in text  # encoders' engines built here
     assert text.count("--use_paged_context_fmha enable") == 2  # chunked context and KV reuse need it
     assert "--max_prompt_embedding_table_size" in text.split("vlm: converting")[1]
     outside = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})

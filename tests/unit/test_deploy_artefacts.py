@@ -200,13 +200,24 @@ def test_triton_mounts_where_the_gpu_target_puts_its_engines_and_tensorrt_caches
     compose_mounts = {volume.removesuffix(":ro").rsplit(":", 1)[1] for volume in services["triton"]["volumes"]}
     assert {target.engines_mount, target.engine_cache} <= compose_mounts
     build = services["engine-build"]
-    assert build["profiles"] == ["gpu-target"] and any(v.endswith(":/engines") for v in build["volumes"])
+    assert build["profiles"] == ["gpu-target"]
+    # the build step starts the repository once (the encoders' TensorRT engines into the cache) and times a warm
+    # start against Triton's start period
+    build_mounts = {volume.removesuffix(":ro").rsplit(":", 1)[1] for volume in build["volumes"]}
+    assert {target.engines_mount, target.engine_cache, "/models"} <= build_mounts and build["shm_size"] == "2gb"
+    period = services["triton"]["healthcheck"]["start_period"]
+    assert period == "${TRITON_START_PERIOD_S:-600}s" and build["environment"]["STARTUP_BUDGET_S"] == period.removesuffix("s")
     assert services["triton"]["depends_on"]["engine-build"]["required"] is False
     documents = {(d["kind"], d["metadata"]["name"]): d for _, d in kubernetes_documents()}
     pod = documents[("Deployment", "triton")]["spec"]["template"]["spec"]
-    mounts = {mount["mountPath"] for mount in pod["containers"][0]["volumeMounts"]}
+    triton = pod["containers"][0]
+    mounts = {mount["mountPath"] for mount in triton["volumeMounts"]}
     assert {target.engines_mount, target.engine_cache} <= mounts
     (init,) = pod["initContainers"]
-    assert {mount["mountPath"] for mount in init["volumeMounts"]} == {target.engines_mount} and "build_engines.sh" in init["args"][0]
+    assert {mount["mountPath"] for mount in init["volumeMounts"]} == {target.engines_mount, target.engine_cache, "/models", "/dev/shm"}
+    assert "build_engines.sh" in init["args"][0]
+    probe = triton["startupProbe"]
+    budget = {variable["name"]: variable["value"] for variable in init["env"]}["STARTUP_BUDGET_S"]
+    assert int(budget) == probe["periodSeconds"] * probe["failureThreshold"]
     claims = {volume["persistentVolumeClaim"]["claimName"] for volume in pod["volumes"] if "persistentVolumeClaim" in volume}
     assert {("PersistentVolumeClaim", claim) for claim in claims} <= set(documents)
