@@ -3,7 +3,6 @@ parts need, the copy of those folders Triton serves, and the device and dtype a 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -13,6 +12,8 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from orchestrator.models import contracts
+
+from ..result_files import read_json
 
 if TYPE_CHECKING:
     from .options import Options
@@ -74,7 +75,7 @@ def models_for(repository: Path, options: "Options") -> list[str]:
     if "generators" in options.parts:
         wanted |= {contracts.LLM.name, contracts.VLM.name}
     if "mix" in options.parts:
-        wanted |= recorded_models(json.loads(options.cost.read_text()), options.cost_config)
+        wanted |= recorded_models(read_json(options.cost), options.cost_config)
     return sorted(with_steps(repository, sorted(wanted)))
 
 
