@@ -33,6 +33,13 @@ class ModelExecutionError(ThinkServeError):
     """A model ran and reported an error (its message is kept)."""
 
 
+class ModelBusyError(ModelExecutionError):
+    """A model refused a request for want of capacity (a generator's rows and queue full): retry later. The model
+    is healthy, so its circuit breaker does not count it; the query pipeline degrades as for any model error."""
+
+    status = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 class DeadlineExceededError(ThinkServeError):
     status = grpc.StatusCode.DEADLINE_EXCEEDED
 

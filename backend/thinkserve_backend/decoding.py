@@ -17,7 +17,7 @@ from typing import Callable, Iterator, Optional, Sequence
 import numpy as np
 import onnxruntime as ort
 
-from .sampling import choose_token
+from .sampling import TokenChoice, choose_token
 from .text_stream import TextStream
 
 PAST_PREFIX = "past_key_values."
@@ -190,6 +190,62 @@ def splice_image_features(
     return np.concatenate(parts, axis=0)
 
 
+class SequenceProgress:
+    """One generation's bookkeeping from token to token: its budget (max_tokens clipped to what the context
+    leaves), end-of-sequence ids, stop strings, the text released so far and its sampling generator. What
+    `generate` and the in-flight batcher (inflight_batching.py) share, so both stream the same steps."""
+
+    def __init__(
+        self,
+        params: GenerationParams,
+        prompt_length: int,
+        max_context: int,
+        decode: Callable[[Sequence[int]], str],
+        eos_token_ids: Sequence[int],
+    ):
+        if prompt_length >= max_context:
+            raise ContextOverflowError(f"prompt has {prompt_length} tokens; the model's context is {max_context} tokens")
+        self.params = params
+        self.prompt_length = prompt_length
+        self.budget = min(params.max_tokens, max_context - prompt_length)
+        self.rng = np.random.default_rng(params.seed)
+        self._stream = TextStream(decode, params.stop)
+        self._eos = set(eos_token_ids)
+        self.produced = 0
+
+    def uniform(self) -> float:
+        """The draw a sampled token takes from this generation's generator (none for greedy decoding)."""
+        return self.rng.random() if self.params.temperature > 0 else 0.0
+
+    def after(self, choice: TokenChoice) -> GenerationStep:
+        """The step a chosen token makes; its finish_reason is set when the generation ends with it."""
+        self.produced += 1
+        step = GenerationStep(
+            text="",
+            token_ids=[choice.token_id],
+            log_probs=[choice.log_prob],
+            normalized_entropy=[choice.normalized_entropy],
+            completion_tokens=self.produced,
+        )
+        if choice.token_id in self._eos:
+            step.text, step.finish_reason = self._stream.finish(), "eos"
+        else:
+            step.text = self._stream.push(choice.token_id)
+            if self._stream.stopped:
+                step.finish_reason = "stop"
+            elif self.produced == self.budget:
+                step.text += self._stream.finish()
+                step.finish_reason = "length"
+        return step
+
+    def cancelled(self) -> GenerationStep:
+        return GenerationStep(self._stream.finish(), completion_tokens=self.produced, finish_reason="cancelled")
+
+    def exhausted(self) -> GenerationStep:
+        """The only step of a generation allowed no tokens (max_tokens 0)."""
+        return GenerationStep(self._stream.finish(), finish_reason="length")
+
+
 def generate(
     decoder: KVCacheDecoder,
     prompt: np.ndarray,
@@ -205,42 +261,21 @@ def generate(
     `prompt` is what the decoder's primary input takes: ids [1, n], or embeddings [1, n, d] for a decoder that
     takes embeddings (then `embed` turns each new token id into its embedding).
     """
-    prompt_length = prompt.shape[1]
-    if prompt_length >= max_context:
-        raise ContextOverflowError(f"prompt has {prompt_length} tokens; the model's context is {max_context} tokens")
-    budget = min(params.max_tokens, max_context - prompt_length)
-    rng = np.random.default_rng(params.seed)
-    stream = TextStream(decode, params.stop)
-    eos = set(eos_token_ids)
+    progress = SequenceProgress(params, prompt.shape[1], max_context, decode, eos_token_ids)
+    if progress.budget == 0:
+        yield progress.exhausted()
+        return
     sequence = decoder.sequence()
     logits = sequence.step(prompt)
-    for produced in range(1, budget + 1):
+    while True:
         if is_cancelled():
-            yield GenerationStep(stream.finish(), completion_tokens=produced - 1, finish_reason="cancelled")
+            yield progress.cancelled()
             return
-        choice = choose_token(logits, params.temperature, params.top_p, rng)
-        step = GenerationStep(
-            text="",
-            token_ids=[choice.token_id],
-            log_probs=[choice.log_prob],
-            normalized_entropy=[choice.normalized_entropy],
-            completion_tokens=produced,
-        )
-        if choice.token_id in eos:
-            step.text, step.finish_reason = stream.finish(), "eos"
-        else:
-            step.text = stream.push(choice.token_id)
-            if stream.stopped:
-                step.finish_reason = "stop"
-            elif produced == budget:
-                step.text += stream.finish()
-                step.finish_reason = "length"
+        step = progress.after(choose_token(logits, params.temperature, params.top_p, progress.rng))
         yield step
         if step.finish_reason:
             return
-        next_input = np.array([[choice.token_id]], dtype=np.int64)
+        next_input = np.array([step.token_ids], dtype=np.int64)
         if embed is not None:
             next_input = embed(next_input)
         logits = sequence.step(next_input)
-    # budget == 0: nothing may be generated
-    yield GenerationStep(stream.finish(), finish_reason="length")

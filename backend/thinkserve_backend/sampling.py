@@ -24,6 +24,16 @@ class TokenChoice:
     normalized_entropy: float
 
 
+@dataclass(frozen=True)
+class RowSampling:
+    """How one sequence of a batch chooses its next token: greedy at temperature <= 0, else nucleus sampling from
+    the request's own uniform draw (the batch's rows keep their own seeded generators)."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    uniform: float = 0.0
+
+
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     shifted = logits.astype(np.float64) - np.max(logits)
     return shifted - np.log(np.exp(shifted).sum())

@@ -104,7 +104,11 @@ class ServingOptions:
     tokenizer_instances: int = 1
     encoder_instances: int = 1
     generator_instances: int = 1
-    concurrent_generations: int = 2  # generation threads per LLM/VLM instance
+    concurrent_generations: int = 2  # worker threads per LLM/VLM instance (with in-flight batching they prepare prompts)
+    # The torch target's in-flight batching, per LLM/VLM instance: sequences decoded together (each holds a KV cache
+    # of the model's context, allocated at load), and requests that may wait for a row before new ones are refused.
+    batch_sequences: int = 8
+    waiting_generations: int = 64
     intra_op_threads: int = 2  # onnxruntime threads per session
     # Each model's queue is bounded: past max_queue_size waiting requests Triton refuses new ones at once, and a
     # request that waited queue_timeout_ms is refused (a client's own timeout overrides it). A bulk ingest sends
@@ -174,7 +178,8 @@ def hf() -> Profile:
             ),
             PageEncoderSpec("openclip", Checkpoint(hub_id="laion/CLIP-ViT-B-32-laion2B-s34B-b79K"), max_length=77),
         ),
-        serving=ServingOptions(max_batch_size=64, queue_delay_us=1000, concurrent_generations=4),
+        serving=ServingOptions(max_batch_size=64, queue_delay_us=1000, concurrent_generations=4, batch_sequences=32,
+                               waiting_generations=256),
     )
 
 

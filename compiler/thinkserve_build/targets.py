@@ -93,6 +93,10 @@ class PythonTarget:
         """Files beside the repository (the gpu target's engine build); what was written, one line each."""
         return []
 
+    def generation_scheduling(self, serving: ServingOptions) -> dict[str, object]:
+        """The generators' scheduling parameters beyond their worker threads (none: one generation per thread)."""
+        return {}
+
     def tokenizer_parameters(self) -> dict[str, object]:
         """Extra parameters of the ensembles' tokenizer steps (a native backend needs fixed-shape buckets)."""
         return {}
@@ -134,6 +138,7 @@ class PythonTarget:
             default_max_tokens=artifact.facts["default_max_tokens"],
             max_concurrent_generations=serving.concurrent_generations,
             intra_op_threads=serving.intra_op_threads,
+            **self.generation_scheduling(serving),
         )
         for fact, parameter in (
             ("vocab_size", contracts.VOCABULARY_PARAMETER),
@@ -272,6 +277,14 @@ class TorchTarget(PythonTarget):
         if self.device != "cuda":
             return ()
         return tuple(WarmupInput(t.name, t.datatype, tuple(16 if d == -1 else d for d in t.dims)) for t in inputs)
+
+    def generation_scheduling(self, serving: ServingOptions) -> dict[str, object]:
+        """In-flight batching (thinkserve_backend.inflight_batching): its rows and how many may wait for one."""
+        return {
+            "inflight_batching": True,
+            "max_batch_sequences": serving.batch_sequences,
+            "max_waiting_generations": serving.waiting_generations,
+        }
 
     def _checkpoint(self, artifact: Artifact) -> tuple[dict[str, Path], dict[str, object]]:
         facts = artifact.facts

@@ -36,6 +36,7 @@ from ..config import TritonSettings
 from ..errors import (
     DeadlineExceededError,
     InvalidRequestError,
+    ModelBusyError,
     ModelExecutionError,
     ModelNotFoundError,
     ThinkServeError,
@@ -361,7 +362,13 @@ async def _drained(call, timeout_s: float = 5.0) -> bool:
         return False
 
 
+# A model's refusal for want of capacity (thinkserve_backend.inflight_batching.BUSY_MARKER, after "<model>: ").
+BUSY_MARKER = ": busy: "
+
+
 def _model_error(model: str, details: str, code: Optional[grpc.StatusCode] = None) -> ThinkServeError:
+    if BUSY_MARKER in details:
+        return ModelBusyError(f"model {model} is busy: {details.split(BUSY_MARKER, 1)[1]}")
     if "has no available versions" in details:  # in the repository but not loaded (e.g. being reloaded)
         return TritonUnavailableError(f"model {model} is not loaded in Triton right now ({details})")
     if "unknown model" in details or "is not found" in details:

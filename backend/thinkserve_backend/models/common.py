@@ -13,6 +13,7 @@ import triton_python_backend_utils as pb_utils
 from tokenizers import Tokenizer
 
 from ..generator_runtime import GeneratorRuntime, onnx_generator, torch_generator
+from ..inflight_batching import GenerationQueueFull
 from ..sessions import cpu_session
 
 
@@ -124,8 +125,13 @@ def bytes_tensor(name: str, values: list[str], shape: tuple[int, ...]) -> "pb_ut
 
 
 def error_response(message: str, error: Optional[BaseException] = None) -> "pb_utils.InferenceResponse":
-    """An error response; a ValueError (bad input: undecodable image, prompt too long) is INVALID_ARG."""
-    code = pb_utils.TritonError.INVALID_ARG if isinstance(error, ValueError) else pb_utils.TritonError.INTERNAL
+    """An error response; a ValueError (bad input: undecodable image, prompt too long) is INVALID_ARG, a generator
+    with every row busy and its queue full UNAVAILABLE (its message says "busy:", which the orchestrator's client
+    reads as backpressure, not as a model that is down)."""
+    if isinstance(error, GenerationQueueFull):
+        code = pb_utils.TritonError.UNAVAILABLE
+    else:
+        code = pb_utils.TritonError.INVALID_ARG if isinstance(error, ValueError) else pb_utils.TritonError.INTERNAL
     return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message, code))
 
 

@@ -121,6 +121,7 @@ class TrtllmLanguageModel(LanguageModel):
     vision = False
     # Each generation thread waits on its engine stream; in-flight batching runs them together on the GPU.
     default_concurrent_generations = 64
+    batches_in_engine = True
 
     def load(self, params: ModelParameters, args: dict) -> None:
         self.vocab_size = params.integer("vocab_size")  # contracts.VOCABULARY_PARAMETER

@@ -94,6 +94,20 @@ def serving_repository(repository: Path, models: Sequence[str], destination: Pat
     return destination
 
 
+def renamed_copy(repository: Path, model: str, destination: Path, name: str, overrides: dict[str, str]) -> Path:
+    """Model `model` served again as `name` with some parameters changed (e.g. its scheduling), its files
+    hard-linked; the config is written afresh, never through a link into the built repository."""
+    target = destination / name
+    shutil.copytree(repository / model, target, copy_function=_link, ignore=shutil.ignore_patterns("__pycache__"))
+    config = read_config(repository, model)
+    config.name = name
+    for key, value in overrides.items():
+        config.parameters[key].string_value = value
+    (target / "config.pbtxt").unlink()
+    (target / "config.pbtxt").write_text(text_format.MessageToString(config))
+    return target
+
+
 def _link(source: str, target: str) -> None:
     try:
         os.link(source, target)

@@ -1,0 +1,234 @@
+"""In-flight batching (thinkserve_backend.inflight_batching over torch_batch_decoding.BatchDecoder), in process on a
+small random-weight Qwen2 built from a config: requests that join and leave a running batch get exactly the tokens
+they get alone (greedy and seeded sampling), a cancelled request frees its row for a waiting one, the queue is
+bounded, and a model failure ends only the requests it touched. The same code served by the real tritonserver:
+tests/integration/test_inflight_batching.py."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from thinkserve_backend.decoding import GenerationParams, SequenceProgress, generate  # noqa: E402
+from thinkserve_backend.inflight_batching import (  # noqa: E402
+    BUSY_MARKER,
+    BatchedGeneration,
+    GenerationQueueFull,
+    InflightBatcher,
+)
+from thinkserve_backend.torch_batch_decoding import BatchDecoder, kv_bytes_per_token  # noqa: E402
+from thinkserve_backend.torch_decoding import TorchKVCacheDecoder  # noqa: E402
+from thinkserve_backend.torch_modules import GeneratorModules, TokenEmbeddings, generator_modules  # noqa: E402
+
+CONTEXT = 256
+VOCAB = 512
+EOS = 2
+
+
+@pytest.fixture(scope="module")
+def modules() -> GeneratorModules:
+    torch.manual_seed(0)
+    config = transformers.Qwen2Config(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=CONTEXT, initializer_range=0.2, eos_token_id=EOS,
+    )
+    model = transformers.Qwen2ForCausalLM(config).eval()
+    return generator_modules(model, vision=False)
+
+
+def prompts(count: int, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(3, VOCAB, size=(1, int(n))) for n in rng.integers(4, 60, size=count)]
+
+
+def alone(modules: GeneratorModules, prompt, params: GenerationParams) -> list[int]:
+    """One request at a time: decoding.generate over the per-thread decoder (the loop the batcher replaced)."""
+    decoder = TorchKVCacheDecoder(modules, CONTEXT, torch.device("cpu"), torch.float32)
+    steps = generate(decoder, prompt, params, decode=lambda ids: "", eos_token_ids=[EOS], max_context=CONTEXT)
+    return [t for step in steps for t in step.token_ids]
+
+
+class Collector:
+    """What one request receives: its steps, its failure, and when it ended."""
+
+    def __init__(self, cancel_after: int | None = None):
+        self.steps, self.error, self.done = [], None, threading.Event()
+        self.started = threading.Event()
+        self.cancel_after = cancel_after
+
+    def emit(self, step):
+        self.steps.append(step)
+        self.started.set()
+        if step.finish_reason:
+            self.done.set()
+
+    def fail(self, error):
+        self.error = error
+        self.done.set()
+
+    def is_cancelled(self) -> bool:
+        return self.cancel_after is not None and len(self.steps) >= self.cancel_after
+
+    @property
+    def tokens(self) -> list[int]:
+        return [t for step in self.steps for t in step.token_ids]
+
+
+def submit(batcher, prompt, params, collector: Collector) -> None:
+    progress = SequenceProgress(params, prompt.shape[1], CONTEXT, lambda ids: "", [EOS])
+    batcher.submit(BatchedGeneration(prompt, progress, collector.emit, collector.fail, collector.is_cancelled))
+
+
+def batcher_of(modules, rows: int, max_waiting: int = 64, max_prefill_tokens: int = 4096) -> InflightBatcher:
+    decoder = BatchDecoder(modules, rows, CONTEXT, torch.device("cpu"), torch.float32)
+    return InflightBatcher(
+        decoder, max_waiting=max_waiting, max_prefill_tokens=max_prefill_tokens, name="test", cancel_check_interval_s=0.0,
+    )
+
+
+def test_requests_joining_a_running_batch_get_the_tokens_they_get_alone(modules):
+    """Ten requests, greedy and seeded sampling mixed, through four rows: they join as rows free up (mid-flight),
+    and each one's tokens, log-probabilities and entropies are its own one-at-a-time run's."""
+    cases = [
+        (prompt, GenerationParams(24 + i, temperature=0.0 if i % 3 else 0.9, top_p=1.0 if i % 2 else 0.8, seed=i))
+        for i, prompt in enumerate(prompts(10))
+    ]
+    expected = [alone(modules, prompt, params) for prompt, params in cases]
+    batcher = batcher_of(modules, rows=4, max_prefill_tokens=128)  # prefill in small groups too
+    try:
+        collectors = [Collector() for _ in cases]
+        for (prompt, params), collector in zip(cases, collectors):
+            submit(batcher, prompt, params, collector)
+        assert all(c.done.wait(60) for c in collectors)
+    finally:
+        batcher.close()
+    assert [c.tokens for c in collectors] == expected
+    assert all(c.error is None for c in collectors)
+    assert all(c.steps[-1].finish_reason in ("eos", "length") for c in collectors)
+    assert batcher.state().running == 0 and batcher.state().waiting == 0
+
+
+def test_measures_match_the_one_at_a_time_path(modules):
+    prompt, params = prompts(1, seed=3)[0], GenerationParams(16, entropies=True)
+    decoder = TorchKVCacheDecoder(modules, CONTEXT, torch.device("cpu"), torch.float32)
+    reference = list(generate(decoder, prompt, params, decode=lambda ids: "", eos_token_ids=[EOS], max_context=CONTEXT))
+    batcher = batcher_of(modules, rows=2)
+    try:
+        collector, other = Collector(), Collector()
+        submit(batcher, prompts(1, seed=4)[0], GenerationParams(40), other)  # a neighbour in the batch
+        submit(batcher, prompt, params, collector)
+        assert collector.done.wait(60) and other.done.wait(60)
+    finally:
+        batcher.close()
+    assert [s.token_ids for s in collector.steps] == [s.token_ids for s in reference]
+    assert np.allclose([s.log_probs for s in collector.steps], [s.log_probs for s in reference], atol=1e-4)
+    assert np.allclose([s.normalized_entropy for s in collector.steps], [s.normalized_entropy for s in reference], atol=1e-5)
+    assert [s.completion_tokens for s in collector.steps] == list(range(1, len(reference) + 1))
+
+
+def test_a_cancelled_request_frees_its_row_for_a_waiting_one(modules):
+    batcher = batcher_of(modules, rows=1)
+    try:
+        long, waiting = Collector(cancel_after=3), Collector()
+        submit(batcher, prompts(1)[0], GenerationParams(CONTEXT), long)
+        submit(batcher, prompts(1, seed=1)[0], GenerationParams(5), waiting)
+        assert long.done.wait(60) and waiting.done.wait(60)
+    finally:
+        batcher.close()
+    # steps reach the request on the delivery thread, a little after they are made: it stops within a few tokens
+    assert long.steps[-1].finish_reason == "cancelled" and 3 <= long.steps[-1].completion_tokens < 3 + 4 * 1 + 2
+    assert waiting.steps[-1].finish_reason in ("length", "eos") and waiting.error is None
+
+
+def test_past_its_rows_and_queue_a_request_is_refused_with_the_numbers(modules):
+    batcher = batcher_of(modules, rows=1, max_waiting=1)
+    try:
+        running, queued = Collector(cancel_after=40), Collector()
+        submit(batcher, prompts(1)[0], GenerationParams(CONTEXT), running)
+        assert running.started.wait(60)  # in its row: the next one waits
+        submit(batcher, prompts(1, seed=1)[0], GenerationParams(3), queued)
+        with pytest.raises(GenerationQueueFull) as refused:
+            submit(batcher, prompts(1, seed=2)[0], GenerationParams(3), Collector())
+        assert running.done.wait(60) and queued.done.wait(60)
+    finally:
+        batcher.close()
+    message = str(refused.value)
+    assert message.startswith(BUSY_MARKER) and "waiting" in message and "max_waiting_generations 1" in message
+    assert queued.steps[-1].finish_reason in ("length", "eos")
+
+
+def test_a_prompt_the_model_refuses_fails_alone(modules):
+    """A prompt longer than the cache fails in prefill: prefilled beside another new prompt, the group is retried
+    one by one, so only it fails; the request already running goes on untouched."""
+    batcher = batcher_of(modules, rows=3)
+    try:
+        running, too_long, beside = Collector(), Collector(), Collector()
+        submit(batcher, prompts(1)[0], GenerationParams(30), running)
+        assert running.started.wait(60)
+        huge = np.full((1, CONTEXT + 8), 5)
+        progress = SequenceProgress(GenerationParams(4), 10, CONTEXT, lambda ids: "", [EOS])  # lies about its length
+        with batcher._condition:  # both wait before the scheduler's next admission: they are prefilled together
+            batcher.submit(BatchedGeneration(huge, progress, too_long.emit, too_long.fail))
+            submit(batcher, prompts(1, seed=1)[0], GenerationParams(6), beside)
+        assert running.done.wait(60) and too_long.done.wait(60) and beside.done.wait(60)
+    finally:
+        batcher.close()
+    assert isinstance(too_long.error, ValueError) and "exceeds the cache" in str(too_long.error)
+    assert running.error is None and running.steps[-1].finish_reason in ("length", "eos")
+    assert beside.error is None and beside.tokens == alone(modules, prompts(1, seed=1)[0], GenerationParams(6))
+
+
+def test_closing_cancels_what_runs_and_waits(modules):
+    batcher = batcher_of(modules, rows=1)
+    running, waiting = Collector(), Collector()
+    submit(batcher, prompts(1)[0], GenerationParams(CONTEXT - 64), running)
+    submit(batcher, prompts(1, seed=1)[0], GenerationParams(4), waiting)
+    batcher.close()
+    assert running.done.is_set() and waiting.done.is_set()
+    assert running.steps[-1].finish_reason in ("cancelled", "eos", "length")
+    assert waiting.steps[-1].finish_reason == "cancelled"
+    with pytest.raises(RuntimeError, match="shutting down"):
+        submit(batcher, prompts(1)[0], GenerationParams(2), Collector())
+
+
+def test_prompts_as_embeddings_decode_as_the_ids_do(modules):
+    """A VLM's prompt arrives as embeddings (image features spliced in): the batcher embeds each new token on the
+    model's device; with a text-only prompt's embeddings the tokens are the ids' own."""
+    embedding = TokenEmbeddings(modules.backbone.get_input_embeddings())
+    vision_like = GeneratorModules(modules.backbone, modules.lm_head, modules.text_config, embeddings=embedding)
+    cases = prompts(3, seed=7)
+    expected = [alone(modules, prompt, GenerationParams(12)) for prompt in cases]
+    decoder = BatchDecoder(vision_like, 2, CONTEXT, torch.device("cpu"), torch.float32)
+    decoder.self_check()
+    batcher = InflightBatcher(decoder, max_waiting=8, max_prefill_tokens=4096)
+    try:
+        collectors = [Collector() for _ in cases]
+        for prompt, collector in zip(cases, collectors):
+            with torch.inference_mode():
+                embedded = embedding(torch.from_numpy(prompt)).numpy()
+            submit(batcher, embedded, GenerationParams(12), collector)
+        assert all(c.done.wait(60) for c in collectors)
+    finally:
+        batcher.close()
+    assert [c.tokens for c in collectors] == expected
+
+
+def test_the_load_check_catches_a_cache_the_model_ignores(modules, monkeypatch):
+    for rows in (1, 2):
+        BatchDecoder(modules, rows, CONTEXT, torch.device("cpu"), torch.float32).self_check()  # the real cache passes
+    decoder = BatchDecoder(modules, 2, CONTEXT, torch.device("cpu"), torch.float32)
+    monkeypatch.setattr(type(decoder.cache), "update", lambda self, k, v, layer, kwargs=None: (k, v))
+    with pytest.raises(RuntimeError, match="check at load failed"):
+        decoder.self_check()
+
+
+def test_the_cache_is_allocated_once_at_its_bound(modules):
+    decoder = BatchDecoder(modules, 3, CONTEXT, torch.device("cpu"), torch.float32)
+    per_token = kv_bytes_per_token(modules.text_config, torch.float32)
+    assert per_token == 2 * 2 * 2 * (64 // 4) * 4  # keys and values, 2 layers, 2 KV heads, head dim 16, fp32
+    assert decoder.cache.nbytes == 3 * CONTEXT * per_token
