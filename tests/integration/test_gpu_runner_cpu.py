@@ -5,6 +5,7 @@ tritonserver from the pack, every measurement, the report) runs with the tiny pr
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -37,20 +38,35 @@ def test_the_gpu_machines_pack_fits_one_device_command():
     assert not any(n.endswith(".safetensors") for n in names)
 
 
+FAKE_NVIDIA_SMI = """#!/bin/sh
+# A stand-in for the driver's nvidia-smi (this machine has no GPU): in loop mode (--loop-ms) a utilisation and memory
+# line every 0.1 s, as the real one prints them; otherwise one line of facts.
+case "$*" in
+  *--loop-ms*) n=0; while true; do n=$(( (n + 7) % 100 )); echo "$n, 2048"; sleep 0.1; done ;;
+  *) echo "Fake GPU, 1 MiB, 0.0" ;;
+esac
+"""
+
+
 def test_the_cpu_dry_run_runs_the_whole_flow(tmp_path):
     here = "%d.%d" % sys.version_info[:2]
     cpu_pack = ROOT / ".gpu-pack-cpu"
     pack.make_pack(cpu_pack, here, level=1, log=lambda line: None)  # this Python's stub and wheels; fast compression
     out = tmp_path / "out"
+    tools = tmp_path / "tools"  # the GPU sampler's nvidia-smi (observation.GpuSampler), faked: no GPU here
+    tools.mkdir()
+    (tools / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
+    (tools / "nvidia-smi").chmod(0o755)
     command = [
         sys.executable, "-m", "thinkserve_bench.gpu.run_on_device", "--device", "cpu", "--profile", "tiny",
         "--pack", str(cpu_pack), "--work", str(tmp_path / "work"), "--out", str(out),
         "--cache", str(ROOT / ".thinkserve" / "cache"), "--budget-s", "400",
         "--parts", "encoders,generators,mix", "--quick", "--batches", "1,2", "--streams", "1,2",
         "--prompt-tokens", "96", "--new-tokens", "8", "--networks", "text_embedder_encode,page_image_clip_encode",
-        "--mix-concurrency", "1", "--mix-window", "2",
+        "--mix-concurrency", "1", "--mix-window", "2", "--generator-rounds", "2,2",
     ]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    env = {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
 
     setup = json.loads((out / "gpu-setup.json").read_text())
@@ -67,16 +83,33 @@ def test_the_cpu_dry_run_runs_the_whole_flow(tmp_path):
         assert row["in_process"]["rows_per_s"] > 0 and row["triton"]["rows_per_s"] > 0
         assert row["triton_share"] is not None and row["max_abs_diff"] < 1e-4  # fp32 on the CPU: the same numbers
     assert "triton_inflight" in encoders[("text_embedder_encode", 2)]
+    # what the server and the GPU did in each unit (observation.py): Triton's own counters for the network measured
+    for (model, batch), row in encoders.items():
+        served = row["observed"]["triton"][model]
+        assert served["requests"] >= 2 * 3 and served["compute_infer_ms_per_request"] > 0, (model, batch, served)
+        assert row["observed"]["gpu"]["available"] and row["observed"]["gpu"]["samples"] >= 1
+    assert results["triton"]["flags"] == ["--allow-gpu-metrics=false", "--pinned-memory-pool-byte-size=0"]
     generators = {(r["model"], r["streams"]): r for r in results["generators"]}
     assert set(generators) == {(m, s) for m in ("llm", "vlm") for s in (1, 2)}
     for row in generators.values():
         for path in ("in_process", "triton"):
-            assert row[path]["completed"] == row["streams"] and row[path]["prompt_tokens"] == [96], (path, row)
+            assert row[path]["completed"] == row["streams"] * row["rounds"] and row[path]["prompt_tokens"] == [96], (path, row)
             assert row[path]["tokens_per_s"] > 0 and row[path]["ttft_p50_ms"] > 0
         assert row["same_tokens"]  # greedy, fp32 on the CPU: the served model and the in-process one agree
+        assert row["rounds"] == 2 and row["in_process"]["rounds"] == row["triton"]["rounds"] == 2
+        assert row["in_process"]["tokens_per_s_interval"]["n"] == 2 and row["throughput_ratio_relative"] is not None
+        assert [s["stream"] for s in row["divergence"]] == list(range(row["streams"]))  # every stream compared
+        assert all(s["first_divergent_token"] is None for s in row["divergence"]) and row["in_process_repeatable"]
+        served = row["observed"]["triton"][row["model"]]
+        assert served["requests"] >= 2 * row["streams"] and served["queue_ms_per_request"] >= 0  # both rounds (and a warm-up)
     mix = results["mix"]
-    assert mix["source"]["queries"] == 24 and set(mix) - {"source"} == {"simple", "moderate", "complex"}
-    assert all(level["concurrency"] == 1 for route in ("simple", "moderate", "complex") for level in mix[route]["levels"])
+    assert mix["source"]["queries"] == 24 and list(mix) == ["source", "simple", "moderate", "complex"]  # cheapest first
+    for route in ("simple", "moderate", "complex"):
+        assert not mix[route]["partial"] and [level["concurrency"] for level in mix[route]["levels"]] == [1]
+        level = mix[route]["levels"][0]
+        assert level["abandoned"] <= 1 and sum(m["requests"] for m in level["observed"]["triton"].values()) > 0, route
     text = (out / "gpu-encoders-generators-mix.md").read_text()
     assert text.startswith("# CPU dry run of the GPU device runner (tooling check, NOT GPU figures)")
-    assert (out / "gpu-triton.log").is_file() and (out / "gpu-run.log").is_file()
+    assert "Server side, per unit" in text and "Triton's GPU flags: --allow-gpu-metrics=false" in text
+    assert "successfully loaded" in (out / "gpu-triton.log").read_text()  # the whole log, copied as it grew
+    assert (out / "gpu-run.log").is_file()

@@ -21,6 +21,16 @@ from ..stats import call_latency_summary, percentile
 from .generator_measurements import WORDS, page_image, single_token_words, whole_text_tokenizer
 from .options import ROOT, Options
 
+# The routes, cheapest first: on the first H200 run they ran alphabetically, Complex (the slowest) first, and the
+# budget ran out before Moderate and Simple
+ROUTE_ORDER = ("simple", "moderate", "complex")
+
+
+def route_order(routes) -> list[str]:
+    """The routes in ROUTE_ORDER, any other after them by name."""
+    return sorted(routes, key=lambda route: (ROUTE_ORDER.index(route) if route in ROUTE_ORDER else len(ROUTE_ORDER), route))
+
+
 def passages(words: Sequence[str], count: int, length: int, offset: int = 0) -> list[str]:
     return [" ".join(words[(offset + i * length + j) % len(words)] for j in range(length)) for i in range(count)]
 
@@ -59,14 +69,16 @@ def plans_from_cost(cost: dict, config: str, source_image_tokens: int, image_tok
 
 
 async def replay_level(models: TritonModels, plans: Sequence[object], images: list[bytes], concurrency: int,
-                       warmup_s: float, window_s: float, until: float = math.inf, min_completed: int = 3) -> dict:
+                       warmup_s: float, window_s: float, until: float = math.inf, min_completed: int = 3,
+                       grace_s: float = 2.0) -> dict:
     """Closed loop of `concurrency` workers replaying `plans` in turn (the ceiling's replay): queries/s and model
     time per query over the window after the warm-up.
 
     The window lasts `window_s`, and longer, until `min_completed` queries have ended inside it (answered or
     failed), at most 10 windows or 60 s, and never past `until` (epoch seconds): on the first H200 run a Complex
     query's LLM answer outlasted a 3 s window and the level counted nothing. Queries still running when it closes
-    are cancelled and not counted."""
+    are cancelled and not counted, and not waited for beyond `grace_s` (`abandoned`: how many were still closing):
+    the same run's concurrency-8 level went on 70 s past its window for the queries in flight."""
     from thinkserve_bench.modes.ceiling import ReplayTally, replay
 
     cycle = itertools.cycle(plans)
@@ -89,7 +101,8 @@ async def replay_level(models: TritonModels, plans: Sequence[object], images: li
     workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
     await asyncio.sleep(warmup_s)
     t0 = time.monotonic()
-    hard_stop = t0 + max(window_s, min(until - time.time(), max(60.0, 10 * window_s)))
+    limit = max(0.0, until - time.time())  # never past `until`, even at the cost of a shorter window
+    hard_stop = t0 + min(max(window_s, min(max(60.0, 10 * window_s), limit)), limit)
     while True:
         now = time.monotonic()
         inside = sum(1 for end, _ in ended if end >= t0) + sum(1 for end in failed_at if end >= t0)
@@ -100,9 +113,10 @@ async def replay_level(models: TritonModels, plans: Sequence[object], images: li
     closed.set()
     for task in workers:
         task.cancel()
-    await asyncio.gather(*workers, return_exceptions=True)
+    _, closing = await asyncio.wait(workers, timeout=grace_s)
     inside = [latency for end, latency in ended if t0 <= end <= t1]
     return {"concurrency": concurrency, "window_s": t1 - t0, "completed": len(inside), "errors": len(errors),
+            "abandoned": len(closing),
             "error_messages": sorted(set(errors))[:3], "queries_per_s": len(inside) / (t1 - t0) if t1 > t0 else None,
             **{k: v for k, v in call_latency_summary(inside).items() if k != "calls"}}
 
@@ -124,7 +138,9 @@ def gpu_rates() -> dict[str, float]:
 
 
 async def measure_mix(client: TritonClient, repository: Path, options: Options, record: Callable[[str, object], None],
-                      progress: Callable[[str], None]) -> None:
+                      progress: Callable[[str], None], observer=None) -> None:
+    """Every route, Simple, Moderate then Complex, each level recorded as it ends (with what the server and the GPU
+    did during it, `observed`, when an observation.UnitObserver is given)."""
     from thinkserve_bench.modes.ceiling import calibrate
 
     models = TritonModels(client)
@@ -147,36 +163,48 @@ async def measure_mix(client: TritonClient, repository: Path, options: Options, 
                       "command": cost.get("command"), "config": options.cost_config, "queries": len(planned),
                       "source_image_tokens": options.source_image_tokens, "image_tokens": image_tokens,
                       "rates_usd_per_hour": rates,
-                      "routes": {r: len(v) for r, v in sorted(routes.items())}})
+                      "routes": {r: len(routes[r]) for r in route_order(routes)}, "route_order": route_order(routes)})
     units_left = len(routes) * len(options.mix_concurrency)
-    for route, items in sorted(routes.items()):
+    for route in route_order(routes):
+        items = routes[route]
         plans = [plan for plan, _ in items]
         own = sorted(ms for _, ms in items)
-        levels = []
+        levels: list[dict] = []
         for concurrency in options.mix_concurrency:
             if options.left() < options.mix_warmup_s + options.mix_window_s + 15:
                 levels.append({"concurrency": concurrency, "skipped": "out of time"})
                 units_left -= 1
+                record(route, route_result(items, own, levels, options, partial=True))
                 continue
             # a level may stretch its window to count a few slow queries, but leaves every later level its minimum
             units_left -= 1
             until = options.deadline - 15 - units_left * (options.mix_warmup_s + options.mix_window_s + 15)
+            if observer is not None:
+                observer.begin()
             level = await replay_level(models, plans, images, concurrency, options.mix_warmup_s, options.mix_window_s,
                                        until=until)
+            if observer is not None:
+                level["observed"] = observer.end()
             level["cost"] = costs(level["queries_per_s"], rates)
             levels.append(level)
+            record(route, route_result(items, own, levels, options, partial=True))  # written now: a kill loses no level
             progress(f"  {route} at concurrency {concurrency}: {level['queries_per_s'] or 0:.2f} q/s, model time p50 "
                      f"{level['p50_ms'] or 0:.0f} ms, p95 {level['p95_ms'] or 0:.0f} ms ({level['completed']} queries)")
-        measured = [lv for lv in levels if lv.get("queries_per_s")]
-        best = max(measured, key=lambda lv: lv["queries_per_s"], default=None)
-        alone = next((lv for lv in measured if lv["concurrency"] == min(options.mix_concurrency)), None)
-        own_p50 = percentile(own, 50) if own else None
-        record(route, {
-            "queries": len(items), "levels": levels,
-            "best": {"concurrency": best["concurrency"], "queries_per_s": best["queries_per_s"], "cost": best["cost"]} if best else None,
-            "orchestrator_ms_p50_cpu": own_p50,
-            # the estimate: the orchestrator's own time as the cost run measured it on the CPU machine + the model
-            # time of one query alone on this GPU; not a measurement of the whole system
-            "end_to_end_estimate_ms": (own_p50 + alone["p50_ms"]) if own_p50 is not None and alone and alone["p50_ms"] else None,
-        })
+        record(route, route_result(items, own, levels, options, partial=False))
+
+
+def route_result(items: list, own: list[float], levels: list[dict], options: Options, partial: bool) -> dict:
+    """A route's levels so far, its best level and the end-to-end estimate (`partial` while levels are to come)."""
+    measured = [lv for lv in levels if lv.get("queries_per_s")]
+    best = max(measured, key=lambda lv: lv["queries_per_s"], default=None)
+    alone = next((lv for lv in measured if lv["concurrency"] == min(options.mix_concurrency)), None)
+    own_p50 = percentile(own, 50) if own else None
+    return {
+        "queries": len(items), "levels": list(levels), "partial": partial,
+        "best": {"concurrency": best["concurrency"], "queries_per_s": best["queries_per_s"], "cost": best["cost"]} if best else None,
+        "orchestrator_ms_p50_cpu": own_p50,
+        # the estimate: the orchestrator's own time as the cost run measured it on the CPU machine + the model
+        # time of one query alone on this GPU; not a measurement of the whole system
+        "end_to_end_estimate_ms": (own_p50 + alone["p50_ms"]) if own_p50 is not None and alone and alone["p50_ms"] else None,
+    }
 

@@ -1,12 +1,20 @@
 """The generators' measurements: the LLM and the VLM (one image, its positions counted in the prompt) with prompts of
 an exact number of positions, at several concurrent streams, through Triton (grpc streams) and in-process (the same
-decoder and decoding loop, streams in a thread pool as large as the served model's): TTFT and tokens per second."""
+decoder and decoding loop, streams in a thread pool as large as the served model's): TTFT and tokens per second.
+
+The in-process pool lives as long as the model and each of its threads is warmed before anything is timed, as the
+served model's threads are (on the first H200 run a new pool per level left the measured threads cold). A level is
+repeated in rounds, both paths each round, until its tokens/s are known to a stated precision (precision.py) or its
+rounds or time run out; where the two paths' greedy tokens part, the step and the in-process logit margins there
+are recorded for every stream (divergence.py). A level stops at the deadline: streams still running are cut."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import statistics
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -20,6 +28,7 @@ from orchestrator.triton.client import TritonClient
 from orchestrator.triton.models import GenerationOptions, TritonModels
 
 from ..stats import percentile
+from . import divergence, precision
 from .options import Options
 from .served_models import model_names, parameters, read_config, torch_device
 
@@ -101,6 +110,7 @@ class Stream:
 
 
 def level_summary(streams: Sequence[Stream]) -> dict:
+    """One round's streams: completed, tokens, TTFT percentiles, tokens/s over the round's wall time."""
     done = [s for s in streams if not s.error and s.ended is not None]
     if not done:
         return {"streams": len(streams), "completed": 0, "errors": sorted({s.error for s in streams})[:3]}
@@ -122,9 +132,27 @@ def level_summary(streams: Sequence[Stream]) -> dict:
     }
 
 
+def rounds_summary(rounds: Sequence[Sequence[Stream]]) -> dict:
+    """A level's rounds on one path: TTFT over every stream of every round; tokens/s as the mean of the rounds' with
+    its 95% interval (`tokens_per_s_interval`), so the precision of the figure is stated."""
+    per_round = [level_summary(streams) for streams in rounds]
+    everything = level_summary([stream for streams in rounds for stream in streams])
+    rates = precision.interval([r.get("tokens_per_s") for r in per_round])
+    reasons: dict[str, int] = {}
+    for r in per_round:
+        for reason, count in (r.get("finish_reasons") or {}).items():
+            reasons[reason] = reasons.get(reason, 0) + count
+    return {
+        **everything, "rounds": len(per_round), "wall_s": sum(r.get("wall_s") or 0.0 for r in per_round),
+        "tokens_per_s": rates["mean"], "tokens_per_s_interval": rates,
+        "tokens_per_s_rounds": [r.get("tokens_per_s") for r in per_round], "finish_reasons": reasons,
+    }
+
+
 class InProcessGenerator:
     """The served generator's decoder, loaded as served (generator_runtime.torch_generator), driven by
-    decoding.generate in a thread pool as large as the served model's."""
+    decoding.generate in a thread pool as large as the served model's, kept for the model's life and warmed thread
+    by thread (each thread keeps its own KV cache) like the served model's generation threads."""
 
     def __init__(self, repository: Path, model: str, device: str):
         import torch
@@ -144,6 +172,7 @@ class InProcessGenerator:
         self.max_context = int(params[contracts.CONTEXT_PARAMETER])
         self.workers = int(params.get("max_concurrent_generations", "2"))
         self.runtime = torch_generator(folder, self.vision, self.max_context, self.device, self.dtype)
+        self.pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="in-process")
         if self.vision:
             self.image_token = params["image_token"]
             self.image_token_id = self.tokenizer.token_to_id(self.image_token)
@@ -164,7 +193,9 @@ class InProcessGenerator:
             embeddings = splice_image_features(ids[0], embeddings[0], features, self.image_token_id)[None]
         return embeddings.astype(np.float32, copy=False), self.runtime.embed
 
-    def generate(self, text: str, images: Sequence[bytes], max_tokens: int, stream: Stream) -> Stream:
+    def generate(self, text: str, images: Sequence[bytes], max_tokens: int, stream: Stream,
+                 deadline: float = math.inf) -> Stream:
+        """One stream; past `deadline` (epoch seconds) it is cut (finish reason "cancelled", counted as an error)."""
         from thinkserve_backend.decoding import GenerationParams, generate
 
         try:
@@ -172,31 +203,61 @@ class InProcessGenerator:
             stream.prompt_tokens = prompt.shape[1]
             for step in generate(self.runtime.decoder, prompt, GenerationParams(max_tokens),
                                  decode=lambda ids: self.tokenizer.decode(list(ids), skip_special_tokens=True),
-                                 eos_token_ids=self.eos_token_ids, max_context=self.max_context, embed=embed):
+                                 eos_token_ids=self.eos_token_ids, max_context=self.max_context, embed=embed,
+                                 is_cancelled=lambda: time.time() > deadline):
                 if step.token_ids and stream.first_token is None:
                     stream.first_token = time.perf_counter()
                 stream.token_ids += step.token_ids
                 stream.tokens = step.completion_tokens
                 stream.finish_reason = step.finish_reason or stream.finish_reason
+            if stream.finish_reason == "cancelled":
+                stream.error = "cut: out of time"
             stream.ended = time.perf_counter()
         except Exception as error:  # noqa: BLE001 - a failed stream is counted, the level goes on
             stream.error = f"{type(error).__name__}: {error}"
         return stream
 
-    def level(self, prompts: Sequence[str], images: Sequence[bytes], max_tokens: int) -> list[Stream]:
-        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="in-process") as pool:
-            futures = [pool.submit(self.generate, prompt, images, max_tokens, Stream(time.perf_counter())) for prompt in prompts]
-            return [future.result() for future in futures]
+    def warm(self, prompts: Sequence[str], images: Sequence[bytes], max_tokens: int) -> list[Stream]:
+        """One generation on each of the pool's threads, all at once (a barrier holds each task until every thread
+        has one), so every thread's KV cache is allocated and its kernels chosen before anything is timed."""
+        barrier = threading.Barrier(self.workers)
+
+        def one(prompt: str) -> Stream:
+            barrier.wait(timeout=120)
+            return self.generate(prompt, images, max_tokens, Stream(time.perf_counter()))
+
+        futures = [self.pool.submit(one, prompts[i % len(prompts)]) for i in range(self.workers)]
+        return [future.result() for future in futures]
+
+    def level(self, prompts: Sequence[str], images: Sequence[bytes], max_tokens: int,
+              deadline: float = math.inf) -> list[Stream]:
+        futures = [self.pool.submit(self.generate, prompt, images, max_tokens, Stream(time.perf_counter()), deadline)
+                   for prompt in prompts]
+        return [future.result() for future in futures]
+
+    def logits_at(self, text: str, images: Sequence[bytes], tokens: Sequence[int]) -> np.ndarray:
+        """The in-process model's logits after the prompt and `tokens`, replayed on one of the pool's warmed threads
+        as its streams step (divergence.logits_after)."""
+        def replay() -> np.ndarray:
+            prompt, embed = self.prepare(text, images)
+            return divergence.logits_after(self.runtime.decoder, prompt, tokens, embed)
+
+        return self.pool.submit(replay).result()
 
     def close(self) -> None:
+        self.pool.shutdown(wait=True)
         del self.runtime
         if self.device.type == "cuda":
             self.torch.cuda.empty_cache()
 
 
-async def triton_level(models: TritonModels, prompts: Sequence[str], images: Sequence[bytes], max_tokens: int) -> list[Stream]:
-    async def one(prompt: str) -> Stream:
-        stream = Stream(time.perf_counter())
+async def triton_level(models: TritonModels, prompts: Sequence[str], images: Sequence[bytes], max_tokens: int,
+                       deadline: float = math.inf, grace_s: float = 2.0) -> list[Stream]:
+    """Every prompt as a grpc stream at once. Past `deadline` (epoch seconds) the streams still running are cancelled
+    (and given `grace_s` to close, not waited for beyond it): they count as cut."""
+    streams = [Stream(time.perf_counter()) for _ in prompts]
+
+    async def one(prompt: str, stream: Stream) -> Stream:
         try:
             async with models.generate(prompt, GenerationOptions(max_tokens=max_tokens), images) as chunks:
                 async for chunk in chunks:
@@ -211,7 +272,16 @@ async def triton_level(models: TritonModels, prompts: Sequence[str], images: Seq
             stream.error = f"{type(error).__name__}: {error}"
         return stream
 
-    return list(await asyncio.gather(*(one(p) for p in prompts)))
+    tasks = [asyncio.ensure_future(one(prompt, stream)) for prompt, stream in zip(prompts, streams)]
+    _, running = await asyncio.wait(tasks, timeout=max(0.0, deadline - time.time()) if deadline < math.inf else None)
+    for task in running:
+        task.cancel()
+    if running:
+        await asyncio.wait(running, timeout=grace_s)
+    for stream in streams:
+        if stream.ended is None and not stream.error:
+            stream.error = "cut: out of time"
+    return streams
 
 
 def generator_prompts(model: InProcessGenerator, positions: int, streams: int, image_tokens: int) -> list[str]:
@@ -238,11 +308,12 @@ async def measure_generators(client: TritonClient, repository: Path, options: Op
         positions = min(options.prompt_tokens, facts.context_tokens - options.new_tokens)
         images = [image] if name == contracts.VLM.name else []
         model = InProcessGenerator(repository, name, options.device)
+        replays: dict = {}  # (prompt, in-process tokens before the divergence) -> logits: a prompt's stream repeats
         try:
             prompts = generator_prompts(model, positions, max(*options.streams, model.workers), facts.image_tokens)
-            # warm-up of every generation thread (each keeps its own KV cache) on both sides: kernels chosen and
-            # caches allocated before anything is timed
-            model.level(prompts[: model.workers], images, 4)
+            # warm-up of every generation thread on both sides (each keeps its own KV cache; the in-process pool is
+            # the one every level then uses): kernels chosen and caches allocated before anything is timed
+            model.warm(prompts[: model.workers], images, 4)
             await triton_level(models, prompts[: model.workers], images, 4)
             rate = None  # tokens/s of the slower path at the last level: how long the next one will take
             for streams in options.streams:
@@ -251,26 +322,85 @@ async def measure_generators(client: TritonClient, repository: Path, options: Op
                     progress(f"  {name} {streams} streams: skipped, out of time")
                     record({"model": name, "streams": streams, "skipped": "out of time"})
                     continue
-                local = model.level(prompts[:streams], images, options.new_tokens)
-                remote = await triton_level(models, prompts[:streams], images, options.new_tokens)
-                row = {
-                    "model": name, "streams": streams, "prompt_positions": positions, "new_tokens": options.new_tokens,
-                    "image_tokens": facts.image_tokens if images else 0, "served_threads": model.workers,
-                    "in_process": level_summary(local), "triton": level_summary(remote),
-                    # greedy on the same prompt: do both paths produce the same tokens (bf16 kernels may differ)?
-                    "same_tokens": local[0].token_ids == remote[0].token_ids,
-                }
-                row["throughput_ratio"] = _ratio(row["triton"].get("tokens_per_s"), row["in_process"].get("tokens_per_s"))
+                row = await _level(model, models, prompts[:streams], images, options, replays, progress)
+                row.update(model=name, streams=streams, prompt_positions=positions, new_tokens=options.new_tokens,
+                           image_tokens=facts.image_tokens if images else 0, served_threads=model.workers)
                 rates = [r for r in (row["triton"].get("tokens_per_s"), row["in_process"].get("tokens_per_s")) if r]
                 rate = min(rates) if rates else rate
                 record(row)
-                progress(f"  {name} {streams} streams: in-process {row['in_process'].get('tokens_per_s') or 0:.1f} tok/s, "
-                         f"Triton {row['triton'].get('tokens_per_s') or 0:.1f} tok/s, TTFT p50 "
-                         f"{row['in_process'].get('ttft_p50_ms') or 0:.0f} / {row['triton'].get('ttft_p50_ms') or 0:.0f} ms")
+                gaps = row["divergence_summary"]
+                progress(f"  {name} {streams} streams, {row['rounds']} rounds: in-process "
+                         f"{row['in_process'].get('tokens_per_s') or 0:.1f} tok/s, Triton {row['triton'].get('tokens_per_s') or 0:.1f} "
+                         f"tok/s ({precision.percent(row['throughput_ratio_relative'])} on their ratio), TTFT p50 "
+                         f"{row['in_process'].get('ttft_p50_ms') or 0:.0f} / {row['triton'].get('ttft_p50_ms') or 0:.0f} ms; "
+                         f"tokens differ on {gaps['diverged']} of {gaps['streams']} streams"
+                         + (f" (first at token {gaps['earliest']}, margins {gaps['margin_min']} to {gaps['margin_max']})"
+                            if gaps["diverged"] else ""))
         finally:
             model.close()
 
 
-def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
-    return a / b if a and b else None
+async def _level(model: InProcessGenerator, models: TritonModels, prompts: Sequence[str], images: Sequence[bytes],
+                 options: Options, replays: dict, progress: Callable[[str], None]) -> dict:
+    """One level: rounds of both paths (alternating which goes first) until both tokens/s are known within
+    `generator_precision` over at least `generator_min_rounds` rounds and `generator_min_tokens` tokens a path, or
+    `generator_max_rounds` rounds ran, or the next round would not end in time; then where the tokens part."""
+    local_rounds: list[list[Stream]] = []
+    remote_rounds: list[list[Stream]] = []
+    reason = "rounds"
+    while True:
+        began = time.monotonic()
+        until = options.deadline - 10  # a round running into the deadline is cut there, not waited for
+        if len(local_rounds) % 2 == 0:
+            local_rounds.append(model.level(prompts, images, options.new_tokens, until))
+            remote_rounds.append(await triton_level(models, prompts, images, options.new_tokens, until))
+        else:
+            remote_rounds.append(await triton_level(models, prompts, images, options.new_tokens, until))
+            local_rounds.append(model.level(prompts, images, options.new_tokens, until))
+        spent = time.monotonic() - began
+        local, remote = rounds_summary(local_rounds), rounds_summary(remote_rounds)
+        done = len(local_rounds) >= options.generator_min_rounds and min(local["tokens"] or 0, remote["tokens"] or 0) >= \
+            options.generator_min_tokens and precision.precise_enough(
+                [local["tokens_per_s_interval"], remote["tokens_per_s_interval"]], options.generator_precision)
+        if done:
+            reason = "precision"
+            break
+        if len(local_rounds) >= options.generator_max_rounds:
+            break
+        if options.left() < 1.5 * spent + 20:
+            reason = "time"
+            break
+    ratio = precision.ratio_interval(remote["tokens_per_s_interval"], local["tokens_per_s_interval"])
+    row = {
+        "in_process": local, "triton": remote, "rounds": len(local_rounds), "stopped_by": reason,
+        "precision_target": options.generator_precision,
+        "throughput_ratio": ratio["ratio"], "throughput_ratio_relative": ratio["relative"],
+        # greedy on the same prompt: does a path give the same tokens every round (bf16 kernels may not)?
+        "in_process_repeatable": _repeatable(local_rounds), "triton_repeatable": _repeatable(remote_rounds),
+    }
+    streams = [divergence.stream_divergence(i, ours.token_ids, theirs.token_ids)
+               for i, (ours, theirs) in enumerate(zip(local_rounds[0], remote_rounds[0]))]
+    for stream, ours in zip(streams, local_rounds[0]):
+        at = stream["first_divergent_token"]
+        if at is None:
+            continue
+        if ours.error or at >= len(ours.token_ids):
+            stream["margin"] = "not replayed: the in-process stream " + ("failed" if ours.error else "ended there")
+            continue
+        key = (prompts[stream["stream"]], tuple(ours.token_ids[:at]))
+        per_token = (ours.ended - ours.first_token) / max(1, ours.tokens - 1) if ours.first_token else 0.1
+        if key not in replays and options.left() < 30 + (at + 2) * per_token * 3:
+            stream["margin"] = "not replayed: out of time"
+            continue
+        if key not in replays:
+            replays[key] = model.logits_at(prompts[stream["stream"]], images, ours.token_ids[:at])
+        stream.update(divergence.margins(replays[key], ours.token_ids[at], stream["triton_token"]))
+    row["same_tokens"] = all(s["first_divergent_token"] is None for s in streams)
+    row["divergence"] = streams
+    row["divergence_summary"] = divergence.summary(streams)
+    return row
 
+
+def _repeatable(rounds: Sequence[Sequence[Stream]]) -> bool:
+    """Whether every round gave each prompt the same tokens as the first round did."""
+    return all([s.token_ids for s in streams] == [s.token_ids for s in rounds[0]] for streams in rounds[1:])

@@ -56,6 +56,9 @@ def _header(results: Sequence[dict], setups: Sequence[dict]) -> list[str]:
         lines.append(f"Command `{'+'.join(r['parts'])}`: Triton ready in {number(r.get('triton_start_s'))} s; parts "
                      + ", ".join(f"{k} {v:.0f} s" for k, v in (r.get("part_seconds") or {}).items())
                      + (f"; **error: {r['error']}**" if r.get("error") else ""))
+        flags = (r.get("triton") or {}).get("flags")
+        if flags is not None:
+            lines.append(f"Triton's GPU flags: {' '.join(flags) or 'none'}")
         check = r.get("round_trip")
         if check:
             lines.append(f"Round trip before measuring: text through the embedder's ensemble vs its network fed the "
@@ -95,6 +98,9 @@ def _encoders(rows: list[dict]) -> list[str]:
         lines += ["", f"Goal (Triton's share at batch {largest} <= {percent(ENCODER_GOAL)}): {len(passed)} of "
                       f"{len(at_largest)} models meet it; the largest share is {worst['model']}'s, "
                       f"{percent(worst['triton_share'])}."]
+    lines += _observed_table([(f"{r['model']} batch {r['batch']}", r.get("observed")) for r in measured],
+                             "each row since the previous one, both paths (GPU utilisation covers both; Triton's counters "
+                             "only its own).")
     return lines + [""]
 
 
@@ -106,35 +112,103 @@ def _generators(rows: list[dict]) -> list[str]:
         "## Generators: Triton against in-process PyTorch, the same KV-cache code",
         "",
         "Each stream: a prompt of the stated positions (the VLM's one image included), greedy tokens; in-process, the "
-        "same TorchKVCacheDecoder and decoding.generate in a thread pool as large as the served model's. tok/s = all "
-        "streams' tokens over the level's wall time; TTFT from submission (queueing for a generation thread included).",
+        "same TorchKVCacheDecoder and decoding.generate in a thread pool as large as the served model's, kept for the "
+        "whole part and warmed thread by thread before anything is timed. A level runs in rounds (both paths each); "
+        "tok/s = all streams' tokens over a round's wall time, the mean of the rounds with the half-width of its 95% "
+        "interval; TTFT from submission (queueing for a generation thread included), over every round's streams. "
+        "Rows without rounds are from a runner before issue 57 (one round, an in-process pool made per level).",
         "",
-        "| model | streams | prompt | generated | threads | TTFT p50 ms in-proc / Triton | TTFT p95 ms in-proc / Triton | "
-        "tok/s in-proc | tok/s Triton | Triton / in-proc | per-stream tok/s in-proc / Triton | same tokens |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| model | streams | prompt | generated | threads | rounds | TTFT p50 ms in-proc / Triton | TTFT p95 ms in-proc / Triton | "
+        "tok/s in-proc | tok/s Triton | Triton / in-proc | per-stream tok/s in-proc / Triton | tokens differ |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in measured:
         i, t = r["in_process"], r["triton"]
         lines.append(
             f"| {r['model']} | {r['streams']} | {r['prompt_positions']} | {r['new_tokens']} | {r['served_threads']} | "
-            f"{number(i.get('ttft_p50_ms'), 0)} / {number(t.get('ttft_p50_ms'), 0)} | "
-            f"{number(i.get('ttft_p95_ms'), 0)} / {number(t.get('ttft_p95_ms'), 0)} | {number(i.get('tokens_per_s'))} | "
-            f"{number(t.get('tokens_per_s'))} | {number(r.get('throughput_ratio'), 2)} | "
+            f"{r.get('rounds', 1)} | {number(i.get('ttft_p50_ms'), 0)} / {number(t.get('ttft_p50_ms'), 0)} | "
+            f"{number(i.get('ttft_p95_ms'), 0)} / {number(t.get('ttft_p95_ms'), 0)} | {_rate(i)} | {_rate(t)} | "
+            f"{number(r.get('throughput_ratio'), 2)}{_relative(r.get('throughput_ratio_relative'))} | "
             f"{number(i.get('stream_decode_tokens_per_s'))} / {number(t.get('stream_decode_tokens_per_s'))} | "
-            f"{'yes' if r.get('same_tokens') else 'no'} |")
+            f"{_differ(r)} |")
         errors = [*(i.get("errors") or []), *(t.get("errors") or [])]
         if errors:
-            lines.append(f"| | errors: {'; '.join(errors)} | | | | | | | | | | |")
+            lines.append(f"| | errors: {'; '.join(errors)} | | | | | | | | | | | |")
     for r in rows:
         if "skipped" in r:
-            lines.append(f"| {r['model']} | {r['streams']} | skipped: {r['skipped']} | | | | | | | | | |")
+            lines.append(f"| {r['model']} | {r['streams']} | skipped: {r['skipped']} | | | | | | | | | | |")
     largest = max((r["streams"] for r in measured), default=None)
     for r in (r for r in measured if r["streams"] == largest):
         ratio = r.get("throughput_ratio")
         verdict = "meets" if ratio is not None and ratio >= GENERATOR_GOAL else "misses"
         lines.append(f"\nGoal ({r['model']}: Triton's tok/s at {largest} streams within 2x of in-process): {verdict} it "
-                     f"(Triton / in-process {number(ratio, 2)}).")
+                     f"(Triton / in-process {number(ratio, 2)}{_relative(r.get('throughput_ratio_relative'))}).")
+    lines += _divergences(measured)
+    lines += _observed_table([(f"{r['model']} {r['streams']} streams", r.get("observed")) for r in measured],
+                             "Generators are decoupled models: Triton's compute time stops when a stream starts, so "
+                             "their queue time is what it shows; GPU utilisation covers both paths of the row.")
     return lines + [""]
+
+
+def _rate(path: dict) -> str:
+    interval = path.get("tokens_per_s_interval") or {}
+    return f"{number(path.get('tokens_per_s'))}{_relative(interval.get('relative'))}"
+
+
+def _relative(relative: Optional[float]) -> str:
+    return "" if relative is None else f" ±{100 * relative:.0f}%"
+
+
+def _differ(row: dict) -> str:
+    summary = row.get("divergence_summary")
+    if summary is None:  # a runner before issue 57 compared the first stream only
+        return "no" if row.get("same_tokens") else "yes (first stream; where not recorded)"
+    if not summary["diverged"]:
+        return "no"
+    margins = ("" if summary["margin_min"] is None else
+               f", top-2 margin {summary['margin_min']:.3g}-{summary['margin_max']:.3g}")
+    return f"{summary['diverged']} of {summary['streams']} streams, from token {summary['earliest']}{margins}"
+
+
+def _divergences(rows: list[dict]) -> list[str]:
+    parted = [(r, s) for r in rows for s in r.get("divergence") or [] if s.get("first_divergent_token") is not None]
+    if not parted:
+        return []
+    lines = ["", "Where the greedy tokens part (first round; in-process logits replayed on its own thread, as it "
+                 "stepped): the step, both tokens, the gap between the in-process model's two largest logits there and "
+                 "between its logits of the two tokens. A small gap points at numerics (bf16 kernels, batch or "
+                 "reduction order), a large one at another cause.", "",
+             "| model | streams | stream | first differing token | in-process / Triton token | top-1 minus top-2 logit | "
+             "in-process minus Triton logit | replay chose the in-process token |",
+             "|---|---:|---:|---:|---|---:|---:|---|"]
+    for r, s in parted:
+        replayed = "top1_minus_top2" in s
+        lines.append(
+            f"| {r['model']} | {r['streams']} | {s['stream']} | {s['first_divergent_token']} | "
+            f"{s.get('in_process_token')} / {s.get('triton_token')} | "
+            + (f"{s['top1_minus_top2']:.4g} | {number(s.get('in_process_minus_triton'), 4)} | "
+               f"{'yes' if s.get('replay_matches') else 'no'} |" if replayed else f"{s.get('margin', 'n/a')} | | |"))
+    return lines
+
+
+def _observed_table(units: list[tuple[str, Optional[dict]]], note: str) -> list[str]:
+    """What the server and the GPU did in each unit (observation.py), where the run recorded it."""
+    units = [(name, observed) for name, observed in units if observed]
+    if not units:
+        return []
+    lines = ["", "Server side, per unit: " + note, "",
+             "| unit | seconds | GPU utilisation mean / max | GPU memory max MiB | Triton per model: requests, queue / "
+             "compute input / infer / output ms per request |", "|---|---:|---:|---:|---|"]
+    for name, observed in units:
+        gpu = observed.get("gpu") or {}
+        gpu_cells = (f"{gpu['utilization_mean_pct']:.0f}% / {gpu['utilization_max_pct']:.0f}% | {gpu['memory_used_max_mib']:,.0f}"
+                     if gpu.get("available") else f"n/a ({gpu.get('reason', 'not sampled')}) | n/a")
+        triton = observed.get("triton") or {}
+        models = triton.get("error") or "; ".join(
+            f"{model} {m['requests']}, {m['queue_ms_per_request']:.2f} / {m['compute_input_ms_per_request']:.2f} / "
+            f"{m['compute_infer_ms_per_request']:.2f} / {m['compute_output_ms_per_request']:.2f}" for model, m in triton.items())
+        lines.append(f"| {name} | {observed.get('window_s', 0):.1f} | {gpu_cells} | {models or 'none'} |")
+    return lines
 
 
 def _mix(mix: dict) -> list[str]:
@@ -152,7 +226,7 @@ def _mix(mix: dict) -> list[str]:
         f"VLM: {source.get('source_image_tokens')}). $ at the price table's rates: "
         + ", ".join(f"{k.upper()} ${v:.2f}/h" for k, v in rates.items()) + " (the whole GPU per deployment-hour).",
         "",
-        "| route | concurrency | queries/s | model time p50 ms | p95 ms | queries | errors | "
+        "| route | concurrency | queries/s | model time p50 ms | p95 ms | queries | errors (abandoned) | "
         + " | ".join(f"$/query {k.upper()} | $/1,000 {k.upper()}" for k in kinds) + " |",
         "|---|---:|---:|---:|---:|---:|---:|" + "---:|" * (2 * len(kinds)),
     ]
@@ -168,7 +242,7 @@ def _mix(mix: dict) -> list[str]:
                                 f"{usd(level['cost'].get(k, {}).get('usd_per_1000_queries'))}" for k in kinds)
             lines.append(f"| {route} | {level['concurrency']} | {number(level['queries_per_s'], 2)} | "
                          f"{number(level['p50_ms'], 0)} | {number(level['p95_ms'], 0)} | {level['completed']} | "
-                         f"{level['errors']} | {prices} |")
+                         f"{level['errors']}{' (' + str(level['abandoned']) + ')' if level.get('abandoned') else ''} | {prices} |")
         estimates.append((route, data))
     lines += ["", "**End-to-end estimate per route (an estimate, not a measurement):** the orchestrator's own time per "
                   "query as the cost run measured it on its CPU machine (p50) + the model time of one query alone "
@@ -182,6 +256,8 @@ def _mix(mix: dict) -> list[str]:
         lines.append(f"| {route} | {number(data.get('orchestrator_ms_p50_cpu'))} | {number(alone.get('p50_ms'), 0)} | "
                      f"{number(data.get('end_to_end_estimate_ms'), 0)} | {number(best.get('queries_per_s'), 2)} |"
                      + "".join(f" {usd((best.get('cost') or {}).get(k, {}).get('usd_per_1000_queries'))} |" for k in kinds))
+    lines += _observed_table([(f"{route} at {level['concurrency']}", level.get("observed")) for route, data in estimates
+                              for level in data["levels"]], "each replay level (its warm-up included).")
     return lines + [""]
 
 

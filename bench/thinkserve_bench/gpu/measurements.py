@@ -17,16 +17,25 @@ given. The parts, each a module of its own:
 - **generators** (generator_measurements.py): the LLM and the VLM (one image, its positions counted in the prompt) with prompts of exactly
   `--prompt-tokens` positions (1,024) and `--new-tokens` (128) greedy tokens, at 1, 8 and 32 concurrent streams:
   through Triton (grpc streams) and in-process (the same torch_decoding.TorchKVCacheDecoder and decoding.generate,
-  streams in a thread pool as large as the served model's, max_concurrent_generations). TTFT (submit to first
-  token, queueing in the pool included) and tokens per second (all streams' tokens over the level's wall time).
+  streams in a thread pool as large as the served model's, max_concurrent_generations, kept and warmed thread by
+  thread). TTFT (submit to first token, queueing in the pool included) and tokens per second (all streams' tokens
+  over a round's wall time), each level in rounds until both paths' tokens/s are known within --generator-precision
+  (95% interval) or the rounds run out; for every stream, where the two paths' tokens first differ and the
+  in-process logit margins there.
 - **mix** (call_mix.py): a cost run's recorded model calls (--cost, the routed questions) replayed by the ceiling mode's replay
   (thinkserve_bench.modes.ceiling: the pipeline's phases, branches and concurrency per question) against this
-  Triton, per route, closed loop at concurrency 1, 4 and 16: model-bound queries/s and model time per query (p50,
+  Triton, per route (Simple, Moderate, Complex), closed loop at concurrency 1, 4 and 16: model-bound queries/s and model time per query (p50,
   p95); cost per query at the price table's H100 and H200 rates; an end-to-end estimate per route = the cost run's
   own orchestrator time (measured on the CPU machine) + this model time, labelled an estimate.
 
+Every unit (an encoder row, a generator level, a replay level) carries `observed`: Triton's per-model statistics
+over it (queue, compute input / infer / output, busy time) and the GPU's utilisation sampled by nvidia-smi
+(observation.py). Triton's command-line flags are recorded, and its log is copied beside the results as it grows
+(triton_log.py).
+
 Results are written after every unit of work (`gpu-<parts>.json`, then `.md`), so a command stopped at its time
-limit still returns what it measured; `--deadline` (from run_on_device) skips what would not finish in time.
+limit still returns what it measured; `--deadline` (from run_on_device) skips what would not finish in time, and
+work running into it is cut there, not waited for.
 """
 
 from __future__ import annotations
@@ -41,15 +50,18 @@ from typing import Callable, Optional
 
 from orchestrator.config import TritonSettings
 from orchestrator.triton.client import TritonClient
-from orchestrator.triton.launcher import TritonServer
+from orchestrator.triton.installation import repository_uses_gpu
+from orchestrator.triton.launcher import TritonServer, gpu_flags
 
 from ..machine import machine_facts
 from . import gpu_report
 from .call_mix import measure_mix
 from .encoder_measurements import measure_encoders, round_trip_check
 from .generator_measurements import measure_generators
+from .observation import GpuSampler, ServerStatistics, UnitObserver
 from .options import DEFAULT_COST, PARTS, ROOT, Options
 from .served_models import model_names, models_for, serving_repository
+from .triton_log import TritonLogMirror
 
 
 def device_facts(device: str) -> dict:
@@ -105,6 +117,10 @@ async def run(args, options: Options, progress: Callable[[str], None]) -> int:
         call_timeout_s=600.0, supervise=False,
     )
     server = TritonServer(settings, required=())
+    # the flags the launcher gives this repository (the first H200 run had GPU metrics off and no pinned pool)
+    results.data["triton"] = {"flags": gpu_flags(repository_uses_gpu(serving))}
+    mirror = TritonLogMirror(lambda: server.log_path, args.out / "gpu-triton.log").start()
+    sampler = GpuSampler().start()
     began = time.monotonic()
     progress(f"starting tritonserver on {len(model_names(serving))} models ({', '.join(options.parts)})")
     try:
@@ -112,13 +128,21 @@ async def run(args, options: Options, progress: Callable[[str], None]) -> int:
     except Exception as error:
         results.data["error"] = f"Triton did not start: {error}"
         results.save()
-        _keep_log(server, args.out)
+        mirror.stop()
+        sampler.stop()
         progress(results.data["error"])
         return 1
     results.data["triton_start_s"] = round(time.monotonic() - began, 1)
     results.data["machine"].update(device_facts(options.device))
     progress(f"Triton ready in {results.data['triton_start_s']} s")
     client = TritonClient.from_settings(settings, server.endpoints.grpc)
+    observer = UnitObserver(ServerStatistics(server.endpoints.http), sampler)
+
+    def observed(row: dict) -> dict:
+        """A row with what the server and the GPU did since the previous row (both paths of the row)."""
+        row["observed"] = observer.end()
+        return row
+
     status = 0
     try:
         if "encoders" in options.parts or "mix" in options.parts:
@@ -131,12 +155,14 @@ async def run(args, options: Options, progress: Callable[[str], None]) -> int:
         for part in options.parts:
             began = time.monotonic()
             progress(f"{part}:")
+            observer.begin()
             if part == "encoders":
-                await measure_encoders(client, serving, options, lambda row: (results.data["encoders"].append(row), results.save()), progress)
+                await measure_encoders(client, serving, options, lambda row: (results.data["encoders"].append(observed(row)), results.save()), progress)
             elif part == "generators":
-                await measure_generators(client, serving, options, lambda row: (results.data["generators"].append(row), results.save()), progress)
+                await measure_generators(client, serving, options, lambda row: (results.data["generators"].append(observed(row)), results.save()), progress)
             elif part == "mix":
-                await measure_mix(client, serving, options, lambda key, value: (results.data["mix"].__setitem__(key, value), results.save()), progress)
+                await measure_mix(client, serving, options, lambda key, value: (results.data["mix"].__setitem__(key, value), results.save()), progress,
+                                  observer)
             results.data.setdefault("part_seconds", {})[part] = round(time.monotonic() - began, 1)
             results.save()
     except Exception as error:  # noqa: BLE001 - what was measured is kept; the error is reported with it
@@ -146,17 +172,11 @@ async def run(args, options: Options, progress: Callable[[str], None]) -> int:
     finally:
         await client.close()
         server.stop()
-        _keep_log(server, args.out)
+        mirror.stop()
+        sampler.stop()
         results.data["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
         results.save()
     return status
-
-
-def _keep_log(server: TritonServer, out: Path, lines: int = 400) -> None:
-    """The tail of Triton's log beside the results (errors and the stubs' messages)."""
-    if server.log_path and server.log_path.is_file():
-        tail = server.log_path.read_text(errors="replace").splitlines()[-lines:]
-        (out / "gpu-triton.log").write_text("\n".join(tail) + "\n")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -179,6 +199,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--networks", help="encoder networks to measure, comma-separated (default: every one)")
     parser.add_argument("--cost", type=Path, help=f"the cost run to replay (default {DEFAULT_COST.relative_to(ROOT)})")
     parser.add_argument("--source-image-tokens", type=int, help="prompt positions per image of the cost run's VLM (tiny: 36)")
+    parser.add_argument("--generator-rounds", help="generator rounds per level, MIN,MAX (default 3,10; --quick 3,6)")
+    parser.add_argument("--generator-precision", type=float,
+                        help="relative half-width of the 95%% interval of tokens/s a level aims at (default 0.05; --quick 0.10)")
     parser.add_argument("--deadline", type=float, default=math.inf, help="epoch seconds: start no work that ends later")
     args = parser.parse_args(argv)
     parts = tuple(p.strip() for p in args.parts.split(",") if p.strip())
@@ -195,6 +218,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                         ("cost", args.cost), ("source_image_tokens", args.source_image_tokens)):
         if value is not None:
             overrides[name] = value
+    if args.generator_rounds:
+        overrides["generator_min_rounds"], overrides["generator_max_rounds"] = (int(v) for v in args.generator_rounds.split(","))
+    if args.generator_precision is not None:
+        overrides["generator_precision"] = args.generator_precision
     options = Options.quick(parts, args.device, **overrides) if args.quick else Options(parts, args.device, **overrides)
     started = time.monotonic()
 

@@ -12,6 +12,10 @@ PARTS = ("encoders", "generators", "mix")
 DEFAULT_COST = ROOT / "bench" / "results" / "bench" / "bench-cost-llm.json.gz"  # committed gzipped (result_files.read_json)
 
 
+# --quick's generator rounds: a looser precision, fewer rounds and tokens
+QUICK_GENERATORS = dict(generator_precision=0.10, generator_max_rounds=6, generator_min_tokens=128)
+
+
 @dataclass
 class Options:
     parts: tuple[str, ...]
@@ -23,6 +27,12 @@ class Options:
     streams: tuple[int, ...] = (1, 8, 32)
     prompt_tokens: int = 1024
     new_tokens: int = 128
+    # generator levels run in rounds (both paths each) until both tokens/s are within this relative half-width of
+    # their 95% interval, over at least the minimum rounds and tokens a path, or the maximum rounds ran
+    generator_precision: float = 0.05
+    generator_min_rounds: int = 3
+    generator_max_rounds: int = 10
+    generator_min_tokens: int = 512
     mix_concurrency: tuple[int, ...] = (1, 4, 16)
     mix_warmup_s: float = 2.0
     mix_window_s: float = 8.0
@@ -36,7 +46,7 @@ class Options:
     def quick(cls, parts: tuple[str, ...], device: str, **overrides) -> "Options":
         """About a third of the full run's time: shorter windows, fewer generated tokens."""
         values = dict(seconds=0.6, min_calls=3, new_tokens=32, mix_warmup_s=1.0, mix_window_s=3.0)
-        return cls(parts, device, **{**values, **overrides})
+        return cls(parts, device, **{**values, **QUICK_GENERATORS, **overrides})
 
     def left(self) -> float:
         return self.deadline - time.time()
