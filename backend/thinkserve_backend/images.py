@@ -1,4 +1,4 @@
-"""Encoded image bytes -> normalised pixel arrays, the way each vision encoder family was trained."""
+"""Encoded image bytes -> resized uint8 pixels, and those normalised, the way each vision encoder family was trained."""
 
 from __future__ import annotations
 
@@ -69,27 +69,44 @@ def decode_image(data: bytes, at_least: Optional[tuple[int, int]] = None) -> Ima
         raise ImageDecodeError(f"cannot decode image ({len(data)} bytes): {error}") from None
 
 
-def preprocess(image: Image.Image, spec: ImagePreprocessing) -> np.ndarray:
-    """RGB image -> float32 [3, height, width], rescaled to [0, 1] then normalised with mean/std."""
+def resized(image: Image.Image, spec: ImagePreprocessing) -> np.ndarray:
+    """RGB image -> uint8 [3, height, width], resized (or resized and centre-cropped) as the encoder was trained.
+    What a page-image ensemble sends to its tower: a quarter of float32's bytes; the tower normalises on its own
+    device (torch_modules.PixelNormalisation)."""
     if spec.mode == "crop":
         scale = max(spec.height / image.height, spec.width / image.width)
-        resized = image.resize(
+        scaled = image.resize(
             (max(spec.width, round(image.width * scale)), max(spec.height, round(image.height * scale))),
             Image.BICUBIC,
         )
-        left = (resized.width - spec.width) // 2
-        top = (resized.height - spec.height) // 2
-        image = resized.crop((left, top, left + spec.width, top + spec.height))
+        left = (scaled.width - spec.width) // 2
+        top = (scaled.height - spec.height) // 2
+        image = scaled.crop((left, top, left + spec.width, top + spec.height))
     else:
         image = image.resize((spec.width, spec.height), Image.BICUBIC)
-    pixels = np.asarray(image, dtype=np.float32) / 255.0
-    pixels = (pixels - np.asarray(spec.mean, dtype=np.float32)) / np.asarray(spec.std, dtype=np.float32)
-    return np.ascontiguousarray(pixels.transpose(2, 0, 1))
+    return np.ascontiguousarray(np.asarray(image, dtype=np.uint8).transpose(2, 0, 1))
+
+
+def normalise(pixels: np.ndarray, spec: ImagePreprocessing) -> np.ndarray:
+    """uint8 [3, height, width] -> float32, rescaled to [0, 1] then normalised with mean/std (channels first)."""
+    mean = np.asarray(spec.mean, dtype=np.float32).reshape(3, 1, 1)
+    std = np.asarray(spec.std, dtype=np.float32).reshape(3, 1, 1)
+    return (pixels.astype(np.float32) / np.float32(255.0) - mean) / std
+
+
+def preprocess(image: Image.Image, spec: ImagePreprocessing) -> np.ndarray:
+    """RGB image -> float32 [3, height, width], rescaled to [0, 1] then normalised with mean/std."""
+    return normalise(resized(image, spec), spec)
+
+
+def rgb_pixels_of(data: bytes, spec: ImagePreprocessing) -> np.ndarray:
+    """Encoded image bytes -> the encoder's resized uint8 pixels [3, height, width], not yet normalised."""
+    return resized(decode_image(data, (spec.width, spec.height)), spec)
 
 
 def pixels_of(data: bytes, spec: ImagePreprocessing) -> np.ndarray:
-    """Encoded image bytes -> the encoder's normalised pixels [3, height, width]."""
-    return preprocess(decode_image(data, (spec.width, spec.height)), spec)
+    """Encoded image bytes -> the encoder's normalised pixels [3, height, width] (what a VLM's vision tower reads)."""
+    return normalise(rgb_pixels_of(data, spec), spec)
 
 
 def place_images(text: str, images: int, image_token: str) -> str:

@@ -66,14 +66,30 @@ class TextTower(nn.Module):
         return nn.functional.normalize(pooled(self.model.get_text_features(input_ids=input_ids, **extra)), dim=-1)
 
 
-class VisionTower(nn.Module):
-    """A page-image family's vision tower: preprocessed pixels into the shared space, L2-normalised."""
+class PixelNormalisation(nn.Module):
+    """uint8 RGB [n, 3, h, w] -> the family's normalised float32 pixels, on the tower's own device, so a request
+    carries a quarter of float32's bytes. (x / 255 - mean) / std in float32, the operations of images.normalise in
+    its order: on the CPU the pixels are bit for bit the ones the preprocess step made when it sent floats."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, mean: tuple[float, ...], std: tuple[float, ...]):
         super().__init__()
-        self.model = model
+        # not persistent: the checkpoint stays the Hugging Face model's; the facts carry mean and std
+        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).reshape(1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(std, dtype=torch.float32).reshape(1, 3, 1, 1), persistent=False)
 
-    def forward(self, pixel_values):
+    def forward(self, pixels):
+        return (pixels.to(torch.float32) / 255.0 - self.mean) / self.std
+
+
+class VisionTower(nn.Module):
+    """A page-image family's vision tower: uint8 pixels (resized, not normalised) into the shared space, L2-normalised."""
+
+    def __init__(self, model: nn.Module, normalisation: PixelNormalisation):
+        super().__init__()
+        self.model, self.normalisation = model, normalisation
+
+    def forward(self, pixels):
+        pixel_values = self.normalisation(pixels).to(self.model.dtype)
         return nn.functional.normalize(pooled(self.model.get_image_features(pixel_values=pixel_values)), dim=-1)
 
 
@@ -112,6 +128,9 @@ class NetworkKind:
 
     name: str  # mean_pooled | score | probabilities | text_tower | vision_tower | llava_image_features
     use_mask: bool = True  # text towers: SigLIP's takes no attention mask (trained on text padded to full length)
+    # vision towers: the family's normalisation, applied inside the tower to the uint8 pixels it is sent
+    mean: Optional[tuple[float, ...]] = None
+    std: Optional[tuple[float, ...]] = None
 
     def auto_class(self):
         import transformers
@@ -130,17 +149,22 @@ class NetworkKind:
         if self.name == "text_tower":
             return TextTower(model, self.use_mask)
         if self.name == "vision_tower":
-            return VisionTower(model)
+            if self.mean is None or self.std is None:
+                raise ValueError("a vision tower needs its family's mean and std (a repository built before towers "
+                                 "took uint8 pixels: rebuild it)")
+            return VisionTower(model, PixelNormalisation(self.mean, self.std))
         if self.name == "llava_image_features":
             return LlavaImageFeatures(model)
         raise ValueError(f"unknown network kind {self.name!r}")
 
     def to_facts(self) -> dict:
-        return {"name": self.name, "use_mask": self.use_mask}
+        normalisation = {} if self.mean is None else {"mean": list(self.mean), "std": list(self.std or ())}
+        return {"name": self.name, "use_mask": self.use_mask, **normalisation}
 
     @classmethod
     def from_facts(cls, facts: dict) -> "NetworkKind":
-        return cls(facts["name"], bool(facts.get("use_mask", True)))
+        mean, std = facts.get("mean"), facts.get("std")
+        return cls(facts["name"], bool(facts.get("use_mask", True)), tuple(mean) if mean else None, tuple(std) if std else None)
 
 
 def device_and_dtype(device: str = "auto", dtype: str = "auto") -> tuple[torch.device, torch.dtype]:

@@ -220,10 +220,12 @@ def export_page_encoder(location: str, spec: PageEncoderSpec, out: Path, formats
     padding = "max_length" if spec.pad_to_max_length else True
     encoded = tokenizer(SAMPLE_TEXTS, padding=padding, max_length=max_length, truncation=True, return_tensors="pt")
     text_batch = {name: encoded[name] for name in names}
-    text_kind, vision_kind = NetworkKind("text_tower", use_mask=not spec.pad_to_max_length), NetworkKind("vision_tower")
-    text, vision = text_kind.wrap(model).eval(), vision_kind.wrap(model).eval()
     preprocessing = image_preprocessing(location)
-    pixels = {"pixel_values": torch.randn(2, 3, preprocessing.height, preprocessing.width)}
+    # the vision tower takes the preprocess step's uint8 pixels and normalises them itself (torch_modules.VisionTower)
+    text_kind = NetworkKind("text_tower", use_mask=not spec.pad_to_max_length)
+    vision_kind = NetworkKind("vision_tower", mean=preprocessing.mean, std=preprocessing.std)
+    text, vision = text_kind.wrap(model).eval(), vision_kind.wrap(model).eval()
+    pixels = {"pixels": torch.randint(0, 256, (2, 3, preprocessing.height, preprocessing.width), dtype=torch.uint8)}
     with torch.no_grad():
         text_reference, vision_reference = text(**text_batch), vision(**pixels)
     facts = {}

@@ -19,6 +19,7 @@ DATATYPES = {
     "BF16": mc.TYPE_BF16,
     "INT32": mc.TYPE_INT32,
     "INT64": mc.TYPE_INT64,
+    "UINT8": mc.TYPE_UINT8,
     "UINT64": mc.TYPE_UINT64,
     "BOOL": mc.TYPE_BOOL,
 }

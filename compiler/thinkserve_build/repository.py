@@ -81,7 +81,8 @@ def _page_image_encoder(family: str, artifact: Artifact, target: Target, serving
     contract = contracts.page_image_encoder(family)
     facts = artifact.facts
     size = facts["preprocessing"]
-    pixels = Tensor("pixel_values", "FP32", (3, size["height"], size["width"]))
+    # resized but not normalised: the tower normalises on its device (a quarter of float32's bytes between the steps)
+    pixels = Tensor("pixels", "UINT8", (3, size["height"], size["width"]))
     preprocess = PlannedModel(
         python_model(
             f"{contract.name}_preprocess",
@@ -102,7 +103,7 @@ def _page_image_encoder(family: str, artifact: Artifact, target: Target, serving
     return [
         preprocess,
         network,
-        _two_step(contract, preprocess, {"image": "image"}, ["pixel_values"], network, "embedding", (dim,), serving),
+        _two_step(contract, preprocess, {"image": "image"}, [pixels.name], network, "embedding", (dim,), serving),
     ]
 
 

@@ -15,7 +15,7 @@ class Tensor:
     """One input or output of a model, as seen by a client (batch dimension excluded; -1 = variable)."""
 
     name: str
-    datatype: str  # Triton datatype: BYTES, FP32, INT32, INT64, UINT64, BOOL
+    datatype: str  # Triton datatype: BYTES, FP32, INT32, INT64, UINT8, UINT64, BOOL
     dims: tuple[int, ...]
     optional: bool = False
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
 
 from orchestrator.models import contracts
 from orchestrator.triton.launcher import TritonServer
@@ -13,6 +15,7 @@ from orchestrator.triton.models import GenerationOptions
 from tests.conftest import ROOT
 from tests.integration import test_models, test_ocr
 from tests.integration.test_models import TEXTS, call, png
+from tests.unit.test_images import page
 
 pytestmark = pytest.mark.integration
 
@@ -105,3 +108,56 @@ def test_generators_stream_the_onnxruntime_paths_tokens(triton, torch_triton):
         assert "".join(c.text for c in served) == "".join(c.text for c in expected)
         assert np.allclose([p for c in served for p in c.log_probs], [p for c in expected for p in c.log_probs], atol=1e-3)
         assert served[-1].prompt_tokens == expected[-1].prompt_tokens and served[-1].finish_reason == expected[-1].finish_reason
+
+
+def float_pixel_embeddings(family: str, pixels: np.ndarray) -> np.ndarray:
+    """The float path in-process: the family's checkpoint (the torch target's files; the cpu target's graphs were
+    exported from the same recipe) fed normalised float32 pixels, as the towers were fed before."""
+    import torch
+    from transformers import AutoModel
+
+    from thinkserve_backend.torch_modules import pooled
+
+    model = AutoModel.from_pretrained(str(TORCH_REPOSITORY / f"{contracts.page_image_encoder(family).name}_encode" / "1")).eval()
+    with torch.no_grad():
+        return torch.nn.functional.normalize(pooled(model.get_image_features(pixel_values=torch.from_numpy(pixels))), dim=-1).numpy()
+
+
+def tower_config(repository, model: str) -> model_config_pb2.ModelConfig:
+    return text_format.Parse((repository / model / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+
+
+@pytest.mark.parametrize("target", ["cpu", "torch"])
+def test_page_images_sent_as_bytes_embed_as_float_pixels_do(request, target):
+    """JPEG and PNG bytes through each page-image ensemble (uint8 pixels between its steps, normalised inside the
+    tower: the cpu target's ONNX graph, the torch target's module) against the float-pixel path in-process."""
+    from thinkserve_backend.images import ImagePreprocessing, normalise, pixels_of
+
+    server = request.getfixturevalue("triton" if target == "cpu" else "torch_triton")
+    repository = TORCH_REPOSITORY if target == "torch" else TORCH_REPOSITORY.parent / "tiny"
+    images = [page("JPEG"), page("PNG", (700, 500)), png(seed=3), png(64, 200, seed=4)]
+    served = call(server, lambda models: _embed_every_family(models, images))
+    for family, (embeddings, sent) in served.items():
+        name = contracts.page_image_encoder(family).name
+        spec = ImagePreprocessing.from_json(tower_config(repository, f"{name}_preprocess").parameters["preprocessing"].string_value)
+        tower = tower_config(repository, f"{name}_encode").input[0]
+        assert (tower.name, tower.data_type) == ("pixels", model_config_pb2.TYPE_UINT8)
+        assert sent.dtype == np.uint8 and sent.shape == (len(images), 3, spec.height, spec.width)  # 3 bytes a pixel
+        # the very pixels the preprocess step sent, normalised as it did before, into the tower in fp32
+        expected = float_pixel_embeddings(family, np.stack([normalise(pixels, spec) for pixels in sent]))
+        assert embeddings.shape == expected.shape
+        assert np.abs(embeddings - expected).max() <= 1e-5, (family, np.abs(embeddings - expected).max())
+        # and the whole float path here, decoding included: Triton's model environment has another Pillow (13.0
+        # against the project's 12.3), whose bicubic resize differs by a few levels where the aspect ratio changes
+        local = float_pixel_embeddings(family, np.stack([pixels_of(image, spec) for image in images]))
+        assert np.abs(embeddings - local).max() <= 1e-2, (family, np.abs(embeddings - local).max())
+
+
+async def _embed_every_family(models, images: list[bytes]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each family's embeddings of the images through its ensemble, and the pixels its preprocess step sends."""
+    out = {}
+    for family in contracts.PAGE_ENCODER_FAMILIES:
+        name = contracts.page_image_encoder(family).name
+        step = await models.client.infer(f"{name}_preprocess", {"image": np.array([[i] for i in images], dtype=np.object_)}, ["pixels"])
+        out[family] = (await models.embed_page_images(family, images), step["pixels"])
+    return out

@@ -301,9 +301,10 @@ def test_encoder_inputs_follow_the_networks_config():
     ids = arrays["input_ids"]
     assert (ids[:, 0] == encoder_measurements.CLS_ID).all() and (ids[:, -1] == encoder_measurements.SEP_ID).all()
     assert ids[:, 1:-1].min() >= encoder_measurements.LOW_ID and ids.max() < 30522  # inside every profile's vocabulary
-    pixels = text_format.Parse('name: "y" input { name: "pixel_values" data_type: TYPE_FP32 dims: [3, 224, 224] }',
-                               model_config_pb2.ModelConfig())
-    assert encoder_measurements.encoder_inputs(pixels, 4, 0)["pixel_values"].shape == (4, 3, 224, 224)
+    tower = text_format.Parse('name: "y" input { name: "pixels" data_type: TYPE_UINT8 dims: [3, 224, 224] }',
+                              model_config_pb2.ModelConfig())
+    pixels = encoder_measurements.encoder_inputs(tower, 4, 0)["pixels"]  # what the preprocess step sends: uint8
+    assert pixels.shape == (4, 3, 224, 224) and pixels.dtype == np.uint8 and pixels.max() > 200
 
 
 def _write_model(root: Path, name: str, text: str) -> None:

@@ -7,7 +7,7 @@ import io
 import numpy as np
 from PIL import Image, ImageDraw
 
-from thinkserve_backend.images import ImagePreprocessing, decode_image, pixels_of, preprocess
+from thinkserve_backend.images import ImagePreprocessing, decode_image, normalise, pixels_of, preprocess, rgb_pixels_of
 
 
 def page(format: str, size=(1000, 1300)) -> bytes:
@@ -37,3 +37,19 @@ def test_encoder_pixels_from_a_reduced_decode_stay_close_to_a_full_one():
         assert fast.shape == full.shape == (3, 96, 96)
         # on a [-1, 1] scale; these stripes are a stress case (18 dev PDF pages: 0.056 mean at 96 px, 0.016 at 224)
         assert np.abs(fast - full).mean() < 0.2
+
+
+def test_the_preprocess_step_sends_uint8_pixels_that_normalise_to_the_float_ones():
+    png = page("PNG", (300, 200))
+    clip = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
+    for mode in ("crop", "resize"):
+        spec = ImagePreprocessing(96, 96, *clip, mode)
+        sent = rgb_pixels_of(png, spec)
+        assert sent.dtype == np.uint8 and sent.shape == (3, 96, 96) and sent.nbytes == 96 * 96 * 3
+        floats = pixels_of(png, spec)
+        assert floats.dtype == np.float32 and floats.nbytes == 4 * sent.nbytes
+        assert np.array_equal(normalise(sent, spec), floats)
+    # the float pixels are what the former preprocess made: PIL's resize, then HWC / 255, minus mean, over std
+    resized = decode_image(png).resize((96, 96), Image.BICUBIC)
+    former = (np.asarray(resized, dtype=np.float32) / 255.0 - np.asarray(clip[0], dtype=np.float32)) / np.asarray(clip[1], dtype=np.float32)
+    assert np.array_equal(pixels_of(png, ImagePreprocessing(96, 96, *clip, "resize")), former.transpose(2, 0, 1))

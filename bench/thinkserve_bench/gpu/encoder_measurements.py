@@ -1,7 +1,8 @@
 """The encoders' measurements: each network model of the repository (embedder, cross-encoder, page text and image
 towers; the router's classifier where the profile has one) at each batch size, called directly with the same token
 ids or pixels through Triton and in-process PyTorch (the module, device and dtype the served model runs); before
-anything, a round trip of text through the embedder's ensemble."""
+anything, a round trip of text through the embedder's ensemble. Image towers take what their ensemble's preprocess
+step sends them, resized uint8 pixels (3 bytes a pixel), and normalise on their device: both paths get those."""
 
 from __future__ import annotations
 
@@ -52,12 +53,12 @@ def text_length(repository: Path, network: str) -> int:
 
 def encoder_inputs(config: model_config_pb2.ModelConfig, batch: int, length: int, seed: int = 0) -> dict[str, np.ndarray]:
     """One call's inputs, as the network's config declares them: token ids ([CLS] ... [SEP], every id inside each
-    profile's vocabulary) with full masks, or pixels."""
+    profile's vocabulary) with full masks, or uint8 pixels (an image tower's input, as the preprocess step sends it)."""
     rng = np.random.default_rng(seed)
     arrays = {}
     for tensor in config.input:
-        if tensor.data_type == model_config_pb2.TYPE_FP32:
-            arrays[tensor.name] = rng.standard_normal((batch, *tensor.dims)).astype(np.float32)
+        if tensor.data_type == model_config_pb2.TYPE_UINT8:
+            arrays[tensor.name] = rng.integers(0, 256, size=(batch, *tensor.dims), dtype=np.uint8)
         elif tensor.name == "input_ids":
             ids = rng.integers(LOW_ID, HIGH_ID, size=(batch, length), dtype=np.int64)
             ids[:, 0], ids[:, -1] = CLS_ID, SEP_ID
@@ -153,7 +154,7 @@ async def measure_encoders(client: TritonClient, repository: Path, options: Opti
             continue
         config = read_config(repository, network)
         output = config.output[0].name
-        image = any(t.data_type == model_config_pb2.TYPE_FP32 for t in config.input)
+        image = any(t.data_type == model_config_pb2.TYPE_UINT8 for t in config.input)
         length = 0 if image else text_length(repository, network)
         model = InProcessNetwork(repository, network, options.device)
         try:
@@ -168,7 +169,7 @@ async def measure_encoders(client: TritonClient, repository: Path, options: Opti
                 served = (await call())[output]
                 row = {
                     "model": network, "public": public_name(network), "batch": batch,
-                    "input": f"{length} tokens" if length else "x".join(map(str, config.input[0].dims)) + " pixels",
+                    "input": f"{length} tokens" if length else "x".join(map(str, config.input[0].dims)) + " uint8 pixels",
                     "in_process": path_result(local, wall_local, batch),
                     "triton": path_result(remote, wall_remote, batch),
                     "max_abs_diff": float(np.abs(served - model(arrays)).max()),
