@@ -22,6 +22,7 @@ from orchestrator.models import contracts
 from tests.conftest import ROOT
 from thinkserve_bench.gpu import call_mix, divergence, generator_measurements, observation, options, precision, triton_log
 from thinkserve_bench.gpu.generator_measurements import Stream
+from thinkserve_bench.gpu.served_models import renamed_copy
 
 TINY_TORCH = ROOT / "model_repository" / "tiny-torch"
 needs_tiny_torch = pytest.mark.skipif(not (TINY_TORCH / "llm" / "config.pbtxt").is_file(), reason="make models-torch builds it")
@@ -61,14 +62,25 @@ def test_the_first_divergence_and_the_margins_there():
 
 
 @needs_tiny_torch
-def test_a_replay_gives_the_logits_the_in_process_stream_chose_from():
-    """The margins are taken from a replay of the stream's own steps on a warmed thread of the kept pool: on the
-    tiny LLM it chooses every greedy token the stream chose, at every step."""
-    model = generator_measurements.InProcessGenerator(TINY_TORCH, contracts.LLM.name, "cpu")
+@pytest.mark.parametrize("batched", [True, False], ids=["in-flight batching", "per thread"])
+def test_a_replay_gives_the_logits_the_in_process_stream_chose_from(batched, tmp_path):
+    """The in-process side schedules as the served model does (the tiny torch repository batches in flight; a copy
+    with inflight_batching off runs one generation per thread). The margins are taken from a replay of the stream's
+    own steps on a warmed thread of the kept pool: on the tiny LLM it chooses every greedy token the stream chose."""
+    repository = TINY_TORCH
+    if not batched:
+        repository = tmp_path / "repository"
+        repository.mkdir()
+        renamed_copy(TINY_TORCH, contracts.LLM.name, repository, contracts.LLM.name, {"inflight_batching": "false"})
+    model = generator_measurements.InProcessGenerator(repository, contracts.LLM.name, "cpu")
     try:
         prompt = "revenue growth quarter region margin report annual table figure page total"
         warmed = model.warm([prompt], [], 2)
-        assert len(warmed) == model.workers and all(s.tokens == 2 and not s.error for s in warmed)
+        if batched:  # the served rows, warmed by one round
+            assert model.scheduling == "in-flight batching" and model.batcher.decoder.slots == 8 and len(warmed) == 1
+        else:  # every thread of the pool, each with its own KV cache
+            assert model.scheduling == "one generation per thread" and len(warmed) == model.workers
+        assert all(s.tokens == 2 and not s.error for s in warmed)
         threads = {thread.name for thread in model.pool._threads}
         (stream,) = model.level([prompt], [], 6)
         assert stream.tokens == len(stream.token_ids) >= 2 and not stream.error

@@ -1,9 +1,10 @@
 """The generators' measurements: the LLM and the VLM (one image, its positions counted in the prompt) with prompts of
 an exact number of positions, at several concurrent streams, through Triton (grpc streams) and in-process (the same
-decoder and decoding loop, streams in a thread pool as large as the served model's): TTFT and tokens per second.
+checkpoint scheduled as the served model schedules it: in-flight batching, or one generation per thread): TTFT and
+tokens per second.
 
-The in-process pool lives as long as the model and each of its threads is warmed before anything is timed, as the
-served model's threads are (on the first H200 run a new pool per level left the measured threads cold). A level is
+The in-process side lives as long as the model and is warmed before anything is timed, as the served model is (on
+the first H200 run a new pool per level left the measured threads cold). A level is
 repeated in rounds, both paths each round, until its tokens/s are known to a stated precision (precision.py) or its
 rounds or time run out; where the two paths' greedy tokens part, the step and the in-process logit margins there
 are recorded for every stream (divergence.py). A level stops at the deadline: streams still running are cut."""
@@ -150,9 +151,11 @@ def rounds_summary(rounds: Sequence[Sequence[Stream]]) -> dict:
 
 
 class InProcessGenerator:
-    """The served generator's decoder, loaded as served (generator_runtime.torch_generator), driven by
-    decoding.generate in a thread pool as large as the served model's, kept for the model's life and warmed thread
-    by thread (each thread keeps its own KV cache) like the served model's generation threads."""
+    """The served generator's decoder, loaded as served (generator_runtime.torch_generator) and scheduled as served:
+    with in-flight batching (the served config's `inflight_batching`) through the same InflightBatcher over a
+    BatchDecoder of the served rows, prompts prepared in a thread pool as large as the served model's; otherwise
+    decoding.generate in that pool, each thread with its own KV cache. Kept for the model's life and warmed before
+    anything is timed, like the served model."""
 
     def __init__(self, repository: Path, model: str, device: str):
         import torch
@@ -173,6 +176,17 @@ class InProcessGenerator:
         self.workers = int(params.get("max_concurrent_generations", "2"))
         self.runtime = torch_generator(folder, self.vision, self.max_context, self.device, self.dtype)
         self.pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="in-process")
+        self.batcher = None
+        if params.get("inflight_batching", "false").lower() == "true":
+            from thinkserve_backend.inflight_batching import InflightBatcher
+            from thinkserve_backend.torch_batch_decoding import BatchDecoder
+
+            rows = int(params.get("max_batch_sequences", "8"))
+            decoder = BatchDecoder(self.runtime.decoder.modules, rows, self.max_context, self.device, self.dtype)
+            decoder.self_check()
+            self.batcher = InflightBatcher(decoder, max_waiting=1_000_000, max_prefill_tokens=int(params.get("max_prefill_tokens", "8192")),
+                                           name=f"in-process-{model}")
+        self.scheduling = "in-flight batching" if self.batcher is not None else "one generation per thread"
         if self.vision:
             self.image_token = params["image_token"]
             self.image_token_id = self.tokenizer.token_to_id(self.image_token)
@@ -217,9 +231,47 @@ class InProcessGenerator:
             stream.error = f"{type(error).__name__}: {error}"
         return stream
 
+    def queue(self, text: str, images: Sequence[bytes], max_tokens: int, stream: Stream,
+              deadline: float = math.inf) -> threading.Event:
+        """One stream handed to the in-flight batcher (its prompt prepared here, as the served model's workers do);
+        the event is set when it ends. Past `deadline` it is cut like `generate`'s."""
+        from thinkserve_backend.decoding import GenerationParams, SequenceProgress
+        from thinkserve_backend.inflight_batching import BatchedGeneration
+
+        ended = threading.Event()
+
+        def emit(step) -> None:
+            if step.token_ids and stream.first_token is None:
+                stream.first_token = time.perf_counter()
+            stream.token_ids += step.token_ids
+            stream.tokens = step.completion_tokens or stream.tokens
+            if step.finish_reason:
+                stream.finish_reason = step.finish_reason
+                if step.finish_reason == "cancelled":
+                    stream.error = "cut: out of time"
+                stream.ended = time.perf_counter()
+                ended.set()
+
+        def fail(error: BaseException) -> None:
+            stream.error = f"{type(error).__name__}: {error}"
+            ended.set()
+
+        try:
+            prompt, _ = self.prepare(text, images)
+            stream.prompt_tokens = prompt.shape[1]
+            progress = SequenceProgress(GenerationParams(max_tokens), prompt.shape[1], self.max_context,
+                                        lambda ids: self.tokenizer.decode(list(ids), skip_special_tokens=True), self.eos_token_ids)
+            self.batcher.submit(BatchedGeneration(prompt, progress, emit, fail, lambda: time.time() > deadline))
+        except Exception as error:  # noqa: BLE001 - a failed stream is counted, the level goes on
+            fail(error)
+        return ended
+
     def warm(self, prompts: Sequence[str], images: Sequence[bytes], max_tokens: int) -> list[Stream]:
-        """One generation on each of the pool's threads, all at once (a barrier holds each task until every thread
-        has one), so every thread's KV cache is allocated and its kernels chosen before anything is timed."""
+        """Before anything is timed: with in-flight batching, one round of as many streams as prompts given (kernels
+        chosen, the cache touched); otherwise one generation on each of the pool's threads, all at once (a barrier
+        holds each task until every thread has one), so every thread's KV cache is allocated first."""
+        if self.batcher is not None:
+            return self.level(prompts, images, max_tokens)
         barrier = threading.Barrier(self.workers)
 
         def one(prompt: str) -> Stream:
@@ -231,6 +283,13 @@ class InProcessGenerator:
 
     def level(self, prompts: Sequence[str], images: Sequence[bytes], max_tokens: int,
               deadline: float = math.inf) -> list[Stream]:
+        if self.batcher is not None:
+            streams = [Stream(time.perf_counter()) for _ in prompts]
+            futures = [self.pool.submit(self.queue, prompt, images, max_tokens, stream, deadline)
+                       for prompt, stream in zip(prompts, streams)]
+            for future in futures:
+                future.result().wait()
+            return streams
         futures = [self.pool.submit(self.generate, prompt, images, max_tokens, Stream(time.perf_counter()), deadline)
                    for prompt in prompts]
         return [future.result() for future in futures]
@@ -245,6 +304,9 @@ class InProcessGenerator:
         return self.pool.submit(replay).result()
 
     def close(self) -> None:
+        if self.batcher is not None:
+            self.batcher.close()
+            self.batcher = None
         self.pool.shutdown(wait=True)
         del self.runtime
         if self.device.type == "cuda":
@@ -313,8 +375,9 @@ async def measure_generators(client: TritonClient, repository: Path, options: Op
             prompts = generator_prompts(model, positions, max(*options.streams, model.workers), facts.image_tokens)
             # warm-up of every generation thread on both sides (each keeps its own KV cache; the in-process pool is
             # the one every level then uses): kernels chosen and caches allocated before anything is timed
-            model.warm(prompts[: model.workers], images, 4)
-            await triton_level(models, prompts[: model.workers], images, 4)
+            warm = max(model.workers, min(len(prompts), model.batcher.decoder.slots if model.batcher else 0))
+            model.warm(prompts[:warm], images, 4)
+            await triton_level(models, prompts[:warm], images, 4)
             rate = None  # tokens/s of the slower path at the last level: how long the next one will take
             for streams in options.streams:
                 needed = 20 + (2.4 * streams * options.new_tokens / rate if rate else 0)
@@ -324,7 +387,9 @@ async def measure_generators(client: TritonClient, repository: Path, options: Op
                     continue
                 row = await _level(model, models, prompts[:streams], images, options, replays, progress)
                 row.update(model=name, streams=streams, prompt_positions=positions, new_tokens=options.new_tokens,
-                           image_tokens=facts.image_tokens if images else 0, served_threads=model.workers)
+                           image_tokens=facts.image_tokens if images else 0, served_threads=model.workers,
+                           scheduling=model.scheduling,
+                           batch_rows=model.batcher.decoder.slots if model.batcher else None)
                 rates = [r for r in (row["triton"].get("tokens_per_s"), row["in_process"].get("tokens_per_s")) if r]
                 rate = min(rates) if rates else rate
                 record(row)

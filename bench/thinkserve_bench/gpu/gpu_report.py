@@ -104,6 +104,13 @@ def _encoders(rows: list[dict]) -> list[str]:
     return lines + [""]
 
 
+def _scheduling(row: dict) -> str:
+    """How the served model (and the in-process side with it) scheduled generations: its rows, or its threads."""
+    if row.get("batch_rows"):
+        return f"{row['batch_rows']} rows (batched)"
+    return f"{row['served_threads']} threads"
+
+
 def _generators(rows: list[dict]) -> list[str]:
     measured = [r for r in rows if "in_process" in r]
     if not rows:
@@ -112,20 +119,22 @@ def _generators(rows: list[dict]) -> list[str]:
         "## Generators: Triton against in-process PyTorch, the same KV-cache code",
         "",
         "Each stream: a prompt of the stated positions (the VLM's one image included), greedy tokens; in-process, the "
-        "same TorchKVCacheDecoder and decoding.generate in a thread pool as large as the served model's, kept for the "
-        "whole part and warmed thread by thread before anything is timed. A level runs in rounds (both paths each); "
+        "served model's scheduling on the same checkpoint: with in-flight batching (`scheduling`), the same "
+        "InflightBatcher over a BatchDecoder of the served rows; otherwise TorchKVCacheDecoder and decoding.generate in "
+        "a thread pool as large as the served model's (rows before issue 50 have no `scheduling`: that). Either is kept "
+        "for the whole part and warmed before anything is timed. A level runs in rounds (both paths each); "
         "tok/s = all streams' tokens over a round's wall time, the mean of the rounds with the half-width of its 95% "
         "interval; TTFT from submission (queueing for a generation thread included), over every round's streams. "
         "Rows without rounds are from a runner before issue 57 (one round, an in-process pool made per level).",
         "",
-        "| model | streams | prompt | generated | threads | rounds | TTFT p50 ms in-proc / Triton | TTFT p95 ms in-proc / Triton | "
+        "| model | streams | prompt | generated | threads / rows | rounds | TTFT p50 ms in-proc / Triton | TTFT p95 ms in-proc / Triton | "
         "tok/s in-proc | tok/s Triton | Triton / in-proc | per-stream tok/s in-proc / Triton | tokens differ |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in measured:
         i, t = r["in_process"], r["triton"]
         lines.append(
-            f"| {r['model']} | {r['streams']} | {r['prompt_positions']} | {r['new_tokens']} | {r['served_threads']} | "
+            f"| {r['model']} | {r['streams']} | {r['prompt_positions']} | {r['new_tokens']} | {_scheduling(r)} | "
             f"{r.get('rounds', 1)} | {number(i.get('ttft_p50_ms'), 0)} / {number(t.get('ttft_p50_ms'), 0)} | "
             f"{number(i.get('ttft_p95_ms'), 0)} / {number(t.get('ttft_p95_ms'), 0)} | {_rate(i)} | {_rate(t)} | "
             f"{number(r.get('throughput_ratio'), 2)}{_relative(r.get('throughput_ratio_relative'))} | "

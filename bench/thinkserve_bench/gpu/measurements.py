@@ -16,9 +16,9 @@ given. The parts, each a module of its own:
   fed the same ids, and every network's Triton output against the in-process one.
 - **generators** (generator_measurements.py): the LLM and the VLM (one image, its positions counted in the prompt) with prompts of exactly
   `--prompt-tokens` positions (1,024) and `--new-tokens` (128) greedy tokens, at 1, 8 and 32 concurrent streams:
-  through Triton (grpc streams) and in-process (the same torch_decoding.TorchKVCacheDecoder and decoding.generate,
-  streams in a thread pool as large as the served model's, max_concurrent_generations, kept and warmed thread by
-  thread). TTFT (submit to first token, queueing in the pool included) and tokens per second (all streams' tokens
+  through Triton (grpc streams) and in-process (the served model's scheduling on the same checkpoint: the same
+  InflightBatcher over a BatchDecoder of the served rows when it batches in flight, else TorchKVCacheDecoder and
+  decoding.generate in a thread pool as large as the served model's; kept and warmed before anything is timed). TTFT (submit to first token, queueing in the pool included) and tokens per second (all streams' tokens
   over a round's wall time), each level in rounds until both paths' tokens/s are known within --generator-precision
   (95% interval) or the rounds run out; for every stream, where the two paths' tokens first differ and the
   in-process logit margins there.
