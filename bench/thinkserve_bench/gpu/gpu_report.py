@@ -53,6 +53,11 @@ def _header(results: Sequence[dict], setups: Sequence[dict]) -> list[str]:
         lines.append("Setup of a command: " + ", ".join(f"{name} {step['seconds']:.0f} s" for name, step in steps.items())
                      + (f"; error: {setup['error']}" if setup.get("error") else ""))
     for r in results:
+        carry = r.get("carry")
+        if carry:
+            parts = [(k, carry[k]) for k in ("tracked", "untracked", "shared", "tree", "pack", "corpus") if k in carry]
+            lines.append(f"Carried by the command (measured from {carry.get('measured', '?')}): **{carry['total'] / 2**20:.1f} MiB** "
+                         f"of the 60 MiB goal (64 MiB limit): " + ", ".join(f"{k} {v / 2**20:.1f}" for k, v in parts))
         lines.append(f"Command `{'+'.join(r['parts'])}`: Triton ready in {number(r.get('triton_start_s'))} s; parts "
                      + ", ".join(f"{k} {v:.0f} s" for k, v in (r.get("part_seconds") or {}).items())
                      + (f"; **error: {r['error']}**" if r.get("error") else ""))
@@ -270,12 +275,51 @@ def _mix(mix: dict) -> list[str]:
     return lines + [""]
 
 
+def _end_to_end(e2e: dict) -> list[str]:
+    if not e2e:
+        return []
+    source, deployment = e2e.get("source", {}), e2e.get("deployment", {})
+    knowledge = deployment.get("knowledge_base", {})
+    units = e2e.get("units") or []
+    kinds = sorted({k for u in units for k in (u.get("cost") or {})})
+    lines = [
+        "## End to end: questions through the real orchestrator, against this Triton",
+        "",
+        f"The orchestrator's deployment (FAISS, graph, the query pipeline; a child process serving gRPC) started in "
+        f"{number(deployment.get('orchestrator_start_s'))} s against this Triton and ingested the carried corpus through "
+        f"its Ingest RPC: {len(knowledge.get('documents', []))} documents, {knowledge.get('pages', '?')} pages, "
+        f"{knowledge.get('passages', '?')} passages in {number(knowledge.get('seconds'))} s. Questions: the cost run "
+        f"`{source.get('command')}` ({source.get('questions')}), each with the route its router chose pinned and "
+        f"options {source.get('options')}. Closed loop per route and concurrency; latency is the client's, request to "
+        f"final event; model and orchestrator time are the pipeline's own per query; $ = the whole GPU's hourly rate "
+        f"at that throughput.",
+        "",
+        "| concurrency | route | queries/s | p50 ms | p95 ms | model ms p50 | orchestrator ms p50 | queries | failed (by code) "
+        "| cancelled at close | " + " | ".join(f"$/query {k.upper()}" for k in kinds) + " |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---|---:|" + "---:|" * len(kinds),
+    ]
+    for u in units:
+        if "skipped" in u:
+            lines.append(f"| {u['concurrency']} | {u['route']} | skipped: {u['skipped']} |" + " |" * (7 + len(kinds)))
+            continue
+        failed = ", ".join(f"{code} {n}" for code, n in (u.get("errors_by_code") or {}).items()) or "0"
+        lines.append(f"| {u['concurrency']} | {u['route']} | {number(u['queries_per_s'], 2)} | {number(u['latency_p50_ms'], 0)} | "
+                     f"{number(u['latency_p95_ms'], 0)} | {number(u['model_ms_p50'], 0)} | {number(u['orchestrator_ms_p50'], 1)} | "
+                     f"{u['completed']} | {failed} | {u['cancelled_at_close']} | "
+                     + " | ".join(usd((u.get('cost') or {}).get(k, {}).get('usd_per_query')) for k in kinds) + " |")
+    messages = sorted({m for u in units for m in u.get("error_messages", [])})[:5]
+    if messages:
+        lines += ["", "Failures: " + "; ".join(messages)]
+    return lines + [""]
+
+
 def markdown(results: Sequence[dict], setups: Sequence[dict] = ()) -> str:
     lines = _header(results, setups)
     for r in results:
         lines += _encoders(r.get("encoders") or [])
         lines += _generators(r.get("generators") or [])
         lines += _mix(r.get("mix") or {})
+        lines += _end_to_end(r.get("e2e") or {})
     return "\n".join(lines).rstrip() + "\n"
 
 

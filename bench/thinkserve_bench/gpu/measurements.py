@@ -27,6 +27,10 @@ given. The parts, each a module of its own:
   Triton, per route (Simple, Moderate, Complex), closed loop at concurrency 1, 4 and 16: model-bound queries/s and model time per query (p50,
   p95); cost per query at the price table's H100 and H200 rates; an end-to-end estimate per route = the cost run's
   own orchestrator time (measured on the CPU machine) + this model time, labelled an estimate.
+- **e2e** (end_to_end.py): the real orchestrator (a child process serving gRPC, given this Triton) ingests the
+  carried corpus, then the cost run's questions go through its Query RPC with their routes pinned, Simple, Moderate
+  then Complex at each concurrency (1, 8, 32): queries/s, latency p50/p95, the pipeline's model and orchestrator
+  time, $ per query at the GPU rates, failures by gRPC code.
 
 Every unit (an encoder row, a generator level, a replay level) carries `observed`: Triton's per-model statistics
 over it (queue, compute input / infer / output, busy time) and the GPU's utilisation sampled by nvidia-smi
@@ -57,6 +61,7 @@ from ..machine import machine_facts
 from . import gpu_report
 from .call_mix import measure_mix
 from .encoder_measurements import measure_encoders, round_trip_check
+from .end_to_end import measure_end_to_end
 from .generator_measurements import measure_generators
 from .observation import GpuSampler, ServerStatistics, UnitObserver
 from .options import DEFAULT_COST, PARTS, ROOT, Options
@@ -92,7 +97,7 @@ class Results:
             "kind": "thinkserve-gpu-measurements", "dry_run": options.device != "cuda", "parts": list(options.parts),
             "repository": str(repository), "profile": _profile_of(repository), "machine": device_facts(options.device),
             "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in options.__dict__.items() if k != "deadline"},
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "encoders": [], "generators": [], "mix": {}, "notes": [],
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "encoders": [], "generators": [], "mix": {}, "e2e": {}, "notes": [],
         }
 
     def save(self) -> None:
@@ -109,6 +114,8 @@ def _profile_of(repository: Path) -> str:
 
 async def run(args, options: Options, progress: Callable[[str], None]) -> int:
     results = Results(args.out, options, args.repository)
+    if args.carry_json:  # what the command carried, as run_on_device measured it (pack.command_carry)
+        results.data["carry"] = json.loads(args.carry_json)
     results.save()
     serving = serving_repository(args.repository, models_for(args.repository, options), args.work / "serving")
     settings = TritonSettings(
@@ -163,6 +170,10 @@ async def run(args, options: Options, progress: Callable[[str], None]) -> int:
             elif part == "mix":
                 await measure_mix(client, serving, options, lambda key, value: (results.data["mix"].__setitem__(key, value), results.save()), progress,
                                   observer)
+            elif part == "e2e":
+                await measure_end_to_end(server.endpoints.grpc, serving, results.data["profile"], args.work, options,
+                                         lambda key, value: (results.data["e2e"].__setitem__(key, value), results.save()), progress,
+                                         observer)
             results.data.setdefault("part_seconds", {})[part] = round(time.monotonic() - began, 1)
             results.save()
     except Exception as error:  # noqa: BLE001 - what was measured is kept; the error is reported with it
@@ -199,6 +210,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--networks", help="encoder networks to measure, comma-separated (default: every one)")
     parser.add_argument("--cost", type=Path, help=f"the cost run to replay (default {DEFAULT_COST.relative_to(ROOT)})")
     parser.add_argument("--source-image-tokens", type=int, help="prompt positions per image of the cost run's VLM (tiny: 36)")
+    parser.add_argument("--e2e-concurrency", help="end-to-end concurrent queries per level (default 1,8,32)")
+    parser.add_argument("--e2e-window", type=float, help="end-to-end measured seconds per route and level")
+    parser.add_argument("--e2e-questions", type=int, help="end-to-end questions replayed per route (default: all)")
+    parser.add_argument("--corpus", type=Path, help="the end-to-end knowledge base's inputs (default .gpu-pack/corpus)")
+    parser.add_argument("--carry-json", help="what the command carried (run_on_device passes it; recorded)")
     parser.add_argument("--generator-rounds", help="generator rounds per level, MIN,MAX (default 3,10; --quick 3,6)")
     parser.add_argument("--generator-precision", type=float,
                         help="relative half-width of the 95%% interval of tokens/s a level aims at (default 0.05; --quick 0.10)")
@@ -211,11 +227,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     overrides: dict = {"deadline": args.deadline}
     if args.networks:
         overrides["networks"] = tuple(n.strip() for n in args.networks.split(",") if n.strip())
-    for name, value in (("batches", args.batches), ("streams", args.streams), ("mix_concurrency", args.mix_concurrency)):
+    for name, value in (("batches", args.batches), ("streams", args.streams), ("mix_concurrency", args.mix_concurrency),
+                        ("e2e_concurrency", args.e2e_concurrency)):
         if value:
             overrides[name] = tuple(int(v) for v in value.split(","))
     for name, value in (("prompt_tokens", args.prompt_tokens), ("new_tokens", args.new_tokens), ("mix_window_s", args.mix_window),
-                        ("cost", args.cost), ("source_image_tokens", args.source_image_tokens)):
+                        ("cost", args.cost), ("source_image_tokens", args.source_image_tokens),
+                        ("e2e_window_s", args.e2e_window), ("e2e_questions", args.e2e_questions), ("corpus", args.corpus)):
         if value is not None:
             overrides[name] = value
     if args.generator_rounds:

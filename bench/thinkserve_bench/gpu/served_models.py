@@ -76,6 +76,8 @@ def models_for(repository: Path, options: "Options") -> list[str]:
         wanted |= {contracts.LLM.name, contracts.VLM.name}
     if "mix" in options.parts:
         wanted |= recorded_models(read_json(options.cost), options.cost_config)
+    if "e2e" in options.parts:  # the orchestrator's every model (the repository is built without OCR's)
+        wanted |= {c.name for c in contracts.all_contracts() if c.name != contracts.OCR.name}
     return sorted(with_steps(repository, sorted(wanted)))
 
 
