@@ -77,11 +77,14 @@ PROJECT = {"orchestrator": ROOT / "orchestrator", "thinkserve_build": ROOT / "co
            "thinkserve_backend": ROOT / "backend" / "thinkserve_backend", "thinkserve_bench": ROOT / "bench" / "thinkserve_bench"}
 # What the pack's driver/ folder holds, by import name (pack.DRIVER_DISTRIBUTIONS)
 PACKED = {"tritonclient", "rapidjson", "google", "pydantic", "pydantic_core", "annotated_types", "typing_inspection",
-          "typing_extensions", "opentelemetry"}
+          "typing_extensions", "opentelemetry",
+          # service/ (pack.SERVICE_DISTRIBUTIONS): what the orchestrator of the end-to-end part imports beyond these
+          "faiss", "pypdfium2", "pypdfium2_raw", "pypdfium2_cfg", "starlette", "uvicorn", "grpc_health", "grpc_reflection"}
 # Entry points of the driver on the GPU machine, and modules it loads by name (the stubs' python classes run in
 # the model environment, whose packages are the machine's own).
 DRIVER_ENTRIES = ["thinkserve_bench.gpu.measurements", "thinkserve_bench.gpu.run_on_device", "thinkserve_build.cli", "thinkserve_build.__main__",
-                  "thinkserve_build.compiler", "thinkserve_bench.modes.ceiling", "thinkserve_bench.gpu.graph_pagerank"]
+                  "thinkserve_build.compiler", "thinkserve_bench.modes.ceiling", "thinkserve_bench.gpu.graph_pagerank",
+                  "orchestrator.deployment"]  # the end-to-end part's child process (thinkserve_bench.target._serve)
 
 
 def _module_file(name: str) -> Path | None:
