@@ -63,23 +63,38 @@ class _Delivery:
     queue is bounded: a scheduler that runs ahead of delivery waits instead of piling steps up. When delivery falls
     behind (`merge_backlog` items queued), a request's queued steps go out as one response holding all their tokens
     (as the contract allows: the tokens since the last response), so the number of messages per token falls exactly
-    when they are the bottleneck."""
+    when they are the bottleneck. A lone request's step with nothing queued is handed over on the caller's thread
+    (`inline`): one request gains nothing from the hand-off and pays two thread switches a token for it."""
 
     _STOP = object()
 
     def __init__(self, name: str, bound: int, merge_backlog: int):
         self._queue: queue.Queue = queue.Queue(maxsize=bound)
         self._merge_backlog = merge_backlog
+        self._pending = 0  # queued or being handed over; only the scheduler's thread adds
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name=f"{name}-delivery", daemon=True)
         self._thread.start()
 
-    def emit(self, generation: "BatchedGeneration", step: GenerationStep) -> None:
-        self._queue.put((generation.emit, generation, step))
+    def emit(self, generation: "BatchedGeneration", step: GenerationStep, inline: bool = False) -> None:
+        self._hand(generation.emit, generation, step, inline)
 
     def fail(self, generation: "BatchedGeneration", error: BaseException) -> None:
-        self._queue.put((generation.fail, generation, error))
+        self._hand(generation.fail, generation, error, inline=False)
+
+    def _hand(self, handler, generation, item, inline: bool) -> None:
+        with self._lock:
+            inline = inline and self._pending == 0  # nothing queued that this could overtake
+            if not inline:
+                self._pending += 1
+        if inline:
+            _deliver(handler, generation, item)
+        else:
+            self._queue.put((handler, generation, item))
 
     def close(self, timeout_s: float) -> None:
+        with self._lock:
+            self._pending += 1
         self._queue.put((None, None, self._STOP))
         self._thread.join(timeout_s)
 
@@ -95,10 +110,16 @@ class _Delivery:
             for handler, generation, item in merged(items):
                 if item is self._STOP:
                     return
-                try:
-                    handler(item)
-                except Exception:
-                    generation.undeliverable = True
+                _deliver(handler, generation, item)
+            with self._lock:
+                self._pending -= len(items)
+
+
+def _deliver(handler, generation: "BatchedGeneration", item) -> None:
+    try:
+        handler(item)
+    except Exception:
+        generation.undeliverable = True
 
 
 def merged(items: list[tuple]) -> list[tuple]:
@@ -314,7 +335,7 @@ class InflightBatcher:
             return True
 
     def _emit(self, generation: BatchedGeneration, step: GenerationStep) -> None:
-        self._delivery.emit(generation, step)
+        self._delivery.emit(generation, step, inline=len(self._running) <= 1)
 
     def _fail(self, generation: BatchedGeneration, error: BaseException) -> None:
         self._delivery.fail(generation, error)

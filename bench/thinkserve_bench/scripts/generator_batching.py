@@ -6,15 +6,15 @@ generation per worker thread (the loop it replaced), at 1, 8 and 32 concurrent s
 
 One Triton serves two copies of the repository's `llm` (hard links; only their scheduling parameters differ):
 `batched`, as the build writes it (in-flight batching, its max_batch_sequences rows), and `per_thread`
-(inflight_batching off: max_concurrent_generations worker threads, each running decoding.generate). Each level
-runs `--rounds` rounds per copy, the copies alternating (which goes first alternates too), so both see the same
-load on this shared machine. A round: that many streams at once over gRPC, each a distinct prompt of about
-`--prompt-tokens` tokens (each round its own prompts) and greedy decoding of `--new-tokens` tokens (a random-weight model may end a stream
-early at its end-of-sequence id: only prompts that run to --new-tokens alone are used, so every stream generates as
-many tokens). Reported per copy and level: tokens/s of all
-streams over the round's wall time, per-stream tokens/s, time to first token p50/p95 and time between tokens
-p50/p95 (arrival gaps of the chunks at the client), and whether every stream's tokens equal those of the same
-prompt generated alone by the per-thread copy (greedy decoding: batched must be token-identical).
+(inflight_batching off: max_concurrent_generations worker threads, each running decoding.generate). Each level runs
+`--rounds` rounds per copy; rounds are the outer loop (round 1 of every level and copy, then round 2, ...) and which
+copy goes first alternates, so every level and copy sees the same load on this shared machine. A round: that many
+streams at once over gRPC, each a distinct prompt of about `--prompt-tokens` tokens (each round its own prompts),
+greedy, `--new-tokens` tokens each (a random-weight model ends some prompts early at its end-of-sequence id: only
+prompts that run to --new-tokens alone are used, so every stream generates as many tokens). Reported per copy and
+level: tokens/s of all streams over the rounds' wall time, per-stream tokens/s, time to first token p50/p95 and time
+between tokens p50/p95 (arrival gaps of the chunks at the client), and whether every stream's tokens equal those of
+the same prompt generated alone by the per-thread copy (greedy decoding: batched must be token-identical).
 """
 
 from __future__ import annotations
@@ -107,26 +107,28 @@ async def measure(endpoint: str, options) -> dict:
         pool = list(reference)
         for copy in COPIES:  # warm-up: first calls pay lazy initialisation
             await one_round(client, copy, [prompt(i, options.prompt_tokens) for i in pool[:2]], options)
-        levels = []
-        for streams in options.streams:
-            rounds = {copy: [] for copy in COPIES}
-            used = {copy: [] for copy in COPIES}
-            for number in range(options.rounds):
+        rounds = {streams: {copy: [] for copy in COPIES} for streams in options.streams}
+        used = {streams: {copy: [] for copy in COPIES} for streams in options.streams}
+        for number in range(options.rounds):  # rounds outermost: every level and copy sees the machine's load alike
+            for streams in options.streams:
                 # each round its own prompts from the pool (a level of one stream is not one prompt's figure)
                 chosen = [pool[(number * streams + i) % len(pool)] for i in range(streams)]
                 order = list(COPIES) if number % 2 == 0 else list(reversed(COPIES))
                 for copy in order:
-                    rounds[copy].append(await one_round(client, copy, [prompt(i, options.prompt_tokens) for i in chosen], options))
-                    used[copy].append(chosen)
+                    rounds[streams][copy].append(
+                        await one_round(client, copy, [prompt(i, options.prompt_tokens) for i in chosen], options))
+                    used[streams][copy].append(chosen)
+            print(f"round {number + 1} of {options.rounds} done", file=sys.stderr)
+        levels = []
+        for streams in options.streams:
             level = {"streams": streams}
-            for copy, measured in rounds.items():
+            for copy, measured in rounds[streams].items():
                 level[copy] = summary(measured)
                 level[copy]["same_tokens_as_alone"] = all(
-                    s["tokens"] == reference[i] for r, chosen in zip(measured, used[copy]) for i, s in zip(chosen, r["streams"]))
+                    s["tokens"] == reference[i]
+                    for r, chosen in zip(measured, used[streams][copy]) for i, s in zip(chosen, r["streams"]))
             level["batched_over_per_thread"] = ratio(level["batched"]["tokens_per_s"], level["per_thread"]["tokens_per_s"])
             levels.append(level)
-            print(f"{streams} streams: batched {level['batched']['tokens_per_s']} tok/s, "
-                  f"per-thread {level['per_thread']['tokens_per_s']} tok/s", file=sys.stderr)
         return {"levels": levels, "reference_tokens": {str(k): v for k, v in reference.items()}}
 
 
@@ -143,7 +145,7 @@ def report(payload: dict) -> str:
         f"batched: {payload['parameters']['max_batch_sequences']} rows; per-thread: "
         f"{payload['parameters']['max_concurrent_generations']} worker threads  ",
         f"Each stream: a distinct prompt of about {options['prompt_tokens']} tokens, greedy, up to "
-        f"{options['new_tokens']} new tokens; {options['rounds']} rounds per copy and level, the copies alternating.  ",
+        f"{options['new_tokens']} new tokens; {options['rounds']} rounds per copy and level, rounds outermost, the copies alternating.  ",
         f"Command: `{payload['command']}`",
         "",
         "| streams | copy | tok/s (all streams) | vs 1 stream | per-stream tok/s | TTFT p50 / p95 ms | between tokens p50 / p95 ms | tokens | same tokens as alone |",
