@@ -2,7 +2,8 @@
 
 One server holds three copies of model_repository/tiny-torch's LLM (hard links, their config's scheduling
 parameters changed): `llm` as built (in-flight batching, 8 rows), `llm_one_row` (one row, one request may wait)
-and `llm_per_thread` (inflight_batching off: one generation per worker thread, the loop before batching).
+and `llm_per_thread` (inflight_batching off: one generation per worker thread, the loop before batching); and its
+VLM as built.
 Streams go over real gRPC through the orchestrator's Triton client.
 """
 
@@ -22,7 +23,7 @@ from orchestrator.errors import ModelBusyError
 from orchestrator.models import contracts
 from orchestrator.triton.client import TritonClient
 from orchestrator.triton.launcher import TritonServer
-from orchestrator.triton.models import _chunks, _strings
+from orchestrator.triton.models import GenerationOptions, TritonModels, _chunks, _strings
 from tests.conftest import ROOT
 from thinkserve_bench.gpu.served_models import renamed_copy
 
@@ -50,6 +51,7 @@ def llm_copies(triton_settings, tmp_path_factory):
     repository = tmp_path_factory.mktemp("llm-copies")
     for name, parameters in COPIES.items():
         renamed_copy(BUILT_LLM.parent, contracts.LLM.name, repository, name, parameters)
+    renamed_copy(BUILT_LLM.parent, contracts.VLM.name, repository, contracts.VLM.name, {})  # as built
     server = TritonServer(triton_settings.model_copy(update={"model_repository": repository}), required=(contracts.LLM,))
     server.start()
     yield server
@@ -143,6 +145,31 @@ def test_concurrent_streams_run_together_and_stream_the_tokens_they_get_alone(ll
     assert metric(llm_copies, "thinkserve_generator_inflight_batching", model="llm") == 1
     assert metric(llm_copies, "thinkserve_generator_inflight_batching", model="llm_per_thread") == 0
     assert metric(llm_copies, "thinkserve_generator_sequences", model="llm", state="rows") == 8
+
+
+def test_vlm_streams_with_images_batch_and_equal_alone(llm_copies):
+    """The VLM's prompts are embeddings with each image's features spliced in: streams of different images and
+    prompts batched together get the tokens each gets alone."""
+    from tests.integration.test_models import png
+
+    cases = [("<image>\nWhat does this chart show?", png(seed=7)), ("<image>\nDescribe the page.", png(90, 140, seed=8)),
+             ("Compare: <image>\nwith the text.", png(160, 60, seed=9))]
+
+    async def one(models, text, image):
+        async with models.generate(text, GenerationOptions(max_tokens=10), images=[image]) as chunks:
+            return [chunk async for chunk in chunks]
+
+    async def work(client):
+        models = TritonModels(client)
+        alone = [await one(models, text, image) for text, image in cases]
+        together = await asyncio.gather(*(one(models, text, image) for text, image in cases))
+        return alone, together
+
+    alone, together = run(llm_copies, work)
+    for single, batched in zip(alone, together):
+        assert [t for c in batched for t in c.token_ids] == [t for c in single for t in c.token_ids]
+        assert batched[-1].prompt_tokens == single[-1].prompt_tokens > 10  # the image's features joined the prompt
+    assert metric(llm_copies, "thinkserve_generator_inflight_batching", model="vlm") == 1
 
 
 def test_sampling_follows_each_requests_seed_in_a_batch(llm_copies):
