@@ -4,8 +4,8 @@ join and leave the running batch at token boundaries.
 One scheduler thread owns the batch decoder (torch_batch_decoding.BatchDecoder) and loops: admit waiting requests
 into free rows (their prompts prefilled together), then one decode step for every running row. Each step's tokens
 are chosen per request (its own sampling settings and seeded generator, decoding.SequenceProgress) and handed to
-the request's `emit` at once, so tokens stream as produced. A cancelled request leaves at the next step and its row
-is free for the next waiting one. What bounds the work: the decoder's rows (sequences decoded together, each with
+the request's `emit` at once, so tokens stream as produced. A cancelled request leaves within the cancellation
+check's interval and its row is free for the next waiting one. What bounds the work: the decoder's rows (sequences decoded together, each with
 a KV cache of the model's context) and `max_waiting`; past that a request is refused (GenerationQueueFull) instead
 of queued without end.
 
@@ -42,7 +42,7 @@ class BatchedGeneration:
 
     prompt: object  # ids [1, n] (int64) or embeddings [1, n, d]: what the decoder's prefill takes
     progress: SequenceProgress
-    emit: Callable[[GenerationStep], None]  # each step, on the scheduler's thread; the last has finish_reason set
+    emit: Callable[[GenerationStep], None]  # each step in order (on the delivery thread); the last has finish_reason
     fail: Callable[[BaseException], None]  # the generation cannot go on (the model raised); nothing follows
     is_cancelled: Callable[[], bool] = lambda: False
     # set by the delivery thread when `emit` raised (the request's stream is gone): the row is freed at the next step
@@ -227,10 +227,13 @@ class InflightBatcher:
                     self._waiting.clear()
                     break
                 admitted = self._admit()
-            if admitted:
-                self._prefill(admitted)
-            if self._running:
-                self._decode()
+            try:
+                if admitted:
+                    self._prefill(admitted)
+                if self._running:
+                    self._decode()
+            except Exception as error:  # a defect of ours, not the model's: fail what runs, keep serving
+                self._abandon_running(error)
             self._publish()
         for generation in abandoned:
             self._emit(generation, generation.progress.cancelled())
@@ -311,6 +314,11 @@ class InflightBatcher:
             if step.finish_reason:
                 finished.append(index)
         self._release(finished)
+
+    def _abandon_running(self, error: BaseException) -> None:
+        failed, self._running = self._running, []
+        for row in failed:
+            self._fail(row.generation, RuntimeError(f"the generation scheduler failed: {type(error).__name__}: {error}"))
 
     def _release(self, indices: list[int]) -> None:
         """Free the rows `indices`: the last running row moves into each hole, so rows 0..n-1 stay the running ones."""

@@ -257,3 +257,29 @@ def test_steps_queued_behind_a_slow_delivery_go_out_together():
     assert out[1][2].token_ids == [1, 2] and isinstance(out[2][2], ValueError)
     # nothing joins a finished step
     assert len(merged([("emit", a, step(1, "eos")), ("emit", a, step(2))])) == 2
+
+
+def test_a_scheduler_fault_fails_what_runs_and_serving_goes_on(modules, monkeypatch):
+    """A defect in choosing tokens (here: an exception on the first decode step) fails the running requests with a
+    message naming it; the scheduler thread lives on and serves the next request."""
+    batcher = batcher_of(modules, rows=2)
+    try:
+        original = batcher.decoder.choose
+        calls = {"n": 0}
+
+        def broken_once(logits, rows):
+            calls["n"] += 1
+            if calls["n"] == 2:  # after the prefill's choice: the first decode step
+                raise IndexError("boom")
+            return original(logits, rows)
+
+        monkeypatch.setattr(batcher.decoder, "choose", broken_once)
+        hit, after = Collector(), Collector()
+        submit(batcher, prompts(1)[0], GenerationParams(20), hit)
+        assert hit.done.wait(60)
+        submit(batcher, prompts(1, seed=1)[0], GenerationParams(5), after)
+        assert after.done.wait(60)
+    finally:
+        batcher.close()
+    assert isinstance(hit.error, RuntimeError) and "IndexError: boom" in str(hit.error)
+    assert after.error is None and after.steps[-1].finish_reason in ("length", "eos")
