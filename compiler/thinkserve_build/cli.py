@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         profile = profile.with_router_checkpoint(args.router_checkpoint)
     if args.no_ocr:
         profile = profile.without_ocr()
-    if profile.name == "tiny":
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the tiny profile never touches the network
+    if profile.name in ("tiny", "offline"):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # these profiles never touch the network
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from transformers.utils import logging as transformers_logging
 

