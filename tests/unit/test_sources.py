@@ -19,6 +19,49 @@ def test_kind_comes_from_the_bytes_first():
         sources.detect("slides.pptx", b"\x00\x01")
 
 
+def _office(folder: str) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(f"{folder}document.xml", "<x/>")
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(("data", "what"), [
+    (b"<!DOCTYPE html>\n<html><body>Sign in</body></html>", "its bytes are an HTML page"),
+    (bytes(range(7, 250)) * 3, "its bytes are binary data of no known format (729 bytes)"),
+    (b"GIF89a\x01\x00", "its bytes are a GIF image"),
+    (b"Quarterly figures, typed into a file named like a PDF.", "its bytes are plain text"),
+    (b"\x1f\x8b\x08\x00", "its bytes are a gzip-compressed file"),
+    (_office("word/"), "its bytes are a Word document (.docx)"),
+])
+def test_a_mislabelled_file_is_refused_with_what_it_actually_is(data, what):
+    """Issue 54: an HTML page or random bytes named .pdf were told 'unsupported document type (.pdf); accepted:
+    PDF, ...', as if a PDF were not accepted."""
+    with pytest.raises(InvalidRequestError) as refused:
+        sources.detect("report.pdf", data)
+    message = str(refused.value)
+    assert message.startswith("'report.pdf' is not a PDF (named .pdf): " + what), message
+    assert "unsupported document type" not in message
+    with pytest.raises(InvalidRequestError, match="is not a PDF \\(sent as application/pdf\\): " + what.replace("(", "\\(").replace(")", "\\)")):
+        sources.detect("upload", data, "application/pdf")  # a declared PDF must be one too
+    with pytest.raises(InvalidRequestError, match="'scan.png' is not a PNG image \\(named .png\\)"):
+        sources.detect("scan.png", data)
+
+
+def test_an_empty_file_is_refused_as_empty_whatever_its_name():
+    for name in ("report.pdf", "notes.md", "scan.png", "folder.zip", "x"):
+        with pytest.raises(InvalidRequestError, match=f"'{name}' is empty \\(0 bytes\\): nothing to ingest"):
+            sources.detect(name, b"")
+
+
+def test_unsupported_kinds_are_named_and_a_late_pdf_header_is_still_a_pdf():
+    with pytest.raises(InvalidRequestError, match="unsupported document type \\(.pptx\\); its bytes are a PowerPoint"):
+        sources.detect("slides.pptx", _office("ppt/"))
+    with pytest.raises(InvalidRequestError, match="'a.zip' is not a zip archive \\(named .zip\\): its bytes are plain text"):
+        sources.detect("a.zip", b"not a zip")
+    assert sources.detect("scan.pdf", b"\r\n junk before the header %PDF-1.4\n...").kind == sources.PDF
+
+
 def zipped(members):
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:

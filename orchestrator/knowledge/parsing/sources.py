@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import Optional
 
 from ...errors import InvalidRequestError
+from . import sniffing
 
 PDF, IMAGE, MARKDOWN, TEXT, CONTENT_LIST = "pdf", "image", "markdown", "text", "content_list"
 
@@ -38,23 +39,43 @@ class SourceKind:
     media_type: str
 
 
+ACCEPTED = ("accepted: PDF, PNG, JPEG, Markdown (.md), plain text (.txt), and zipped MinerU output folders with a "
+            "*_content_list.json")
+# what a name or a declared media type claims; the bytes must agree before the file is read as that
+_CLAIMED = {".pdf": "a PDF", ".png": "a PNG image", ".jpg": "a JPEG image", ".jpeg": "a JPEG image", ".zip": "a zip archive"}
+_CLAIMED_MEDIA = {"application/pdf": "a PDF", "image/png": "a PNG image", "image/jpeg": "a JPEG image",
+                  "application/zip": "a zip archive"}
+PDF_HEADER_WITHIN = 1024  # readers accept the %PDF- header anywhere in the first KiB, after junk
+
+
 def detect(filename: str, data: bytes, media_type: str = "") -> SourceKind:
-    """The document's kind; unsupported or unrecognisable input gets an error that says what is accepted."""
-    if data.startswith(b"%PDF-") or media_type == "application/pdf":
+    """The document's kind; unsupported or unrecognisable input gets an error that says what the bytes are and
+    what is accepted."""
+    if not data:
+        raise InvalidRequestError(f"{filename!r} is empty (0 bytes): nothing to ingest")
+    if b"%PDF-" in data[:PDF_HEADER_WITHIN]:
         return SourceKind(PDF, "application/pdf")
     for magic, image_type in _IMAGE_MAGIC.items():
         if data.startswith(magic):
             return SourceKind(IMAGE, image_type)
     suffix = PurePosixPath(filename).suffix.lower()
+    is_zip = data.startswith((b"PK\x03\x04", b"PK\x05\x06"))
     # Office files are zips too: only a .zip (or a name without suffix, as the CLI sends folders) is MinerU output.
-    if (data.startswith(b"PK\x03\x04") and suffix in ("", ".zip")) or media_type == "application/zip":
+    if is_zip and (media_type == "application/zip" or (suffix in ("", ".zip") and media_type not in _CLAIMED_MEDIA)):
         return SourceKind(CONTENT_LIST, "application/zip")
+    claimed = _CLAIMED_MEDIA.get(media_type) or _CLAIMED.get(suffix)
+    if claimed:  # named or sent as a kind it is not: say what it is
+        label = f"sent as {media_type}" if media_type in _CLAIMED_MEDIA else f"named {suffix}"
+        raise InvalidRequestError(
+            f"{filename!r} is not {claimed} ({label}): its bytes are "
+            f"{sniffing.describe(data)}; {ACCEPTED}"
+        )
     if suffix in _SUFFIXES or media_type in ("text/plain", "text/markdown"):
         kind = _SUFFIXES.get(suffix) or (MARKDOWN if media_type == "text/markdown" else TEXT)
         return SourceKind(kind, MEDIA_TYPES[kind])
     raise InvalidRequestError(
-        f"{filename!r}: unsupported document type ({media_type or suffix or 'no extension'}); accepted: PDF, PNG, "
-        "JPEG, Markdown (.md), plain text (.txt), and zipped MinerU output folders with a *_content_list.json"
+        f"{filename!r}: unsupported document type ({media_type or suffix or 'no extension'}); its bytes are "
+        f"{sniffing.describe(data)}; {ACCEPTED}"
     )
 
 
