@@ -361,9 +361,14 @@ class UncertaintySettings(_Section):
 
 class AnswerSettings(_Section):
     # extractive: the best evidence sentences, chosen with the embedder, with citations and the value the question
-    # asks for (the short answer); llm: generated.
-    # None: the profile's default (tiny: extractive, since its LLM has random weights; otherwise llm).
-    answerer: Optional[Literal["extractive", "llm"]] = None
+    # asks for (the short answer); llm: generated from the evidence passages; hybrid: generated from the sentences
+    # the extractive answerer chose (hybrid_sentences of them, within hybrid_margin of the best), each numbered by
+    # its evidence, instead of whole passages: a prompt of a few hundred tokens that a small LLM reads quickly
+    # (pipeline/hybrid.py). None: the profile's default (tiny: extractive, since its LLM has random weights; otherwise llm).
+    answerer: Optional[Literal["extractive", "llm", "hybrid"]] = None
+    hybrid_sentences: int = Field(6, ge=1)
+    hybrid_margin: float = Field(0.3, ge=0)
+    hybrid_max_tokens: int = Field(32, ge=1)  # the hybrid answer is a value or a sentence: at most this many tokens
     extractive_sentences: int = Field(3, ge=1)  # at most this many sentences in an extractive answer
     extractive_min_similarity: float = Field(0.3, ge=-1, le=2)  # each scores at least this ...
     extractive_margin: float = Field(0.15, ge=0)  # ... and at most this much below the best sentence

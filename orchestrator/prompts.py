@@ -150,6 +150,14 @@ def answer_prompt(
     return _fitted(lambda section: chat(system, section + tail, conversation.turns), evidence, budget_tokens, count)
 
 
+def reader_prompt(chat: Chat, question: str, sentences: Sequence[tuple[int, str]]) -> str:
+    """The hybrid answerer's prompt (pipeline/hybrid.py): the sentences the extractive answerer chose, each numbered
+    by its evidence so the answer's [n] cites it, in place of whole passages. A 135M model given the passages
+    answered the demo's questions wrongly; given these sentences it read the asked-for value off them."""
+    lines = "\n".join(f"[{rank}] {text}" for rank, text in sentences)
+    return chat(SYSTEM, f"Evidence:\n{lines}\n\nQuestion: {question}")
+
+
 def decoupler_prompt(chat: Chat, question: str, salient: Sequence[Evidence], details: str, budget_tokens: int, count: Count) -> str:
     """HKRAG's decoupler: anchored on the salient evidence, list the fine print the first reading missed."""
     system = (

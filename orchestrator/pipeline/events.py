@@ -121,7 +121,7 @@ class FinalAnswerEvent:
     text: str
     citations: tuple[Citation, ...]
     finish_reason: str
-    answer_source: str  # llm | extractive | vlm | refusal
+    answer_source: str  # llm | extractive | hybrid (the LLM from the extractive sentences) | vlm | refusal
     timings_ms: dict[str, float] = field(default_factory=dict)
     stage_starts_ms: dict[str, float] = field(default_factory=dict)  # when stages began, from the query's start
     usage: Usage = Usage()

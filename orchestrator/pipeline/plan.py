@@ -18,7 +18,7 @@ from ..errors import InvalidOptionError
 
 ROUTER_MODES = ("features", "model")
 PERCEPTION_MODES = ("dpr", "end_to_end", "off")
-ANSWERERS = ("extractive", "llm")
+ANSWERERS = ("extractive", "llm", "hybrid")
 # the values a text option takes: what `check` accepts and the CLI offers
 OPTION_CHOICES = {"route": ROUTE_NAMES, "router": ROUTER_MODES, "perception": PERCEPTION_MODES, "answerer": ANSWERERS}
 _TYPE_NAMES = {"int_type": "an integer", "float_type": "a number", "bool_type": "true or false", "string_type": "a string"}
@@ -103,7 +103,7 @@ class QueryOptions(BaseModel):
         if self.lexical:
             asked = {"dense": self.dense is True, "rerank": self.rerank is True, "page_images": self.page_images is True,
                      "uncertainty": self.uncertainty is True, "router": self.router == "model",
-                     "answerer": self.answerer == "llm", "perception": self.perception not in (None, "off")}
+                     "answerer": self.answerer in ("llm", "hybrid"), "perception": self.perception not in (None, "off")}
             for name, conflicts in asked.items():
                 if conflicts:
                     raise InvalidOptionError(name, f"lexical mode calls no model: {name}={getattr(self, name)!r} asks for one")
@@ -132,7 +132,7 @@ class QueryPlan:
     perception_items: int  # visual items described (or shown end to end)
     uncertainty: bool
     decompose: bool
-    answerer: str  # extractive | llm
+    answerer: str  # extractive | llm | hybrid
     max_tokens: int
     temperature: float
     top_p: float

@@ -31,7 +31,7 @@ from ..knowledge.graph.pagerank import compiled_kernels, limit_gpu_pool
 from ..knowledge.storage.segments import EvidenceRecord
 from ..knowledge.storage.registry import KnowledgeBase
 from ..knowledge.storage.snapshot import Snapshot
-from ..prompts import CITATION_MARK, Conversation, answer_prompt, cited_ranks, states_no_answer
+from ..prompts import CITATION_MARK, Conversation, answer_prompt, cited_ranks, reader_prompt, states_no_answer
 from ..tokens import PlainTokenizer
 from ..models import contracts
 from ..models.chat_template import chat_template_of
@@ -54,8 +54,9 @@ from .events import (
     Usage,
 )
 from .evidence import answering_order, evidence_items
-from .extractive import extractive_answer, sentence_citations
+from .extractive import ExtractiveAnswer, extractive_answer, sentence_citations
 from .fusion import ScoredCandidate, blend_rerank
+from .hybrid import candidate_settings, grounded, reader_lines
 from .pages import PageHit, filter_pages, search_pages
 from .perception import load_image, perceive, visual_items
 from .plan import QueryOptions, QueryPlan, lexical_plan, make_plan, router_mode
@@ -243,6 +244,8 @@ class QueryPipeline:
             answer = self._generate(q, self._models(q, "vlm_answer"), q.items, visual=visual)
         elif q.plan.answerer == "llm":
             answer = self._llm_answer(q)
+        elif q.plan.answerer == "hybrid":
+            answer = self._hybrid(q)
         else:
             answer = self._extractive(q)
         async for event in answer:
@@ -380,14 +383,18 @@ class QueryPipeline:
     async def _refuse(self, q: _Query) -> AsyncIterator[AnswerDeltaEvent]:
         yield q.first_text(q.text)
 
-    async def _extractive(self, q: _Query, standing_in_because: str = "") -> AsyncIterator[AnswerDeltaEvent]:
+    async def _extracted(self, q: _Query, settings, short: bool) -> ExtractiveAnswer:
+        """The extractive answerer's choice of evidence sentences under `settings` (AnswerSettings)."""
         with q.timer.stage("answer"):
             stored = {rank: q.snapshot.evidence.answer_sentences(row) for rank, row in q.rows.items()}
-            extracted = await extractive_answer(
-                self._models(q, "answer"), q.question, q.vector, q.items, self.settings.answer, max(0.05, q.left()),
+            return await extractive_answer(
+                self._models(q, "answer"), q.question, q.vector, q.items, settings, max(0.05, q.left()),
                 {title for cut in stored.values() for title in cut.titles}, {rank: cut.sentences for rank, cut in stored.items()},
-                q.snapshot.lexical.idf, self.settings.answer.short_answer,
+                q.snapshot.lexical.idf, short,
             )
+
+    async def _extractive(self, q: _Query, standing_in_because: str = "") -> AsyncIterator[AnswerDeltaEvent]:
+        extracted = await self._extracted(q, self.settings.answer, self.settings.answer.short_answer)
         q.short_answer = extracted.short
         q.text, q.source, q.finish_reason = extracted.text or NO_SENTENCE, "extractive", "extracted"
         q.citations = sentence_citations(extracted.sentences, {item.rank: item.record for item in q.items})
@@ -421,25 +428,56 @@ class QueryPipeline:
             async for event in self._extractive(q, f"the LLM failed{produced}: {error}"):
                 yield event
 
+    async def _hybrid(self, q: _Query) -> AsyncIterator[AnswerDeltaEvent]:
+        """The LLM answers from the sentences the extractive answerer chose (pipeline/hybrid.py); its citations quote
+        the sentences it rests on. The extractive answer stands in when there is no time, no sentence, or no LLM."""
+        reserve, settings = self.settings.answer.llm_reserve_s, self.settings.answer
+        if q.left() < reserve:
+            async for event in self._extractive(q, f"{q.left():.2f} s left before the deadline, less than answer.llm_reserve_s ({reserve} s)"):
+                yield event
+            return
+        extracted = await self._extracted(q, candidate_settings(settings), False)
+        if not extracted.sentences:
+            async for event in self._extractive(q):
+                yield event
+            return
+        try:
+            chat = chat_template_of(await self.models.generator_facts(contracts.LLM.name), contracts.LLM.name)
+            prompt = reader_prompt(chat, q.question, reader_lines(extracted.sentences))
+            generation = replace(self._generation(q.plan), max_tokens=min(q.plan.max_tokens, settings.hybrid_max_tokens))
+            async for event in self._generate(q, self._models(q, "llm"), q.items, prompt=prompt, generation=generation):
+                yield event
+        except SURVIVABLE as error:
+            produced = f" after {len(q.parts)} streamed parts" if q.parts else ""
+            q.parts.clear()
+            async for event in self._extractive(q, f"the LLM failed{produced}: {error}"):
+                yield event
+            return
+        q.source = "hybrid"
+        q.citations = sentence_citations(grounded(q.text, extracted.sentences), {item.rank: item.record for item in q.items})
+
     async def _generate(
         self, q: _Query, models: StageModels, evidence: Sequence[EvidenceItem], notes: str = "",
-        visual: Sequence[EvidenceItem] = (),
+        visual: Sequence[EvidenceItem] = (), prompt: str = "", generation: Optional[GenerationOptions] = None,
     ) -> AsyncIterator[AnswerDeltaEvent]:
-        """Stream the LLM's answer, or with images the VLM's; the deadline is checked at every chunk."""
+        """Stream the LLM's answer, or with images the VLM's; the deadline is checked at every chunk. `prompt`:
+        written by the caller (the hybrid answerer's), else the answer prompt over `evidence`."""
         model = contracts.VLM.name if visual else contracts.LLM.name
         images: list[bytes] = []
         if visual:
             loaded = await asyncio.to_thread(lambda: [load_image(q.snapshot, item) for item in visual])
             images = [image for image in loaded if image]
-        budget = await self._budget(model, q.plan.max_tokens, len(images))
-        chat = chat_template_of(await self.models.generator_facts(model), model)
-        count = self.prompt_tokenizers[model].count
-        prompt, _ = answer_prompt(
-            chat, q.question, answering_order(evidence), budget, count, q.decision.instruction, q.decision.sub_questions,
-            notes, q.conversation,
-        )
+        if not prompt:
+            budget = await self._budget(model, q.plan.max_tokens, len(images))
+            chat = chat_template_of(await self.models.generator_facts(model), model)
+            count = self.prompt_tokenizers[model].count
+            prompt, _ = answer_prompt(
+                chat, q.question, answering_order(evidence), budget, count, q.decision.instruction, q.decision.sub_questions,
+                notes, q.conversation,
+            )
+        generation = generation or self._generation(q.plan)
         started, last = time.monotonic(), None
-        async with models.generate(prompt, self._generation(q.plan), images, self._answer_time(q), q.request_id) as chunks:
+        async with models.generate(prompt, generation, images, self._answer_time(q), q.request_id) as chunks:
             iterator = chunks.__aiter__()
             while True:
                 try:
@@ -488,7 +526,7 @@ class QueryPipeline:
     @staticmethod
     def _generated_short_answer(q: _Query) -> Optional[ShortAnswer]:
         """A generated answer is its own short answer (no quoted sentence holds it)."""
-        if q.source not in ("llm", "vlm") or not q.text.strip():
+        if q.source not in ("llm", "vlm", "hybrid") or not q.text.strip():
             return None
         text = " ".join(CITATION_MARK.sub(" ", q.text).split())
         return ShortAnswer(text, expected_type(q.question), -1, 0, 0) if text else None

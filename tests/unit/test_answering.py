@@ -170,3 +170,17 @@ def test_a_generator_without_entropies_is_an_error_not_a_certain_answer():
             stage, "What was revenue?", [item(1, "Revenue was 4 million.")], UncertaintySettings(), 8,
             GenerationOptions(max_tokens=8), 1500, four_chars, "", 10.0,
         ))
+
+
+def test_the_hybrid_answer_rests_on_the_cited_evidences_sentence_sharing_most_of_its_words():
+    from orchestrator.pipeline.hybrid import grounded, reader_lines
+
+    chosen = [(Sentence("Revenue was 412 million euros in 2024.", 1, 0), 0.9),
+              (Sentence("Staff numbered 1,250 at the end of 2024.", 1, 1), 0.5),
+              (Sentence("Contoso opened three warehouses.", 2, 0), 0.4)]
+    assert reader_lines(chosen) == [(1, "Revenue was 412 million euros in 2024."), (1, "Staff numbered 1,250 at the end of 2024."),
+                                    (2, "Contoso opened three warehouses.")]
+    assert [s.text for s, _ in grounded("1,250 staff [1], and Contoso [2].", chosen)] == [
+        "Staff numbered 1,250 at the end of 2024.", "Contoso opened three warehouses."]
+    assert [s.text for s, _ in grounded("It had 1,250 staff.", chosen)] == ["Staff numbered 1,250 at the end of 2024."]
+    assert grounded("Nobody knows.", chosen) == [] and grounded("Three [7].", chosen) == [chosen[2]]  # [7] is no evidence

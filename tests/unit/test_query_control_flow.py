@@ -297,7 +297,7 @@ def test_lexical_mode_refuses_what_no_passage_matches(ask, tmp_path):
     assert final.answer_source == "refusal" and final.retrieval_mode == "lexical"
 
 
-@pytest.mark.parametrize("conflict", [{"answerer": "llm"}, {"rerank": True}, {"page_images": True}, {"router": "model"},
+@pytest.mark.parametrize("conflict", [{"answerer": "llm"}, {"answerer": "hybrid"}, {"rerank": True}, {"page_images": True}, {"router": "model"},
                                       {"perception": "dpr"}, {"dense": True}, {"uncertainty": True}])
 def test_lexical_mode_refuses_options_that_ask_for_a_model(conflict):
     from orchestrator.errors import InvalidOptionError
@@ -348,3 +348,36 @@ def test_the_short_answer_is_given_only_where_the_settings_ask_for_it(ask):
     models = InProcessModels()
     _, generated = ask(QueryOptions(answerer="llm", route="simple"), models, settings(answer={"short_answer": True}))
     assert (generated.short_answer.text, generated.short_answer.citation) == (models.answer.replace("[1]", "").strip(), -1)
+
+
+def test_the_hybrid_answer_is_generated_from_the_extractive_sentences_and_quotes_the_one_it_rests_on(ask):
+    """The LLM reads the chosen sentences numbered by their evidence, not the passages; its answer's citation
+    quotes the sentence of the cited evidence it rests on."""
+    models = InProcessModels(answer="412 million euros [1].")
+    events, final = ask(QueryOptions(answerer="hybrid", route="simple"), models, settings(answer={"short_answer": True}))
+    assert (final.answer_source, final.degraded, final.text) == ("hybrid", False, "412 million euros [1].")
+    (call,) = models.generations
+    assert "[1] Northwind's revenue was 412 million euros in 2024, up from 380 million." in call.prompt
+    assert "Northwind annual report" not in call.prompt  # sentences, not the passage with its heading
+    assert call.options.max_tokens == 32  # answer.hybrid_max_tokens
+    (citation,) = final.citations
+    assert citation.quote == "Northwind's revenue was 412 million euros in 2024, up from 380 million."
+    assert final.short_answer.text == "412 million euros ." and final.short_answer.citation == -1
+    assert answer_text(events) == "412 million euros [1]."
+
+
+def test_a_hybrid_answer_citing_nothing_quotes_the_sentence_sharing_its_words(ask):
+    _, final = ask(QueryOptions(answerer="hybrid", route="simple"), InProcessModels(answer="It was 412 million euros."))
+    assert [c.quote for c in final.citations] == ["Northwind's revenue was 412 million euros in 2024, up from 380 million."]
+    _, unrelated = ask(QueryOptions(answerer="hybrid", route="simple"), InProcessModels(answer="Nobody knows."))
+    assert unrelated.answer_source == "hybrid" and unrelated.citations == ()
+    models = InProcessModels(answer="The evidence does not contain the answer.")
+    _, refused = ask(QueryOptions(answerer="hybrid", route="simple"), models)
+    assert (refused.answer_source, refused.finish_reason) == ("hybrid", "refusal")
+
+
+def test_a_hybrid_answer_whose_llm_fails_is_the_extractive_answer(ask):
+    models = InProcessModels(failures={contracts.LLM.name: TritonUnavailableError("llm: connection refused")})
+    _, final = ask(QueryOptions(answerer="hybrid", route="simple"), models)
+    assert final.answer_source == "extractive" and "the LLM failed: llm: connection refused" in final.degraded_reason
+    assert "412 million euros" in final.text and final.citations[0].quote.startswith("Northwind's revenue")

@@ -64,6 +64,7 @@ from orchestrator.tokens import PlainTokenizer
 from orchestrator.triton.client import TritonClient
 from orchestrator.triton.models import TritonModels
 
+from . import answer_comparison
 from .page_baselines import Bm25Pages, DensePassages, page_texts, pages_without_text_layer
 from .qa_dataset import Question, contains_answer, load_questions, page_hits, refusal_scores, separation_auc
 
@@ -340,7 +341,8 @@ def own_time(questions: list[Question], runs: dict[int, dict]) -> dict[str, Any]
 
 
 async def evaluate(address: str, triton_url: str, settings: Settings, paths: list[Path], questions: list[Question],
-                   parsed: dict[str, dict], top_k: int, concurrency: int, ablations: bool, progress: Progress) -> dict[str, Any]:
+                   parsed: dict[str, dict], top_k: int, concurrency: int, ablations: bool, progress: Progress,
+                   answerers: tuple[str, ...] = (), routers: tuple[str, ...] = ()) -> dict[str, Any]:
     """Against a running deployment: ingest every PDF into a collection of its own, rank with the baselines,
     ask every question; the scores and every run."""
     collections_of = {path.name: collection_name(number, path.name) for number, path in enumerate(paths)}
@@ -363,6 +365,13 @@ async def evaluate(address: str, triton_url: str, settings: Settings, paths: lis
         for number, question in enumerate(questions, 1):
             runs[question.id] = await ask(client, question, collections_of[question.document], top_k,
                                           ABLATIONS if ablations else {})
+            collection = collections_of[question.document]
+            if answerers:  # the same question once per answerer (answer_comparison): same-run baselines
+                runs[question.id]["answerers"] = await answer_comparison.ask_answerers(
+                    client, collection, question.text, answerers, time.monotonic)
+            if routers:
+                runs[question.id]["routers"] = await answer_comparison.ask_routers(
+                    client, collection, question.text, routers, time.monotonic)
             if number % 25 == 0:
                 progress(f"{number}/{len(questions)} questions")
         query_seconds = time.monotonic() - started
@@ -382,11 +391,16 @@ async def evaluate(address: str, triton_url: str, settings: Settings, paths: lis
         "runs": {str(k): v for k, v in runs.items()},
         "baselines": {str(k): v for k, v in rankings.items()},
         "scores": score(questions, runs, rankings, textless),
+        "answerer_scores": answer_comparison.score_answerers(
+            questions, {q.id: runs[q.id]["answerers"] for q in questions}) if answerers else {},
+        "router_scores": answer_comparison.score_routers(
+            questions, {q.id: runs[q.id]["routers"] for q in questions}) if routers else {},
     }
 
 
 async def measure(settings: Settings, dataset: Path, names: list[str], questions: list[Question], top_k: int,
-                  concurrency: int, ablations: bool, work: Path, progress: Progress) -> dict[str, Any]:
+                  concurrency: int, ablations: bool, work: Path, progress: Progress,
+                  answerers: tuple[str, ...] = (), routers: tuple[str, ...] = ()) -> dict[str, Any]:
     """MinerU alone first (nothing else running), then a deployment of our own for the rest."""
     paths = [dataset / "documents" / name for name in names]
     progress(f"MinerU alone on {len(paths)} PDFs")
@@ -395,7 +409,7 @@ async def measure(settings: Settings, dataset: Path, names: list[str], questions
     parse_seconds = time.monotonic() - started
     async with running(settings, progress) as deployment:
         stats = await evaluate(deployment.address, deployment.triton_url, settings, paths, questions, parsed, top_k,
-                               concurrency, ablations, progress)
+                               concurrency, ablations, progress, answerers, routers)
     return {**stats, "parse_only_seconds": parse_seconds, "parse_only_pages_per_s": stats["pages"] / parse_seconds}
 
 
@@ -576,6 +590,7 @@ def report(stats: dict, settings: dict[str, Any], dataset: Path, command: str, t
         f"{scores['latency_ms']['retrieve']['p95']:.0f} ms; Query p50 {scores['latency_ms']['query']['p50']:.0f} ms / p95 "
         f"{scores['latency_ms']['query']['p95']:.0f} ms.",
         *_own_time_lines(scores.get("own_time_ms") or {}),
+        *answer_comparison.report_lines(stats.get("answerer_scores") or {}, stats.get("router_scores") or {}),
         "",
         "## Ingest",
         "",
@@ -621,6 +636,10 @@ def rescore(path: Path, questions: list[Question], dataset: Path, command: str) 
                          "give the --dataset and --documents of that run")
     textless = {name: pages_without_text_layer(dataset / "documents" / name) for name in {q.document for q in questions}}
     stats = {**stats, "scores": score(questions, runs, rankings, textless)}
+    if all("answerers" in runs[q.id] for q in questions) and questions:
+        stats["answerer_scores"] = answer_comparison.score_answerers(questions, {q.id: runs[q.id]["answerers"] for q in questions})
+    if all("routers" in runs[q.id] for q in questions) and questions:
+        stats["router_scores"] = answer_comparison.score_routers(questions, {q.id: runs[q.id]["routers"] for q in questions})
     for name, document in stats["documents"].items():  # older runs did not record them
         document.setdefault("pages_without_text_layer", textless.get(name, []))
     # the concurrency is not in older results files; 2 was the default then
@@ -642,6 +661,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--top-k", type=int, default=20, help="Retrieve's top_k: evidence items ranked per question")
     parser.add_argument("--ingest-concurrency", type=int, default=2, help="documents ingested at once")
     parser.add_argument("--ablations", action="store_true", help="also Retrieve with each signal switched off")
+    parser.add_argument("--answerers", nargs="+", default=[], choices=answer_comparison.ANSWERERS,
+                        help="also Query each question once per answerer (the request option), scored side by side")
+    parser.add_argument("--routers", nargs="+", default=[], choices=answer_comparison.ROUTER_MODES,
+                        help="also Retrieve each question once per router mode, scored on single- vs cross-page evidence")
     parser.add_argument("--data-dir", type=Path, help="keep the collections here (and reuse those already there)")
     parser.add_argument("--config", type=Path, help="settings file (TOML); default: the built-in tiny profile")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -672,7 +695,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             work = Path(scratch)
             settings = Settings.load(args.config, overrides).scratch(args.data_dir or work / "data")
             stats = asyncio.run(measure(settings, args.dataset, names, questions, args.top_k, args.ingest_concurrency,
-                                        args.ablations, work, lambda message: print(f"* {message}", file=sys.stderr, flush=True)))
+                                        args.ablations, work, lambda message: print(f"* {message}", file=sys.stderr, flush=True),
+                                        tuple(args.answerers), tuple(args.routers)))
         payload, markdown = report(stats, settings_record(settings), args.dataset, command, args.top_k,
                                    args.ingest_concurrency, time.monotonic() - started, overrides)
     write_and_show(args.name, payload, markdown, args.output or RESULTS / args.dataset.resolve().name)
