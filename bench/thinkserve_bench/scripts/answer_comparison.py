@@ -28,8 +28,9 @@ ANSWERERS = ("extractive", "llm", "hybrid")
 ROUTER_MODES = ("features", "model")
 
 
-def answer_record(final, query_ms: float) -> dict[str, Any]:
-    """What one Query's final event says about its answer."""
+def answer_record(final, query_ms: float, tokens: Sequence = ()) -> dict[str, Any]:
+    """What one Query's final event says about its answer; `tokens`: the streamed answer's TokenInfo (a generated
+    answer's own confidence: mean log-probability and normalised entropy, which answerability may read)."""
     if final is None:
         return {"answer": "", "answer_source": "", "finish_reason": "", "citations": [], "query_ms": query_ms}
     timings = {timing.stage: timing.milliseconds for timing in final.timings}
@@ -40,6 +41,7 @@ def answer_record(final, query_ms: float) -> dict[str, Any]:
         "finish_reason": final.finish_reason,
         "short_answer": final.short_answer.text if final.HasField("short_answer") else "",
         "citations": [citation.page for citation in final.citations],
+        "quotes": [(citation.evidence_rank, citation.quote) for citation in final.citations if citation.quote],
         "query_ms": query_ms,
         "llm_ms": timings.get("llm_generation"),
         "llm_ttft_ms": timings.get("llm_ttft"),
@@ -48,6 +50,8 @@ def answer_record(final, query_ms: float) -> dict[str, Any]:
         "completion_tokens": final.usage.completion_tokens,
         "degraded": final.degraded_reason,
         "entropies": list(uncertainty.entropies) if uncertainty is not None else [],
+        "token_log_probs": [round(float(token.log_prob), 4) for token in tokens],
+        "token_entropies": [round(float(token.normalized_entropy), 4) for token in tokens],
     }
 
 
@@ -56,11 +60,14 @@ async def ask_answerers(client, collection: str, question: str, answerers: Seque
     records = {}
     for answerer in answerers:
         started = clock()
-        final = None
+        final, tokens = None, []
         async for event in client.query(collection, question, answerer=answerer):
-            if event.WhichOneof("event") == "final":
+            kind = event.WhichOneof("event")
+            if kind == "delta":
+                tokens.extend(event.delta.tokens)
+            elif kind == "final":
                 final = event.final
-        records[answerer] = answer_record(final, (clock() - started) * 1000)
+        records[answerer] = answer_record(final, (clock() - started) * 1000, tokens)
     return records
 
 
