@@ -5,6 +5,9 @@ PYTHON ?= python3.11
 VENV := .venv
 MODEL_VENV := .venv-triton
 PROFILE ?= tiny
+# The demo's profile: tiny with a trained LLM (SmolLM2-135M-Instruct), so its LLM answers can be read beside the
+# extractive ones (about 80 s more to build than tiny, once).
+DEMO_PROFILE ?= offline
 # Extra pip arguments for torch, e.g. `--index-url https://download.pytorch.org/whl/cpu` on machines whose
 # index would otherwise hand out a CUDA build.
 PIP_TORCH_ARGS ?=
@@ -14,7 +17,7 @@ BIN := $(VENV)/bin
 .PHONY: help setup models models-torch browser demo lint test test-unit test-integration bench clean
 
 help:
-	@echo "make demo   - set everything up, build the tiny models, run the demo (Triton + orchestrator)"
+	@echo "make demo   - set everything up, build the offline profile's models, run the demo (Triton + orchestrator)"
 	@echo "make test   - set everything up, build the tiny models, run every test"
 	@echo "make lint   - the linter (ruff) and the import-boundary contracts (import-linter); make test runs it first"
 	@echo "make setup | models | bench | clean"
@@ -55,8 +58,9 @@ models: setup
 models-torch: setup
 	$(BIN)/python -m thinkserve_build --profile $(PROFILE) --target torch --device cpu
 
-demo: models
-	$(BIN)/thinkserve demo
+demo: setup
+	$(BIN)/python -m thinkserve_build --profile $(DEMO_PROFILE)
+	$(BIN)/thinkserve --profile $(DEMO_PROFILE) demo
 
 # Static checks, before any test runs: ruff with the rules chosen in pyproject.toml ([tool.ruff]; never a
 # reformat), then the layer, no-tests/benchmarks and no-cycle contracts ([tool.importlinter]).

@@ -14,6 +14,25 @@ from .presentation import QueryPrinter
 DEMO_COLLECTION = "demo"
 
 
+# Profiles whose LLM reads (trained weights): each answer is shown beside the other answerers' of these.
+READING_LLM = {"offline": "SmolLM2-135M-Instruct"}
+COMPARED = ("extractive", "hybrid")
+
+
+async def _answer_beside(client: AsyncThinkServeClient, question: str, answerer: str) -> None:
+    """The same question with another answerer, in one line: its text, what it cites, how long it took."""
+    started = time.monotonic()
+    final = None
+    async for event in client.query(DEMO_COLLECTION, question, answerer=answerer):
+        if event.WhichOneof("event") == "final":
+            final = event.final
+    if final is None:
+        return
+    cites = ", ".join(f"[{c.evidence_rank}] p.{c.page + 1}" if c.page >= 0 else f"[{c.evidence_rank}]" for c in final.citations)
+    print(f"   {answerer} answer ({final.answer_source}, {time.monotonic() - started:.1f} s): {' '.join(final.text.split())}"
+          + (f"  cites {cites}" if cites else ""))
+
+
 async def run_demo(settings: Settings, samples: list[Path], questions_file: Path) -> int:
     questions = [line.strip() for line in questions_file.read_text().splitlines() if line.strip()]
     with tempfile.TemporaryDirectory(prefix="thinkserve-demo-") as data_dir:
@@ -45,10 +64,16 @@ async def _run(settings: Settings, samples: list[Path], questions: list[str]) ->
                     "  weights, so routes come from the question's features and the reranker, having no say, is not called.\n"
                     "  `thinkserve ask --answerer llm --router model ...` runs the random LLM and router: noise output."
                 )
+            beside = tuple(a for a in COMPARED if a != settings.answer.answerer) if settings.profile in READING_LLM else ()
+            if beside:
+                print(f"* {settings.profile} profile: the LLM is {READING_LLM[settings.profile]} (trained, small); each answer is\n"
+                      f"  followed by the {' and '.join(beside)} answer to the same question, to compare them.")
             for question in questions:
                 printer = QueryPrinter(question)
                 async for event in client.query(DEMO_COLLECTION, question):
                     printer.handle(event)
+                for answerer in beside:
+                    await _answer_beside(client, question, answerer)
     finally:
         stopped = time.monotonic()
         await deployment.stop()
