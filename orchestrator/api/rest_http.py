@@ -14,6 +14,7 @@ other HTTP client see exactly what a gRPC client sees. Errors have the OpenAI en
     POST   /api/v1/collections/{c}/retrieve                  {"question", "options"}: RetrieveResponse
     GET    /api/v1/collections/{c}/pages/{document id}/{page}  a page's render (0-based page), read access to {c}
     GET    /api/v1/collections/{c}/evidence/{passage id}/image  a multimodal unit's image (figure, table, equation)
+    GET    /api/v1/openapi.json                              this API's OpenAPI description (api/openapi.py)
     GET    /console/                                         the console (http.console)
 
 Images are named by collection and document id and page, or evidence id, only: no file path reaches a URL, and a
@@ -32,9 +33,11 @@ from starlette.responses import JSONResponse, RedirectResponse, Response, Stream
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from .. import __version__
 from ..errors import InvalidRequestError, ThinkServeError
 from .gateway import REQUEST_ID_HEADER, Call, Gateway, request_id_from
 from .http_common import client_timeout, error_response, failed_call, json_body, sse_stream
+from .openapi import OPENAPI_PATH, describe
 from .protos import pb
 from .service import ThinkServeService
 
@@ -122,8 +125,14 @@ def rest_routes(gateway: Gateway, service: ThinkServeService, console: bool) -> 
     page_image = image("GetPageImage", lambda call, p: service.page_image(call, p["collection"], p["document_id"], p["page"]))
     evidence_image = image("GetEvidenceImage", lambda call, p: service.evidence_image(call, p["collection"], p["passage_id"]))
 
+    description = describe(__version__)
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(description)
+
     collection_path = "/api/v1/collections/{collection}"
     routes: list[BaseRoute] = [
+        Route(OPENAPI_PATH, openapi, methods=["GET"]),
         Route("/api/v1/health", unary("Health", _empty(pb.HealthRequest)), methods=["GET"]),
         Route("/api/v1/stats", unary("Stats", _empty(pb.StatsRequest)), methods=["GET"]),
         Route("/api/v1/collections", unary("ListCollections", _empty(pb.ListCollectionsRequest)), methods=["GET"]),
