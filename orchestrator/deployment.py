@@ -15,9 +15,10 @@ from starlette.applications import Starlette
 
 from .api.gateway import Gateway
 from .api.http_server import HttpServer, check_exposure, server_credentials
+from .api.decoding import add_service
 from .api.openai_http import openai_routes
 from .api.rest_http import rest_routes
-from .api.protos import pb, pb_grpc
+from .api.protos import pb
 from .api.standard_health import StandardHealth
 from .api.service import ThinkServeService
 from .config import Settings
@@ -141,7 +142,7 @@ class Deployment:
                 ("grpc.so_reuseport", 0),  # a second server on the same port must fail, not share it
             ]
         )
-        pb_grpc.add_ThinkServeServicer_to_server(service, self.server)
+        add_service(service, self.server)  # api/decoding.py: bytes that are no message are INVALID_ARGUMENT
         self.standard_health = StandardHealth(lambda: _serving(service), limits.health_interval_s)
         self.standard_health.add_to(self.server)
         credentials = server_credentials(limits)

@@ -30,6 +30,7 @@ class Target:
     in_process: bool = False  # the orchestrator runs in the generator's own process (tests): overhead shared
     profile: str = ""
     token: str = ""  # bearer token for a deployment that requires one (off loopback)
+    http: str = ""  # its HTTP base URL, when started here with the HTTP endpoint on
 
 
 def _serve(settings: Settings, connection) -> None:
@@ -45,10 +46,10 @@ def _serve(settings: Settings, connection) -> None:
     async def main() -> None:
         try:
             async with running(settings, progress=lambda _: None) as deployment:
-                connection.send(("ready", deployment.address, deployment.triton_url))
+                connection.send(("ready", deployment.address, deployment.triton_url, deployment.http_address or ""))
                 await asyncio.to_thread(connection.recv)
         except BaseException as error:  # noqa: BLE001 - reported to the parent, which raises it
-            connection.send(("failed", f"{type(error).__name__}: {error}", ""))
+            connection.send(("failed", f"{type(error).__name__}: {error}", "", ""))
 
     asyncio.run(main())
 
@@ -65,11 +66,11 @@ async def own_deployment(settings: Settings, progress: Callable[[str], None] = p
         ready = await asyncio.to_thread(parent.poll, settings.triton.startup_timeout_s + 60)
         if not ready:
             raise ConfigurationError("the deployment did not start in time")
-        state, address, triton_url = parent.recv()
+        state, address, triton_url, http = parent.recv()
         if state != "ready":
             raise ConfigurationError(f"the deployment failed to start: {address}")
         progress(f"deployment ready: orchestrator {address}, Triton {triton_url}")
-        yield Target(address, triton_url, own=True, profile=settings.profile)
+        yield Target(address, triton_url, own=True, profile=settings.profile, http=http)
     finally:
         if process.is_alive():
             with contextlib.suppress(BrokenPipeError, OSError):

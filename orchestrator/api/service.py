@@ -18,6 +18,7 @@ from ..knowledge.storage.snapshot import Snapshot
 from ..models.contracts import ModelContract
 from ..triton.models import TritonModels
 from . import convert
+from .decoding import checked
 from .gateway import REQUEST_ID_HEADER, Call, Gateway, request_id_from
 from .protos import pb, pb_grpc
 from .read_ahead import read_ahead
@@ -54,7 +55,7 @@ def unary(method):
         request_id, sent, opened = _open(self.gateway, context, method.__name__)
         try:
             async with opened as call:
-                response = await method(self, request, context, call)
+                response = await method(self, checked(request), context, call)
         except Exception as error:  # a cancelled call raises CancelledError, which is not an Exception
             await sent
             await _abort(context, error, request_id)
@@ -70,7 +71,7 @@ def streaming(method):
         request_id, sent, opened = _open(self.gateway, context, method.__name__)
         try:
             async with opened as call:
-                async for message in method(self, request, context, call):
+                async for message in method(self, checked(request), context, call):
                     await sent
                     yield message
         except Exception as error:
@@ -153,7 +154,7 @@ class ThinkServeService(pb_grpc.ThinkServeServicer):
         limit = self.settings.server.max_upload_bytes
         header, chunks, size = None, [], 0
         async for message in request_iterator:
-            part = message.WhichOneof("part")
+            part = checked(message).WhichOneof("part")
             if part == "header":
                 if header is not None:
                     raise InvalidRequestError("the header was sent twice; send it once, first")

@@ -1,5 +1,8 @@
 """Fuzzing the API of a real deployment: generated Query, Retrieve and Ingest messages over gRPC and generated
-bodies for the OpenAI-compatible endpoint. Whatever arrives, the answer is a result or a client error with a
+bodies for the OpenAI-compatible endpoint; then, with the benchmark's generators (thinkserve_bench.fuzzing, a few
+examples each here; `python -m thinkserve_bench.scripts.fuzz` runs thousands), messages of every RPC built from
+the .proto and raw bytes that are none, every HTTP operation of the OpenAPI description through Schemathesis, and
+hostile files through both upload paths. Whatever arrives, the answer is a result or a client error with a
 cause; never INTERNAL/UNKNOWN, never an HTTP 500, and the server keeps serving."""
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from orchestrator.deployment import Deployment
 from orchestrator.pipeline.plan import QueryOptions
 from tests.conftest import settings_with
 from tests.integration.conftest import BackgroundLoop
+from thinkserve_bench.fuzzing.runner import SERVICE, FileFuzzer, GrpcFuzzer, RestFuzzer, Tally, health_probe
 
 pytestmark = pytest.mark.integration
 
@@ -28,11 +32,13 @@ CLIENT_ERRORS = {
     grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 HTTP_CLIENT_ERRORS = {400, 403, 404, 429, 504}
+FUZZ_DOCUMENT = b"# Fuzz\n\nAcme sold 12 robots in 2024. Bolt Ltd bought three of them."
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
 @pytest.fixture(scope="module")
-def fuzzed(triton, triton_settings, tmp_path_factory):
+def fuzz_deployment(triton, triton_settings, tmp_path_factory):
+    """(gRPC address, HTTP base URL) of the deployment under fuzzing, with the fuzz collection loaded."""
     config = settings_with(
         triton_settings.model_copy(update={"url": triton.endpoints.grpc}), tmp_path_factory.mktemp("fuzz-data"),
         server={"max_upload_bytes": 64_000, "max_queued_queries": 64},
@@ -43,10 +49,17 @@ def fuzzed(triton, triton_settings, tmp_path_factory):
     deployment = Deployment(config)
     address = loop.run(deployment.start(progress=lambda _: None))
     with ThinkServeClient(address, timeout_s=120) as client:
-        client.ingest(COLLECTION, b"# Fuzz\n\nAcme sold 12 robots in 2024. Bolt Ltd bought three of them.", "fuzz.md")
-        yield client, deployment.http_address
+        client.ingest(COLLECTION, FUZZ_DOCUMENT, "fuzz.md")
+    yield address, deployment.http_address
     loop.run(deployment.stop())
     loop.close()
+
+
+@pytest.fixture(scope="module")
+def fuzzed(fuzz_deployment):
+    address, http = fuzz_deployment
+    with ThinkServeClient(address, timeout_s=120) as client:
+        yield client, http
 
 
 def _option_strategy(kind: str):
@@ -140,6 +153,52 @@ def test_malformed_http_bodies_are_client_errors(fuzzed):
                 b'{"model": "fuzz", "messages": [{"role": "user", "content": "hi"}], "temperature": Infinity}'):
         response = httpx.post(f"{http}/v1/chat/completions", content=raw, timeout=30)
         assert response.status_code == 400, (raw[:20], response.text[:200])
+
+
+def _generated(fuzz_deployment, run) -> None:
+    """Run one of the benchmark's fuzzers; every case must pass and every health check too. Generated requests
+    may delete the collection they name (DeleteCollection "fuzz"): it is put back after."""
+    address, http = fuzz_deployment
+    tally = Tally()
+    run(address, http, tally, health_probe(address, COLLECTION, "How many robots did Acme sell?"))
+    summary = tally.summary()
+    with ThinkServeClient(address, timeout_s=120) as client:
+        client.ingest(COLLECTION, FUZZ_DOCUMENT, "fuzz.md")
+    assert summary["cases"] > 0
+    assert not summary["defect_examples"], summary["defect_examples"]
+    assert summary["health_checks"] == 0 or not summary["health_failures"], summary["health_failures"]
+
+
+def test_generated_messages_of_every_rpc_and_raw_bytes_get_results_or_client_errors(fuzz_deployment):
+    def run(address, http, tally, health):
+        fuzzer = GrpcFuzzer(address, tally, health, timeout_s=60)
+        try:
+            fuzzer.run(examples_per_method=6, run_seed=54, raw_examples=30)
+        finally:
+            fuzzer.close()
+        assert {o.family for o in tally.outcomes} >= {m.name for m in SERVICE.methods}
+
+    _generated(fuzz_deployment, run)
+
+
+def test_every_http_operation_of_the_openapi_description_under_schemathesis(fuzz_deployment):
+    def run(address, http, tally, health):
+        fuzzer = RestFuzzer(http, tally, health, timeout_s=60)
+        assert len(fuzzer.operations()) >= 19
+        fuzzer.run(examples_per_operation=4, run_seed=54)
+
+    _generated(fuzz_deployment, run)
+
+
+def test_hostile_files_are_stored_or_refused_with_a_cause(fuzz_deployment):
+    def run(address, http, tally, health):
+        fuzzer = FileFuzzer(address, http, tally, health, max_upload_bytes=64_000, timeout_s=120)
+        try:
+            fuzzer.run(examples=30, run_seed=54)
+        finally:
+            fuzzer.close()
+
+    _generated(fuzz_deployment, run)
 
 
 def test_the_server_still_answers_after_the_fuzzing(fuzzed):

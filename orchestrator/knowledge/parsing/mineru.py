@@ -266,7 +266,8 @@ def _check_input(source: Path) -> int:
         try:
             with Image.open(source) as image:
                 image.verify()
-        except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
+        # DecompressionBombError: a few bytes declaring gigapixels (found by fuzzing: it was an internal error)
+        except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as error:
             raise InvalidRequestError(f"{source.name}: not a readable image ({error})") from None
         return 1
     raise InvalidRequestError(
