@@ -9,6 +9,9 @@ a mode's run and report.
                                                           FAISS kinds and graph paths in process (micro.py)
     thinkserve-bench standins --from-cost bench-cost.json  a cost run's model calls timed on realistic-size stand-in
                                                           models in PyTorch (the GPU when present; modes/standin_costs.py)
+    thinkserve-bench soak [--duration-minutes 120] [--rate Q/S]  hours of questions and document churn against a
+                                                          writer and a read replica it starts (`serve`, `serve --read-only`):
+                                                          memory, fds, threads, p99 and replica lag over time (modes/soak.py)
 
 Global options as `thinkserve`'s: --config FILE (the deployment's settings), --profile NAME, -v.
 
@@ -32,7 +35,7 @@ from typing import Any, Optional
 
 from orchestrator.errors import ConfigurationError
 
-MODES = ("latency", "load", "cost", "ceiling", "ablations", "workload", "micro", "standins")
+MODES = ("latency", "load", "cost", "ceiling", "ablations", "workload", "micro", "standins", "soak")
 MICRO_IN_PROCESS = ("faiss", "graph")
 DEFAULT_OUT = Path("bench/results/bench")
 DESCRIPTION = "latency, load, cost-per-query, model-bound ceiling and ablation benchmarks against a live deployment"
@@ -104,6 +107,16 @@ def build_parser() -> argparse.ArgumentParser:
     standins.add_argument("--repeats", type=int, default=3, help="standins: timed calls per shape (median)")
     standins.add_argument("--preset", choices=("hf", "test"), default="hf",
                           help="standins: hf = the hf profile's architectures; test = toy sizes (smoke tests)")
+    soak = bench.add_argument_group("soak")
+    soak.add_argument("--duration-minutes", type=float, default=120.0, help="soak: the whole run, warm-up included")
+    soak.add_argument("--warmup-minutes", type=float, default=10.0, help="soak: left out of the growth fits")
+    soak.add_argument("--rate", type=float, help="soak: questions per second (default: --knee-fraction of the "
+                      "closed-loop throughput measured first)")
+    soak.add_argument("--knee-fraction", type=float, default=0.6)
+    soak.add_argument("--churn-interval", type=float, default=30.0, help="soak: mean seconds between document operations")
+    soak.add_argument("--churn-slots", type=int, default=4, help="soak: documents that come and go (PDFs and Markdown)")
+    soak.add_argument("--sample-interval", type=float, default=10.0, help="soak: seconds between process samples")
+    soak.add_argument("--follow-interval", type=float, default=1.0, help="soak: the replica's storage.follow_interval_s")
     return bench
 
 
@@ -155,6 +168,10 @@ def cmd_bench(args) -> int:
         return run_micro(args, settings_from_args(args))
     if args.mode == "standins":
         return run_standins_mode(args, settings_from_args(args))
+    if args.mode == "soak":
+        from .soak_command import run_soak_mode
+
+        return run_soak_mode(args, settings_from_args(args), command_line(), bench_settings(args), parse_options(args.option))
     return asyncio.run(run_mode(args, settings_from_args(args)))
 
 
