@@ -440,11 +440,13 @@ class IngestSettings(_Section):
     page_render_quality: int = Field(85, ge=0, le=95)
     max_pages: int = Field(1000, ge=1)  # a PDF with more pages is refused with a clear error
     # OCR through the `ocr` model (PP-OCRv4 with trained weights, every profile): "auto" reads the pages on which the
-    # parser found no text (scans, slides exported as pictures: MinerU's flash tier does no OCR), "always" every
-    # page (its text replaces the parser's: for PDFs whose text layer is garbage), "off" none. Pages are rendered
-    # at `ocr_dpi` as PNG, the longer side at most `ocr_max_side` pixels; `ocr_figures` also reads the figures and
-    # charts the parser cropped (axis labels, legends, values join the unit's text). Lines below
-    # `ocr_min_confidence` are kept in blocks of their own, marked by their confidence, and counted.
+    # parser found no text (scans, slides exported as pictures: MinerU's flash tier does no OCR; a PDF's pages
+    # without a text layer are begun while MinerU parses), "always" every page (its text replaces the parser's: for
+    # PDFs whose text layer is garbage), "off" none. Pages are rendered at `ocr_dpi` as PNG, the longer side at most
+    # `ocr_max_side` pixels; a page with nothing drawn on it is not sent. `ocr_figures` also reads the figures and
+    # charts the parser cropped and found no words in (a picture's axis labels, legends, values join the unit's
+    # text; a figure whose words the text layer holds is not read again). Lines below `ocr_min_confidence` are kept
+    # in blocks of their own, marked by their confidence, and counted.
     ocr: Literal["auto", "always", "off"] = "auto"
     ocr_dpi: float = Field(150.0, gt=0)
     ocr_max_side: int = Field(2000, ge=64)

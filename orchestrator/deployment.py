@@ -103,6 +103,7 @@ class Deployment:
             pipeline = QueryPipeline(self.settings, models, knowledge, ingestor.tokenizer, self.tracing.tracer)
             metrics = ServiceMetrics()
             metrics.track_triton(self.triton_client.health_snapshot, lambda: self.supervisor and self.supervisor.status())
+            metrics.track_ingest(ingestor.progress.figures, ingestor.progress.totals)
             self.gateway = Gateway(self.settings, pipeline, metrics, self.tracing.tracer)
             service = ThinkServeService(
                 self.settings, models, ingestor, self.gateway, self.required_models, self._triton_state

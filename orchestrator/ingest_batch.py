@@ -1,8 +1,11 @@
 """Ingest many documents from the command line: a few in flight at once, a progress bar, a report per document.
 
-A bad document fails alone with the server's message; the rest of the batch goes on. Progress counts pages
-(PDF page counts are read up front, other documents count as one page), so the ETA reflects the work. With
---ray, PDFs and images are parsed on a Ray cluster first (ray_ingest.py) and go up as MinerU output.
+A bad document fails alone with the server's message; the rest of the batch goes on. Progress counts pages, what
+ingest's time grows with: each document's pages are counted up front (a PDF's page tree, a MinerU output folder's
+content list or the PDF beside it; an image or a text is one page), the bar moves by a document's pages when it is
+done (by the pages the server counted, where they differ), and shows pages/s, the pages OCR read and the documents in
+flight; the last line gives the same figures for the batch. With --ray, PDFs and images are parsed on a Ray
+cluster first (ray_ingest.py) and go up as MinerU output.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from .ray_ingest import ParseFailure, RayOptions, RaySession, parsed_on_ray
 class BatchTotals:
     documents: int = 0
     pages: int = 0
+    ocr_pages: int = 0
     blocks: int = 0
     chunks: int = 0
     entities: int = 0
@@ -34,7 +38,10 @@ class BatchTotals:
 
 
 def estimated_pages(path: Path) -> int:
-    """Page count of a PDF (cheap: pdfium reads the page tree only); 1 for everything else."""
+    """Pages of a document before it is sent: a PDF's page count (pdfium reads the page tree only), a MinerU output
+    folder's (the PDF beside its content list, else the content list's last page), 1 for anything else."""
+    if path.is_dir():
+        return _folder_pages(path)
     if path.suffix.lower() != ".pdf":
         return 1
     try:
@@ -45,6 +52,22 @@ def estimated_pages(path: Path) -> int:
             return max(1, len(document))
         finally:
             document.close()
+    except Exception:  # the server reports what is wrong with it
+        return 1
+
+
+def _folder_pages(folder: Path) -> int:
+    from .knowledge.parsing.content_list import read_content_list
+    from .knowledge.parsing.sources import CONTENT_LIST_PATTERNS, find_origin
+
+    lists = sorted(p for pattern in CONTENT_LIST_PATTERNS for p in folder.rglob(pattern) if p.is_file())
+    if not lists:
+        return 1
+    try:
+        origin = find_origin(lists[0])
+        if origin is not None and origin.suffix.lower() == ".pdf":
+            return estimated_pages(origin)
+        return max(1, read_content_list(lists[0]).page_count)
     except Exception:  # the server reports what is wrong with it
         return 1
 
@@ -74,19 +97,35 @@ async def ingest_paths(
     totals = BatchTotals()
     limit = asyncio.Semaphore(max(1, concurrency))  # uploads in flight, from either source
     bar = tqdm(total=sum(weights.values()), unit="page", file=sys.stderr, dynamic_ncols=True)
+    in_flight: dict[str, None] = {}  # names, in the order they were sent
+    started = time.monotonic()
 
-    def done(path: Path, line: str) -> None:
-        bar.update(weights[path])
-        bar.set_postfix(docs=totals.documents, blocks=totals.blocks, entities=totals.entities, failed=totals.failed)
+    def show() -> None:
+        current = next(reversed(in_flight), "")
+        bar.set_postfix_str(f"ocr={totals.ocr_pages} docs={totals.documents}/{len(documents)} failed={totals.failed}"
+                            + (f" now: {current}" if current else ""))
+
+    def done(path: Path, line: str, pages: Optional[int] = None) -> None:
+        """A document finished: the bar moves by its pages as the server counted them; a failed one's pages leave
+        the total."""
+        bar.total += (0 if pages is None else pages) - weights[path]
+        if pages:
+            bar.update(pages)
+        else:
+            bar.refresh()
+        show()
         bar.write(line, file=out)
 
     async def upload(client: AsyncThinkServeClient, path: Path, name: str, load: Callable[[], LocalSource]) -> None:
         """Runs holding one `limit` slot, which the caller acquired."""
+        in_flight[name] = None
+        show()
         try:
-            line = await _ingest_one(client, collection, name, load, totals)
+            line, pages = await _ingest_one(client, collection, name, load, totals)
         finally:
             limit.release()
-        done(path, line)
+            in_flight.pop(name, None)
+        done(path, line, pages)
 
     async def direct(client: AsyncThinkServeClient, path: Path, name: str) -> None:
         await limit.acquire()
@@ -122,8 +161,10 @@ async def ingest_paths(
         bar.close()
         if session is not None:
             session.close()
+    seconds = time.monotonic() - started
     print(
-        f"{totals.documents} documents ingested into {collection}: {totals.pages} pages, {totals.blocks} blocks, "
+        f"{totals.documents} documents ingested into {collection}: {totals.pages} pages ({totals.ocr_pages} read by OCR) "
+        f"in {seconds:.1f} s, {totals.pages / seconds if seconds > 0 else 0.0:.2f} pages/s; {totals.blocks} blocks, "
         f"{totals.chunks} chunks, {totals.entities} entities; {totals.failed} failed",
         file=out,
     )
@@ -157,7 +198,8 @@ def _parsed_source(name: str, outcome: bytes | ParseFailure) -> Callable[[], Loc
 
 async def _ingest_one(
     client: AsyncThinkServeClient, collection: str, name: str, load: Callable[[], LocalSource], totals: BatchTotals
-) -> str:
+) -> tuple[str, Optional[int]]:
+    """The document's report line, and its pages as the server counted them (None when it failed)."""
     try:
         source = load()
         # durable is enough per document: the server then publishes the batch's commits together, and the
@@ -165,27 +207,31 @@ async def _ingest_one(
         report = await client.ingest(collection, source.data, source.name, source.media_type, return_when_durable=True)
     except grpc.aio.AioRpcError as error:
         totals.failed += 1
-        return f"FAILED {name}: {error.code().name}: {error.details()}"
+        return f"FAILED {name}: {error.code().name}: {error.details()}", None
     except ParseFailure as failure:
         totals.failed += 1
-        return f"FAILED {name}: {failure} (MinerU on Ray node {failure.node})"
+        return f"FAILED {name}: {failure} (MinerU on Ray node {failure.node})", None
     except (OSError, ValueError) as error:
         totals.failed += 1
-        return f"FAILED {name}: {error}"
+        return f"FAILED {name}: {error}", None
     document = report.document
     totals.documents += 1
     if not report.visible:
         totals.pending[document.name] = document.document_id
+    pages = max(1, document.pages)  # a text counts as one page, as it was estimated
     if report.already_present:
-        return f"{name}: already present as {document.name} (nothing changed)"
-    totals.pages += document.pages
+        return f"{name}: already present as {document.name} (nothing changed)", pages
+    totals.pages += pages
+    totals.ocr_pages += document.ocr_pages
     totals.blocks += document.blocks
     totals.chunks += document.chunks
     totals.entities += document.entities
     state = "replaced" if report.replaced else "added"
     warnings = f"; {len(document.warnings)} warnings: {'; '.join(document.warnings[:3])}" if document.warnings else ""
+    ocr = f" ({document.ocr_pages} read by OCR)" if document.ocr_pages else ""
     return (
-        f"{name}: {state}, {document.pages} pages, {document.chunks} chunks, {document.units} units, "
-        f"{document.entities} entities, {document.relations} relations in {report.seconds:.1f} s{warnings}"
-    )
+        f"{name}: {state}, {document.pages} pages{ocr}, {document.chunks} chunks, {document.units} units, "
+        f"{document.entities} entities, {document.relations} relations in {report.seconds:.1f} s "
+        f"({report.pages_per_s:.2f} pages/s){warnings}"
+    ), pages
 

@@ -7,6 +7,7 @@ from typing import Sequence
 
 from ..knowledge.parsing.chunking import Span
 from ..knowledge.ingest import IngestResult
+from ..knowledge.ingest_progress import ProgressFigures
 from ..knowledge.storage.segments import DocumentRecord
 from ..pipeline.accounting import CostReport
 from ..pipeline.events import (
@@ -201,6 +202,17 @@ def ingest_report(result: IngestResult) -> "pb.IngestReport":
         replaced=result.replaced is not None,
         stages=[pb.StageTiming(stage=name, milliseconds=seconds * 1000) for name, seconds in result.stage_seconds.items()],
         visible=result.visible,
+        pages_per_s=result.document.pages / result.seconds if result.seconds > 0 and not result.already_present else 0.0,
+        progress=ingest_progress(result.progress) if result.progress is not None else None,
+    )
+
+
+def ingest_progress(figures: ProgressFigures) -> "pb.IngestProgress":
+    return pb.IngestProgress(
+        pages_done=figures.pages_done, pages_total=figures.pages_total, documents_done=figures.documents_done,
+        documents_in_flight=figures.documents_in_flight, documents_failed=figures.documents_failed,
+        ocr_pages=figures.ocr_pages, pages_per_s=figures.pages_per_s, seconds=figures.seconds,
+        current_document=figures.current_document,
     )
 
 

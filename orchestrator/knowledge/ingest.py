@@ -32,15 +32,16 @@ from ..tokens import PlainTokenizer
 from .graph.cooccurrence import CooccurrenceExtractor
 from .graph.extraction import Extraction, describe_fallback, normalize_entity_name
 from .graph.llm_extraction import LlmExtractor
+from .ingest_progress import DocumentProgress, IngestProgress, ProgressFigures
 from .parsing import sources
 from .parsing.chunking import Span, TextChunk, chunk_blocks
 from .parsing.content_list import read_content_list
 from .parsing.documents import Block, ParsedDocument
 from .parsing.mineru import FLASH_PARSER_MEMORY_MB, MineruOptions, MineruParser
-from .parsing.page_ocr import DocumentOcr, OcrOptions, OcrReport, PageImages
+from .parsing.page_ocr import DocumentOcr, OcrOptions, OcrReport, PageImages, PageReading
 from .parsing.page_ranges import parse_pages
 from .parsing.passages import Passage, passages_of
-from .parsing.pdf import inspect_pdf, page_object_counts, render_page_png, render_pages
+from .parsing.pdf import inspect_pdf, page_object_counts, render_page_png, render_pages, text_layer_characters
 from .parsing.text_source import decode_text, parse_text
 from .storage.registry import KnowledgeBase
 from .storage.segments import DocumentRecord, EntityMention, EvidenceRecord, PageRecord, RelationMention, Segment
@@ -55,6 +56,7 @@ class IngestResult:
     seconds: float
     stage_seconds: dict[str, float] = field(default_factory=dict)
     visible: bool = True  # queries see the document (False when the caller did not wait for it)
+    progress: Optional[ProgressFigures] = None  # the server's ingest once this document was done
 
 
 class _Stages:
@@ -87,6 +89,7 @@ class Ingestor:
         self.parser = MineruParser(mineru_options(settings))
         self.cooccurrence = CooccurrenceExtractor()
         self.ocr = DocumentOcr(models, ocr_options(settings))
+        self.progress = IngestProgress()  # pages done of pages total, OCR's pages: the report's and the metrics' figures
 
     async def ingest(
         self, collection: str, filename: str, data: bytes, media_type: str = "", timeout_s: Optional[float] = None,
@@ -108,35 +111,44 @@ class Ingestor:
 
         stages = _Stages()
         staging = target.staging_folder()
+        progress = self.progress.begin(name)
         try:
-            parsed, ocr = await self._parse(source, name, data, staging, stages, timeout_s)
+            parsed, ocr = await self._parse(source, name, data, staging, stages, timeout_s, progress)
+            progress.pages(parsed.page_count or 1)
             segment = await self._build_segment(parsed, ocr, source, name, document_id, len(data), staging, stages, timeout_s)
             async with target.write_lock:
                 if (present := _present(target.head().documents, document_id)) is not None:
                     target.discard_staging(staging)
+                    progress.done()
                     return IngestResult(collection, present, True, None, time.monotonic() - started,
-                                        visible=_present(target.snapshot.documents, document_id) is not None)
+                                        visible=_present(target.snapshot.documents, document_id) is not None,
+                                        progress=self.progress.figures())
                 with stages.timed("commit"):
                     replaced = await asyncio.to_thread(target.commit, segment, staging)
                 generation = target.head().generation
         except BaseException:
             target.discard_staging(staging)
+            progress.failed()
             raise
+        progress.done()
         if wait_visible:
             with stages.timed("publish"):  # read-your-writes: the next query sees the document, at full speed
                 await target.visible(generation)
         return IngestResult(collection, segment.document, False, replaced, time.monotonic() - started, stages.seconds,
-                            visible=target.snapshot.generation >= generation)
+                            visible=target.snapshot.generation >= generation, progress=self.progress.figures())
 
     async def _parse(
         self, source: sources.SourceKind, name: str, data: bytes, staging: Path, stages: _Stages, timeout_s: Optional[float],
+        progress: DocumentProgress,
     ) -> tuple[ParsedDocument, OcrReport]:
         """Parse into blocks whose assets live under staging/assets, with page renders under staging/pages; then
-        the text OCR reads on the pages and in the figures the parser found none in (page_ocr)."""
+        the text OCR reads on the pages and in the figures the parser found none in (page_ocr). A PDF's pages
+        without a text layer are read while MinerU parses."""
         work = staging / "work"
         work.mkdir()
         try:
             if source.kind in (sources.MARKDOWN, sources.TEXT):
+                progress.pages(1)
                 with stages.timed("parse"):
                     return parse_text(decode_text(data, name), markdown=source.kind == sources.MARKDOWN), OcrReport()
             if source.kind == sources.CONTENT_LIST:
@@ -147,33 +159,48 @@ class Ingestor:
                     origin = await asyncio.to_thread(sources.find_origin, content_list)
                     origin_pages = await asyncio.to_thread(self._origin_pages, origin, name) if origin else None
                     parsed = await asyncio.to_thread(read_content_list, content_list, page_count=origin_pages)
+                progress.pages(max(parsed.page_count, 1))
                 parsed = _adopt_assets(parsed, staging)
                 if origin is not None and self.settings.page_images:
                     parsed.page_images = await self._origin_page_images(origin, origin_pages or 1, parsed, staging, stages)
                 images = None
                 if origin is not None and parsed.page_count <= (origin_pages or 1):
                     images = self._pdf_pages(origin) if origin.suffix.lower() == ".pdf" else _whole_image(origin)
-                return await self._read_text(parsed, images, staging, stages, timeout_s)
+                return await self._read_text(parsed, images, staging, stages, timeout_s, progress)
             suffix = ".pdf" if source.kind == sources.PDF else (".png" if source.media_type == "image/png" else ".jpg")
             original = work / _local_name(name, suffix)  # parsers name the file in their messages
             original.write_bytes(data)
             renders: asyncio.Future | None = None
+            early: Optional[PageReading] = None
+            parsing: Optional[asyncio.Future] = None
+            images = self._pdf_pages(original) if source.kind == sources.PDF else _whole_image(original)
+            progress.pages(1)
             if source.kind == sources.PDF:
                 pages = await asyncio.to_thread(inspect_pdf, original)
                 if pages > self.settings.max_pages:
                     raise InvalidRequestError(
                         f"{name!r} has {pages} pages; the limit is ingest.max_pages = {self.settings.max_pages}"
                     )
+                progress.pages(pages)
                 if self.settings.page_images:  # rendering overlaps MinerU's parse
                     renders = asyncio.ensure_future(self._render(original, staging / "pages", stages))
             try:
                 with stages.timed("parse"):
                     if source.kind == sources.PDF:
-                        parsed = await asyncio.to_thread(self._parse_pdf, original, work / "mineru")
+                        parsing = asyncio.ensure_future(asyncio.to_thread(self._parse_pdf, original, work / "mineru"))
+                        if self.settings.ocr != "off":  # the pages that are only pictures are read meanwhile
+                            layer = await asyncio.to_thread(text_layer_characters, original)
+                            early = self.ocr.start(self.ocr.pages_before_parsing(layer), images, timeout_s, progress.ocr_page)
+                        parsed = await parsing
                     else:
                         parsed = await asyncio.to_thread(self.parser.parse, original, work / "mineru")
             except BaseException:
-                if renders is not None:  # let the render thread finish before the staging folder goes
+                # let the parse, render and OCR threads finish before the staging folder goes
+                if parsing is not None:
+                    await asyncio.gather(parsing, return_exceptions=True)
+                if early is not None:
+                    await early.cancel()
+                if renders is not None:
                     await asyncio.gather(renders, return_exceptions=True)
                 raise
             parsed = _adopt_assets(parsed, staging)
@@ -184,8 +211,7 @@ class Ingestor:
                 page = staging / "pages" / f"page-0000{suffix}"
                 shutil.copyfile(original, page)
                 parsed.page_images = [page]
-            images = self._pdf_pages(original) if source.kind == sources.PDF else _whole_image(original)
-            return await self._read_text(parsed, images, staging, stages, timeout_s)
+            return await self._read_text(parsed, images, staging, stages, timeout_s, progress, early)
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
@@ -205,16 +231,26 @@ class Ingestor:
         return parsed
 
     def _pdf_pages(self, pdf: Path) -> PageImages:
-        return lambda page: render_page_png(pdf, page, self.settings.ocr_dpi, self.settings.ocr_max_side)
+        return lambda page: render_page_png(pdf, page, self.settings.ocr_dpi, self.settings.ocr_max_side, blank_as_empty=True)
 
     async def _read_text(
         self, parsed: ParsedDocument, images: Optional[PageImages], staging: Path, stages: _Stages, timeout_s: Optional[float],
+        progress: DocumentProgress, early: Optional[PageReading] = None,
     ) -> tuple[ParsedDocument, OcrReport]:
-        """The document with the text OCR read added; the page-sized pictures it replaced leave the segment."""
+        """The document with the text OCR read added; the page-sized pictures it replaced leave the segment. Stage
+        `ocr` is what ingest waited for OCR after the parse, `ocr_reading` OCR's whole span (from its first image,
+        which may precede the parse's end)."""
         if self.settings.ocr == "off":
             return parsed, OcrReport()
-        with stages.timed("ocr"):
-            read, report = await self.ocr.read(parsed, images, timeout_s)
+        try:
+            with stages.timed("ocr"):
+                read, report = await self.ocr.read(parsed, images, timeout_s, started=early, on_page=progress.ocr_page)
+        except BaseException:
+            if early is not None:
+                await early.cancel()
+            raise
+        if report.pages or report.figures:
+            stages.seconds["ocr_reading"] = report.seconds
         kept = {block.asset for block in read.blocks if block.asset}
         for asset in {block.asset for block in parsed.blocks if block.asset} - kept:
             (staging / asset).unlink(missing_ok=True)

@@ -90,6 +90,11 @@ class ServiceMetrics:
         (`TritonClient.health_snapshot`) and the supervisor (`TritonSupervisor.status`, None when there is none)."""
         self.registry.register(_TritonCollector(client_health, supervisor_status))
 
+    def track_ingest(self, progress: Callable[[], object], totals: Callable[[], object]) -> None:
+        """Ingest in pages, read at scrape time from the ingestor's progress (`IngestProgress.figures` and
+        `.totals`): the figures its reports carry."""
+        self.registry.register(_IngestCollector(progress, totals))
+
     def request_done(self, method: str, code: str, seconds: float) -> None:
         self.requests.labels(method, code).inc()
         self.request_time.labels(method).observe(seconds * 1000.0)
@@ -142,6 +147,38 @@ class _TritonCollector(Collector):
             )
 
 
+class _IngestCollector(Collector):
+    def __init__(self, progress: Callable[[], object], totals: Callable[[], object]):
+        self.progress = progress
+        self.totals = totals
+
+    def collect(self):
+        totals, now = self.totals(), self.progress()
+        yield CounterMetricFamily("thinkserve_ingest_pages", "Pages of the documents ingested (committed)", value=totals.pages)
+        yield CounterMetricFamily("thinkserve_ingest_ocr_pages", "Pages whose text OCR read", value=totals.ocr_pages)
+        documents = CounterMetricFamily("thinkserve_ingest_documents", "Documents ingested, by outcome", labels=["outcome"])
+        documents.add_metric(["done"], totals.documents)
+        documents.add_metric(["failed"], totals.documents_failed)
+        yield documents
+        period = GaugeMetricFamily(
+            "thinkserve_ingest_progress_pages", "Pages done and total (done + in flight) since ingest last sat idle",
+            labels=["state"],
+        )
+        period.add_metric(["done"], now.pages_done)
+        period.add_metric(["total"], now.pages_total)
+        yield period
+        yield GaugeMetricFamily("thinkserve_ingest_pages_per_second", "Pages done over the seconds since ingest last sat idle",
+                                value=now.pages_per_s)
+        yield GaugeMetricFamily("thinkserve_ingest_documents_in_flight", "Documents being ingested now", value=now.documents_in_flight)
+        current = GaugeMetricFamily(
+            "thinkserve_ingest_current_document", "1 for the document begun most recently that is still in flight",
+            labels=["document"],
+        )
+        if now.current_document:
+            current.add_metric([now.current_document], 1.0)
+        yield current
+
+
 # ------------------------------------------------------------------------------------------------------------
 # The catalogue of exported series, for the README (so its list cannot drift from the registry)
 
@@ -157,6 +194,10 @@ def catalogue() -> list[tuple[str, str, tuple[str, ...], str]]:
 
     metrics = ServiceMetrics()
     metrics.track_triton(lambda: SimpleNamespace(breakers={}, retries=0), lambda: SimpleNamespace(restarts=0, model_reloads=0))
+    from ..knowledge.ingest_progress import IngestProgress
+
+    idle = IngestProgress()
+    metrics.track_ingest(idle.figures, idle.totals)
     wrappers = [*metrics.field_stages.values(), *(v for v in vars(metrics).values() if isinstance(v, MetricWrapperBase))]
     labels_of = {wrapper._name: tuple(wrapper._labelnames) for wrapper in wrappers}
     rows = []

@@ -7,6 +7,7 @@ import asyncio
 import collections
 import io
 import json
+import re
 import time
 import zipfile
 
@@ -169,6 +170,30 @@ def test_replace_and_delete_leave_no_orphans(client, running_orchestrator):
     with pytest.raises(grpc.RpcError) as missing:
         client.delete_document(collection, "notes.md")
     assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_progress_counts_the_pages_of_a_mineru_folder_and_a_pdf(running_orchestrator, tmp_path, capsys):
+    """The CLI's bar counts pages (a MinerU output folder's seven, not one), shows OCR's pages and pages/s, and ends
+    at the pages the server counted; the server's report carries the same figures for its busy period."""
+    folder = tmp_path / "batch"
+    (folder / "minutes").mkdir(parents=True)
+    items = [{"type": "text", "text": f"Minute {n}: the board approved budget line {n}.", "page_idx": n, "bbox": [100, 100, 900, 200]}
+             for n in range(7)]
+    (folder / "minutes" / "minutes_content_list.json").write_text(json.dumps(items))
+    pdf_factory.write_long_pdf(folder / "long.pdf", 5)
+    failures = asyncio.run(ingest_paths(running_orchestrator.address, "progress", [folder], concurrency=2))
+    captured = capsys.readouterr()
+    assert failures == 0, captured.out
+    assert re.search(r"\b12/12 \[.*page/s, ocr=0 docs=2/2 failed=0", captured.err.replace("\r", "\n")), captured.err
+    assert "2 documents ingested into progress: 12 pages (0 read by OCR) in " in captured.out
+    assert re.search(r"minutes: added, 7 pages, .* \(\d+\.\d\d pages/s\)", captured.out), captured.out
+
+    with ThinkServeClient(running_orchestrator.address, timeout_s=300) as client:
+        report = client.ingest_file("progress-report", folder / "long.pdf")
+    assert report.pages_per_s == pytest.approx(5 / report.seconds, rel=1e-6)
+    progress = report.progress
+    assert progress.pages_done >= 5 and progress.pages_total >= progress.pages_done and progress.documents_done >= 1
+    assert progress.pages_per_s > 0 and progress.seconds > 0
 
 
 def test_bad_documents_fail_alone_with_their_cause(running_orchestrator, tmp_path, capsys):

@@ -252,6 +252,43 @@ def test_a_corrupt_figure_image_and_a_blank_page_cost_warnings_and_the_document_
     assert freight.units == 1 and freight.ocr_figures == 0
     assert any(w.startswith("page 1: a figure could not be read by OCR (model ocr rejected the request") and
                "not a readable image" in w for w in freight.warnings)
-    assert empty.pages == 2 and empty.ocr_pages == 1 and empty.ocr_lines == 0
+    assert empty.pages == 2 and empty.ocr_pages == 0 and empty.ocr_lines == 0  # nothing drawn on it: never sent
     assert any(w.startswith("1 of 2 pages have no extractable text (page 2): OCR found no words on them either")
                for w in empty.warnings)
+
+
+def _inferences(statistics) -> int:
+    return int(statistics["model_stats"][0]["inference_count"])
+
+
+def test_only_what_pays_is_read_on_a_generated_pdf_through_mineru_and_triton(triton, tmp_path):
+    """The real MinerU and Triton on the four cases OCR's decisions tell apart: the page that is a picture of words
+    is read (begun while MinerU parses); the blank page is never sent; the chart whose labels the parser took from
+    the text layer is not read again; the photos (a figure and a whole page) are sent, the detector finds no line in
+    them, and the recogniser reads only the scanned page's two lines."""
+    from thinkserve_bench.generated import pdf_factory
+    from orchestrator.config import IngestSettings
+    from orchestrator.knowledge.ingest import Ingestor
+    from tests.conftest import MODEL_REPOSITORY
+
+    cases = pdf_factory.write_ocr_cases(tmp_path / "cases.pdf")
+    tokenizer = MODEL_REPOSITORY / "text_embedder_tokenize" / "1" / "tokenizer.json"
+    networks = ("ocr", "ocr_detect", "ocr_recognize")
+
+    async def work(models):
+        before = {m: _inferences(await models.client.model_statistics(m)) for m in networks}
+        ingestor = Ingestor(KnowledgeBase(tmp_path / "data"), models, IngestSettings(), tokenizer)
+        result = await ingestor.ingest("cases", cases.path.name, cases.path.read_bytes())
+        after = {m: _inferences(await models.client.model_statistics(m)) for m in networks}
+        return result, {m: after[m] - before[m] for m in networks}
+
+    result, calls = call(triton, work)
+    document = result.document
+    assert (document.pages, document.ocr_pages, document.ocr_figures, document.ocr_lines) == (4, 2, 1, 2)
+    assert calls == {"ocr": 3, "ocr_detect": 3, "ocr_recognize": 2}  # pages 2 and 4, the photo figure; 2 lines
+    assert {"ocr", "ocr_reading"} <= set(result.stage_seconds)
+    segment = KnowledgeBase(tmp_path / "data", read_only=True).collection("cases").snapshot.segments[0]
+    chart = next(b for b in segment.blocks if b.caption == cases.figure_caption)
+    assert all(label in chart.content for label in cases.chart_labels) and chart.ocr_confidence is None
+    assert [b.content for b in segment.blocks if b.page == 1] == cases.scanned_words
+    assert any(w.startswith("2 of 4 pages have no extractable text (page 3, 4)") for w in document.warnings)

@@ -193,3 +193,65 @@ def write_long_chunk_report(path: Path, fact_page: int = 2, pages: int = 4) -> P
     story.append(FlowImage(str(chart), width=14 * cm, height=8.75 * cm))
     SimpleDocTemplate(str(path), pagesize=A4, title="Operations review").build(story)
     return path
+
+
+@dataclass(frozen=True)
+class OcrCases:
+    """What `write_ocr_cases` put on each page: the cases OCR's decisions tell apart."""
+
+    path: Path
+    chart_labels: list[str]  # page 0: text, a chart picture whose labels are in the text layer, its caption
+    figure_caption: str
+    scanned_words: list[str]  # page 1: a picture of a page, words drawn in it, no text layer
+    blank_page: int = 2  # nothing drawn
+    photo_page: int = 3  # a photo-like picture without text, no text layer
+    photo_figure_page: int = 0  # ... and the same photo smaller, a figure on page 0 beside the chart
+    pages: int = 4
+
+
+def photo(size: tuple[int, int] = (800, 600)) -> Image.Image:
+    """A smooth colour field with soft waves: a picture holding no text."""
+    import numpy as np
+
+    height, width = size[1], size[0]
+    y, x = np.mgrid[0:height, 0:width]
+    pixels = np.stack([x / width * 255, y / height * 200, 128 + 60 * np.sin(x / 50) * np.cos(y / 40)], axis=-1)
+    return Image.fromarray(pixels.astype(np.uint8))
+
+
+def write_ocr_cases(path: Path) -> OcrCases:
+    """Four pages: (0) text, a bar chart picture with its labels drawn over it as text (so the text layer holds
+    them: what a PDF's vector chart or a table exported as a picture gives a parser), its caption, and a small photo
+    without text; (1) a page that is only a picture of words (a scan); (2) a blank page; (3) a page that is only a
+    photo without text."""
+    from reportlab.lib.utils import ImageReader
+    from PIL import ImageFont
+
+    labels = ["Shipments Q1", "Shipments Q2", "Shipments Q3", "Shipments Q4"]
+    scanned = ["Harbour crane capacity doubled", "Rotterdam terminal 2025"]
+    chart = draw_bar_chart(path.with_name(path.stem + "-chart.png"))
+    width, height = A4
+    pdf = canvas.Canvas(str(path), pagesize=A4)
+    pdf.setFont("Helvetica", 11)
+    for row, sentence in enumerate(SENTENCES):
+        pdf.drawString(60, height - 80 - 18 * row, sentence)
+    pdf.drawImage(ImageReader(str(chart)), 80, 300, width=400, height=250)
+    pdf.setFont("Helvetica", 9)
+    for column, label in enumerate(labels):
+        pdf.drawString(110 + 90 * column, 310, label)
+    pdf.setFont("Helvetica", 10)
+    pdf.drawString(80, 285, FIGURE_CAPTION)
+    pdf.drawImage(ImageReader(photo((400, 300))), 80, 60, width=200, height=150)
+    pdf.showPage()
+    scan = Image.new("RGB", (1240, 1754), "white")
+    draw = ImageDraw.Draw(scan)
+    font = ImageFont.load_default(size=48)
+    for row, line in enumerate(scanned):
+        draw.text((120, 200 + 120 * row), line, fill="black", font=font)
+    pdf.drawImage(ImageReader(scan), 0, 0, width=width, height=height)
+    pdf.showPage()
+    pdf.showPage()  # blank
+    pdf.drawImage(ImageReader(photo()), 0, 0, width=width, height=height)
+    pdf.showPage()
+    pdf.save()
+    return OcrCases(path, labels, FIGURE_CAPTION, scanned)

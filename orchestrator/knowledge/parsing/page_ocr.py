@@ -1,4 +1,4 @@
-"""OCR in ingest: the text of pages without a text layer, and of the figures and charts a parser crops.
+"""OCR in ingest: the text of pages without a text layer, and of the figures that hold none.
 
 A PDF page that is only a picture (a scan, a slide exported as an image) gives a parser nothing but one
 full-page image; its words become searchable only when something reads them. `DocumentOcr.read` renders each such
@@ -6,11 +6,19 @@ page (`ingest.ocr = "auto"`; every page with "always"; none with "off") at a res
 to the `ocr` model (PP-OCR served by Triton), and turns the lines into blocks (ocr_layout): text and titles with
 their page, box and confidence, then passages, entities and indexes exactly like a parser's text. The full-page
 picture a parser made of such a page is dropped (its words are now text); a smaller figure or chart on it keeps
-the lines that fall inside it. On pages the parser read, the crops of figures and charts are read too, and their
-words (axis labels, legends, values) join the unit's text.
+the lines that fall inside it.
+
+What is read is decided from what is known before reading, each rule measured on the dev PDFs (README):
+- A page's text layer is known before any parser runs (PDFium reads it at hundreds of pages a second), so the
+  pages without one start being read while the parser still works (`start`), and the parse waits for nothing.
+- A figure or chart whose box the parser found words in (a vector chart's labels, a table MinerU took for a
+  picture: the text layer inside it) is not read again: that was four fifths of the dev set's OCR time, for no
+  measured gain. Only a figure without them is read (`figures`: a picture may hold words nothing else has).
+- A page with nothing drawn on it is not sent (its render says so); where the detector finds no line, the model
+  runs no recogniser.
 
 A page whose OCR fails costs a warning, never the document; a model that is down fails the ingest as any model
-call does (nothing is stored). Pages are read a few at a time (`ocr_concurrency`), each rendered only when its turn
+call does (nothing is stored). Images are read a few at a time (`concurrency`), each rendered only when its turn
 comes, so memory stays bounded however long the document.
 """
 
@@ -32,14 +40,18 @@ FIGURE_TYPES = frozenset({"image", "chart"})
 # An image block covering this share of its page is the page itself as a picture (a scan, an exported slide).
 PAGE_PICTURE_AREA = 0.6
 
-# The image of page `index` (encoded PNG/JPEG) and the page's width / height; runs in a worker thread.
+# The image of page `index` (encoded PNG/JPEG; no bytes: nothing is drawn on the page) and the page's width /
+# height; runs in a worker thread.
 PageImages = Callable[[int], tuple[bytes, float]]
+# Told once per page OCR has read (the ingest's progress counts them as they come).
+PageRead = Callable[[], None]
+_Outcome = tuple[PageText, float] | str | None  # lines and the page's aspect; why it failed; None: blank
 
 
 @dataclass(frozen=True)
 class OcrOptions:
     mode: OcrMode = "auto"
-    figures: bool = True  # also read the figures and charts the parser cropped
+    figures: bool = True  # also read the figures and charts the parser found no words in
     min_confidence: float = 0.5  # lines below are kept, in blocks of their own, and counted as low-confidence
     concurrency: int = 4  # images in flight
 
@@ -51,8 +63,25 @@ class OcrReport:
     lines: int = 0
     low_confidence_lines: int = 0
     read_pages: bool = False  # OCR was on and had the document's pages to read (False: off, or no page images)
-    seconds: float = 0.0
+    seconds: float = 0.0  # from the first image sent to the last read (reading may overlap the parse)
     warnings: list[str] = field(default_factory=list)
+    blank_pages: int = 0  # pages not sent: nothing is drawn on them
+    figures_with_text: int = 0  # figures and charts not read: the parser found words in them
+
+
+class PageReading:
+    """Pages being read in the background, begun before the parser is done; `read` takes their outcomes."""
+
+    def __init__(self, tasks: dict[int, "asyncio.Task[_Outcome]"], limit: asyncio.Semaphore, started: float):
+        self.tasks = tasks
+        self.limit = limit
+        self.started = started
+
+    async def cancel(self) -> None:
+        """Stop reading (the document failed) and wait until no page is rendered or sent any more."""
+        for task in self.tasks.values():
+            task.cancel()
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
 
 
 class DocumentOcr:
@@ -60,32 +89,58 @@ class DocumentOcr:
         self.models = models
         self.options = options
 
+    def pages_before_parsing(self, layer_characters: Sequence[int]) -> list[int]:
+        """The pages OCR reads whatever the parser finds, known from the text layer alone: "always" every page,
+        "auto" those whose text layer holds no character."""
+        if self.options.mode == "always":
+            return list(range(len(layer_characters)))
+        if self.options.mode == "auto":
+            return [page for page, count in enumerate(layer_characters) if count == 0]
+        return []
+
+    def start(
+        self, pages: Sequence[int], page_images: PageImages, timeout_s: Optional[float] = None, on_page: Optional[PageRead] = None,
+    ) -> PageReading:
+        """Begin reading `pages` now (each rendered when its turn comes); `read` takes what they gave."""
+        limit = asyncio.Semaphore(self.options.concurrency)
+        tasks = {page: asyncio.ensure_future(self._read_page(page, page_images, limit, timeout_s, on_page)) for page in pages}
+        return PageReading(tasks, limit, time.monotonic())
+
     async def read(
         self, parsed: ParsedDocument, page_images: Optional[PageImages], timeout_s: Optional[float] = None,
-        pages: Optional[Sequence[int]] = None,
+        pages: Optional[Sequence[int]] = None, started: Optional[PageReading] = None, on_page: Optional[PageRead] = None,
     ) -> tuple[ParsedDocument, OcrReport]:
         """`parsed` with the text OCR found added. `page_images` renders a page (None: the source has no page
-        images, only figure crops can be read); `pages` forces which pages are read (else the mode decides)."""
+        images, only figure crops can be read); `pages` forces which pages are read (else the mode decides);
+        `started`: pages begun before the parse (`start`), whose outcomes are used where the mode reads those pages."""
         report = OcrReport()
+        early = started.tasks if started is not None else {}
         if self.options.mode == "off":
+            if started is not None:
+                await started.cancel()
             return parsed, report
-        started = time.monotonic()
+        began = started.started if started is not None else time.monotonic()
         report.read_pages = page_images is not None
         if pages is None:
             pages = self.pages_to_read(parsed) if page_images is not None else []
-        limit = asyncio.Semaphore(self.options.concurrency)
-        page_jobs = [self._read_page(page, page_images, limit, timeout_s) for page in pages] if page_images else []
-        read_pages = set(pages)
-        figures = [
-            i for i, block in enumerate(parsed.blocks)
-            if self.options.figures and block.type in FIGURE_TYPES and block.asset and parsed.asset_root is not None
-            and block.page not in read_pages
+        limit = started.limit if started is not None else asyncio.Semaphore(self.options.concurrency)
+        figures = self._figures(parsed, set(pages), report) if self.options.figures else []
+        blocks = list(parsed.blocks)
+        page_jobs = [
+            early[page] if page in early else asyncio.ensure_future(self._read_page(page, page_images, limit, timeout_s, on_page))
+            for page in pages
+        ] if page_images else []
+        figure_jobs = [
+            asyncio.ensure_future(self._read_figure(parsed.asset_root / parsed.blocks[i].asset, limit, timeout_s)) for i in figures
         ]
-        figure_jobs = [self._read_figure(parsed.asset_root / parsed.blocks[i].asset, limit, timeout_s) for i in figures]
-        results = await asyncio.gather(*page_jobs, *figure_jobs)
+        try:
+            results = await asyncio.gather(*page_jobs, *figure_jobs)
+        finally:  # after a failure none is left running; pages begun early that the parser found text on stop here
+            for job in [*early.values(), *page_jobs, *figure_jobs]:
+                job.cancel()
+            await asyncio.gather(*early.values(), *page_jobs, *figure_jobs, return_exceptions=True)
         page_results, figure_results = results[: len(page_jobs)], results[len(page_jobs) :]
 
-        blocks = list(parsed.blocks)
         for index, outcome in zip(figures, figure_results):
             if isinstance(outcome, str):
                 report.warnings.append(f"page {parsed.blocks[index].page + 1}: a figure could not be read by OCR ({outcome})")
@@ -97,6 +152,9 @@ class DocumentOcr:
 
         by_page: dict[int, tuple[list[TextLine], float]] = {}
         for page, outcome in zip(pages, page_results):
+            if outcome is None:
+                report.blank_pages += 1
+                continue
             if isinstance(outcome, str):
                 report.warnings.append(f"page {page + 1}: OCR failed ({outcome}); the page keeps what the parser found")
                 continue
@@ -107,8 +165,18 @@ class DocumentOcr:
             by_page[page] = (lines, aspect)  # none: a blank page (ingest's warning on pages without text names it)
         if by_page:
             blocks = self._with_page_text(blocks, by_page)
-        report.seconds = time.monotonic() - started
+        report.seconds = time.monotonic() - began
         return replace(parsed, blocks=blocks, warnings=parsed.warnings + report.warnings), report
+
+    def _figures(self, parsed: ParsedDocument, read_pages: set[int], report: OcrReport) -> list[int]:
+        """The figures and charts to read: those with an image, on a page OCR does not read whole, in which the
+        parser found no words (counted in `report`)."""
+        figures = [
+            i for i, block in enumerate(parsed.blocks)
+            if block.type in FIGURE_TYPES and block.asset and parsed.asset_root is not None and block.page not in read_pages
+        ]
+        report.figures_with_text = sum(bool(parsed.blocks[i].content.strip()) for i in figures)
+        return [i for i in figures if not parsed.blocks[i].content.strip()]
 
     def pages_to_read(self, parsed: ParsedDocument) -> list[int]:
         """"always": every page; "auto": the pages on which the parser found no text."""
@@ -124,14 +192,20 @@ class DocumentOcr:
         report.low_confidence_lines += sum(line.confidence < self.options.min_confidence for line in lines)
 
     async def _read_page(
-        self, page: int, page_images: PageImages, limit: asyncio.Semaphore, timeout_s: Optional[float]
-    ) -> tuple[PageText, float] | str:
+        self, page: int, page_images: PageImages, limit: asyncio.Semaphore, timeout_s: Optional[float],
+        on_page: Optional[PageRead] = None,
+    ) -> _Outcome:
         async with limit:  # rendered only when its turn comes: at most `concurrency` page images in memory
             try:
                 image, aspect = await asyncio.to_thread(page_images, page)
             except (InvalidRequestError, OSError, ValueError) as error:
                 return f"the page could not be rendered: {error}"
-            return await self._recognized(image, timeout_s, aspect)
+            if not image:
+                return None  # nothing is drawn on it
+            outcome = await self._recognized(image, timeout_s, aspect)
+        if on_page is not None and not isinstance(outcome, str):
+            on_page()
+        return outcome
 
     async def _read_figure(self, path: Path, limit: asyncio.Semaphore, timeout_s: Optional[float]) -> PageText | str:
         async with limit:

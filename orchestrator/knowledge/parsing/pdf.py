@@ -117,9 +117,14 @@ def render_pages(
     return written
 
 
-def render_page_png(path: Path, index: int, dpi: float, max_side: int) -> tuple[bytes, float]:
+# A render whose grey levels all lie within this many of each other has nothing drawn on it.
+BLANK_GREY_SPREAD = 8
+
+
+def render_page_png(path: Path, index: int, dpi: float, max_side: int, blank_as_empty: bool = False) -> tuple[bytes, float]:
     """Page `index` as a lossless PNG at `dpi`, its longer side capped at `max_side` pixels (what OCR reads: JPEG's
-    ringing around thin strokes costs characters), and the page's width / height."""
+    ringing around thin strokes costs characters), and the page's width / height. `blank_as_empty`: a page with
+    nothing drawn on it gives no bytes (there is nothing to read; the check costs a min/max over the bitmap)."""
     import io
 
     with _open(path) as document:
@@ -134,13 +139,36 @@ def render_page_png(path: Path, index: int, dpi: float, max_side: int) -> tuple[
         try:
             image = bitmap.to_pil()
             buffer = io.BytesIO()
-            image.convert("RGB").save(buffer, format="PNG", compress_level=1)
+            low, high = image.convert("L").getextrema() if blank_as_empty else (0, 255)
+            if high - low >= BLANK_GREY_SPREAD:
+                image.convert("RGB").save(buffer, format="PNG", compress_level=1)
             del image
         finally:
             with _PDFIUM_LOCK:
                 bitmap.warn_on_close = False
                 bitmap.close()
     return buffer.getvalue(), (width / height if height else 1.0)
+
+
+def text_layer_characters(path: Path) -> list[int]:
+    """The characters (whitespace aside) of each page's text layer: 0 for a page that is only a picture, which OCR
+    can start reading before any parser has run (PDFium reads text at about 300 pages/s)."""
+    with _open(path) as document:
+        with _PDFIUM_LOCK:
+            count = len(document)
+        counts = []
+        for index in range(count):
+            with _PDFIUM_LOCK:
+                page = document[index]
+                try:
+                    text = page.get_textpage()
+                    try:
+                        counts.append(sum(not c.isspace() for c in text.get_text_range()))
+                    finally:
+                        text.close()
+                finally:
+                    page.close()
+        return counts
 
 
 def page_object_counts(path: Path) -> list[int]:
