@@ -41,6 +41,7 @@ from .parsing.mineru import FLASH_PARSER_MEMORY_MB, MineruOptions, MineruParser
 from .parsing.page_ocr import DocumentOcr, OcrOptions, OcrReport, PageImages, PageReading
 from .parsing.page_ranges import parse_pages
 from .parsing.passages import Passage, passages_of
+from .parsing.sections import block_sections
 from .parsing.pdf import inspect_pdf, page_object_counts, render_page_png, render_pages, text_layer_characters
 from .parsing.text_source import decode_text, parse_text
 from .storage.registry import KnowledgeBase
@@ -302,9 +303,10 @@ class Ingestor:
     ) -> Segment:
         settings = self.settings
         with stages.timed("chunk"):
-            passages = await asyncio.to_thread(passages_of, parsed.blocks, self.tokenizer, settings.passage_tokens)
+            sections = block_sections(parsed.blocks, parsed.slides())
+            passages = await asyncio.to_thread(passages_of, parsed.blocks, self.tokenizer, settings.passage_tokens, sections)
             chunks = await asyncio.to_thread(
-                chunk_blocks, parsed.blocks, self.tokenizer, settings.chunk_tokens, settings.chunk_overlap_tokens
+                chunk_blocks, parsed.blocks, self.tokenizer, settings.chunk_tokens, settings.chunk_overlap_tokens, sections
             )
         units = [i for i, block in enumerate(parsed.blocks) if block.is_visual]
         with stages.timed("describe"):
@@ -317,7 +319,7 @@ class Ingestor:
             block = parsed.blocks[index]
             evidence.append(
                 EvidenceRecord(
-                    f"{document_id}:u{n}", document_id, name, "unit", block.type, text, _section_before(parsed.blocks, index),
+                    f"{document_id}:u{n}", document_id, name, "unit", block.type, text, sections[index],
                     (Span(index, block.page, block.bbox, ocr_confidence=block.ocr_confidence),), asset=f"{document_id}/{block.asset}" if block.asset else "",
                     tokens=self.tokenizer.count(text),
                 )
@@ -536,14 +538,6 @@ def _adopt_assets(parsed: ParsedDocument, staging: Path) -> ParsedDocument:
             block = replace(block, asset=f"assets/{block.asset}")
         blocks.append(block)
     return replace(parsed, blocks=blocks, asset_root=staging)
-
-
-def _section_before(blocks: Sequence[Block], index: int) -> str:
-    headings: list[str] = []
-    for block in blocks[:index]:
-        if block.type == "title":
-            headings[max(0, block.level - 1) :] = [block.content.strip()]
-    return " > ".join(headings)
 
 
 def _description_request(blocks: Sequence[Block], index: int, window: int) -> str:

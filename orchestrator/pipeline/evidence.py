@@ -39,9 +39,11 @@ def evidence_items(
         )
         items.append(EvidenceItem(rank, candidate.final, record, signals, context))
     for rank, hit in enumerate(pages, len(items) + 1):
-        document = snapshot.segment(hit.page.document_id).document
+        segment = snapshot.segment(hit.page.document_id)
+        document = segment.document
         record = EvidenceRecord(
-            f"{document.document_id}:p{hit.page.page}", document.document_id, document.name, "page", "page", "", "",
+            f"{document.document_id}:p{hit.page.page}", document.document_id, document.name, "page", "page", "",
+            segment.page_section(hit.page.page),
             (Span(-1, hit.page.page, WHOLE_PAGE),), asset=f"{document.document_id}/{hit.page.image}",
         )
         relevance = hit.relevance or 0.0

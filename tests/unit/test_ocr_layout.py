@@ -11,7 +11,9 @@ import pytest
 
 from orchestrator.errors import TritonUnavailableError
 from orchestrator.knowledge.parsing.documents import Block, ParsedDocument
-from orchestrator.knowledge.parsing.ocr_layout import TextLine, page_lines, paragraphs, reading_order, with_figure_text
+from orchestrator.knowledge.parsing.ocr_layout import (
+    TextLine, page_lines, paragraphs, reading_order, with_figure_text, without_running_heads,
+)
 from orchestrator.knowledge.parsing.page_ocr import DocumentOcr, OcrOptions
 from orchestrator.models.protocol import PageText
 from tests.model_double import InProcessModels
@@ -161,3 +163,48 @@ def test_figure_crops_are_read_on_pages_with_text(tmp_path):
     assert report.figures == 1 and report.pages == 0 and models.calls.count("ocr") == 1  # tables are the parser's
     assert read.blocks[1].content == "2023 2024" and read.blocks[1].ocr_confidence == pytest.approx(0.8)
     assert read.blocks[0] == blocks[0] and read.blocks[2] == blocks[2]
+
+
+SLIDE = 16 / 9
+
+
+def test_a_slides_title_is_its_first_line_of_words_whatever_its_height():
+    """On the dev decks slide titles were as tall as their text and big figures much taller: on a slide, its first
+    paragraph that is not a mark is the one title, and a tall number or a small tagline is text."""
+    lines = [
+        line("AN UNCOMMON SENSE OF THE CONSUMER", 60, 30, 400, 45),  # a tagline in small print above the title
+        line("GLOBAL OS BREAKDOWN", 70, 80, 370, 120),
+        line("Android dominated the market", 70, 280, 420, 320),
+        line("with a share of 82.8%.", 70, 330, 400, 370),
+        line("86,2%", 600, 400, 760, 520),  # a figure three times taller than the text
+    ]
+    blocks = paragraphs(lines, page=5, aspect=SLIDE, min_confidence=0.5)
+    assert [(b.type, b.content) for b in blocks if b.type == "title"] == [("title", "GLOBAL OS BREAKDOWN")]
+    assert blocks[0].content.startswith("AN UNCOMMON") and blocks[0].type == "text"  # first in reading order
+    assert {b.content: b.type for b in blocks}["86,2%"] == "text"
+    portrait = paragraphs(lines, page=5, aspect=0.77, min_confidence=0.5)  # a page of a report: the height rule
+    assert [b.content for b in portrait if b.type == "title"] == ["86,2%"]
+
+
+def test_a_slide_that_opens_with_a_sentence_has_no_title():
+    lines = [line("Prices rose by 4 percent in May.", 70, 80, 600, 120), line("Costs", 70, 300, 200, 340)]
+    assert [b.type for b in paragraphs(lines, page=0, aspect=SLIDE, min_confidence=0.5)] == ["text", "text"]
+
+
+def test_lines_repeated_at_one_place_on_most_pages_are_running_heads():
+    pages = {
+        page: [
+            line("WESTBROOK TRANSIT", 820, 30 + page, 960, 50 + page),  # the logo, a little off on each page
+            line(["Why the plan", "City policies", "Bicycle lanes", "Funding"][page], 60, 90, 600, 140),  # same place, other words
+            line("Budget", 60, 300, 200, 330) if page < 2 else line(f"Point {page}", 60, 300, 200, 330),
+            line(str(page + 1), 940, 950, 960, 970),  # the slide's number
+        ]
+        for page in range(4)
+    }
+    pages[4] = []  # a blank page counts for nothing
+    kept, dropped = without_running_heads(pages)
+    assert dropped == 8  # the logo and the number on each of the 4 pages
+    assert [[t.text for t in kept[page]] for page in range(2)] == [["Why the plan", "Budget"], ["City policies", "Budget"]]
+    assert kept[4] == []
+    few, none = without_running_heads({page: pages[page] for page in range(2)})  # two pages: nothing recurs enough
+    assert none == 0 and few[0] == pages[0]

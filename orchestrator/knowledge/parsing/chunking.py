@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 from ...errors import ConfigurationError
 from ...tokens import PlainTokenizer
 from .documents import TEXT_TYPES, Block
+from .sections import block_sections
 
 
 @dataclass(frozen=True)
@@ -46,25 +47,22 @@ class _Token:
     word: int  # word number within the document: windows never split one
 
 
-def chunk_blocks(blocks: Sequence[Block], tokenizer: PlainTokenizer, size: int, overlap: int) -> list[TextChunk]:
-    """Token windows over the text blocks in reading order; visual blocks belong to the multimodal stream."""
+def chunk_blocks(
+    blocks: Sequence[Block], tokenizer: PlainTokenizer, size: int, overlap: int, sections: Optional[Sequence[str]] = None
+) -> list[TextChunk]:
+    """Token windows over the text blocks in reading order; visual blocks belong to the multimodal stream.
+    `sections`: each block's heading path (sections.block_sections; by default, with no page a slide)."""
     if overlap >= size:
         raise ConfigurationError(f"chunk overlap ({overlap}) must be smaller than the chunk size ({size})")
+    sections = block_sections(blocks) if sections is None else sections
     text_blocks = [i for i, block in enumerate(blocks) if block.type in TEXT_TYPES and block.content.strip()]
     tokens: list[_Token] = []
-    sections: list[str] = []  # heading path in force at each text block
-    headings: list[str] = []
     word_base = 0
     for index, encoding in zip(text_blocks, tokenizer.encode([blocks[i].content for i in text_blocks])):
-        block = blocks[index]
-        if block.type == "title":
-            headings[max(0, block.level - 1) :] = [block.content.strip()]
-        sections.append(" > ".join(headings))
         words = [w if w is not None else -1 for w in encoding.word_ids]
         for (start, end), word in zip(encoding.offsets, words):
             tokens.append(_Token(index, start, end, word_base + max(word, 0)))
         word_base += (max(words) + 1 if words else 0) + 1
-    section_of = dict(zip(text_blocks, sections))
 
     # Token positions where a heading starts: a window at least half full ends before one, without overlap,
     # so a chunk rarely straddles two sections and its section label holds for most of its text.
@@ -84,7 +82,7 @@ def chunk_blocks(blocks: Sequence[Block], tokenizer: PlainTokenizer, size: int, 
             TextChunk(
                 text=_text_of(blocks, window),
                 tokens=len(window),
-                section=section_of[window[0].block],
+                section=sections[window[0].block],
                 spans=tuple(
                     Span(i, blocks[i].page, blocks[i].bbox) for i in dict.fromkeys(token.block for token in window)
                 ),

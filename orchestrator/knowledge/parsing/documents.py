@@ -19,6 +19,11 @@ BBOX_SCALE = 1000  # bboxes are integers on a 0-1000 page scale, as MinerU write
 
 NO_PAGE = -1  # page index of blocks from sources without pages (plain text, Markdown)
 
+# A page at least this much wider than tall is a slide (16:9 is 1.78, 4:3 is 1.33): a section of its own, filed
+# under its own title (sections.py), which OCR finds by its place on the page (ocr_layout). In the dev set the 6
+# slide decks have only such pages, and the 30 other documents 1 of their 1,242.
+SLIDE_ASPECT = 1.2
+
 
 @dataclass(frozen=True)
 class Block:
@@ -57,3 +62,8 @@ class ParsedDocument:
     page_images: list[Path] = field(default_factory=list)  # one render per page (PNG), in page order
     warnings: list[str] = field(default_factory=list)  # things skipped or repaired, reported to the user
     unparsed_pages: list[int] = field(default_factory=list)  # pages the parser failed on or was not given (page_ranges)
+    page_aspects: list[float] = field(default_factory=list)  # each page's width / height, where known (a PDF's)
+
+    def slides(self) -> frozenset[int]:
+        """The pages that are slides (SLIDE_ASPECT)."""
+        return frozenset(page for page, aspect in enumerate(self.page_aspects) if aspect >= SLIDE_ASPECT)

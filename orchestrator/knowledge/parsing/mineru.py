@@ -62,7 +62,7 @@ from ...errors import (
 )
 from .content_list import read_content_list
 from .documents import ParsedDocument
-from .pdf import inspect_pdf
+from .pdf import inspect_pdf, page_aspects
 
 Tier = Literal["flash", "basic", "standard", "advanced"]
 Mode = Literal["subprocess", "inprocess"]
@@ -163,6 +163,8 @@ class MineruParser:
             self._run_inprocess(source, work_dir, page_range)
         document = read_content_list(work_dir / CONTENT_LIST_NAME, page_count=page_count)
         document.parser = f"mineru-{self.version}/{self.options.tier}"
+        if source.suffix.lower() == ".pdf":
+            document.page_aspects = page_aspects(source)  # which pages are slides (sections.py)
         if not document.blocks:
             document.warnings.append(f"{source.name}: MinerU found no content in {page_count} page(s)")
         _record_seconds(work_dir, time.monotonic() - started)

@@ -6,19 +6,27 @@ own height and sharing a left edge or most of their width joined into paragraphs
 taller than the page's body text a title, and every block put in reading order by an XY-cut (the page cut along
 its widest empty band, across or down, again and again), so two columns are read one after the other.
 
+A slide (documents.SLIDE_ASPECT) has one title: its first paragraph in reading order that reads as one, whatever
+its height. On the dev set's five image-only decks slide titles were as tall as their text, so the height rule
+marked none of them and took big figures ("86,2%", a logo's "O") for titles, and every slide was filed under the
+last of those. Lines repeated at one place on most pages (a logo, a footer, "Slide 12") are running heads: dropped,
+as the parser drops a text layer's (`without_running_heads`), so a logo above the title does not take its place.
+
 Distances are measured in units of the page's height on both axes (the 0-1000 page scale stretches x by the
 page's aspect ratio), so one rule serves portrait pages, slides and figure crops.
 """
 
 from __future__ import annotations
 
+import re
 import statistics
+from collections import defaultdict
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
-from .documents import BBOX_SCALE, Block
+from .documents import BBOX_SCALE, SLIDE_ASPECT, Block
 
 # Boxes on one row: overlapping vertically by half the smaller height, at most this many heights apart.
 ROW_GAP = 1.5
@@ -28,6 +36,19 @@ PARAGRAPH_HEIGHT_RATIO = 1.45
 # A paragraph of at most 2 rows whose rows are this many times the page's body height is a title.
 TITLE_HEIGHT_RATIO = 1.5
 TITLE_MAX_CHARS = 150
+# A slide's title: its first paragraph of at most this many rows, not ending as a sentence does; paragraphs before
+# it that are marks are passed over: fewer than 3 letters (a logo's), below the recogniser's floor, or small print
+# (rows under SLIDE_SMALL_PRINT of the body height and under SLIDE_MARK_HEIGHT of the slide's tallest words: a
+# tagline above a divider's title). Either height rule alone lost titles on the dev decks: the first those of
+# divider slides, whose few large words make the body height; the second those beside a big number or logo.
+SLIDE_TITLE_ROWS = 3
+SLIDE_SMALL_PRINT = 0.8
+SLIDE_MARK_HEIGHT = 0.5
+_SENTENCE_END = re.compile(r"[.,;]\s*$")
+# A running head: a line whose letters (or, for a number, its place alone) recur within this distance on the
+# 0-1000 scale, on at least this share of the pages read (and on 3 of them).
+RUNNING_HEAD_DISTANCE = 30
+RUNNING_HEAD_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -89,6 +110,7 @@ def paragraphs(
     ], min_confidence)
     body = _body_height(rows)
     groups = _paragraphs(rows, min_confidence)
+    slide = block_type == "text" and aspect >= SLIDE_ASPECT
     blocks = []
     for group in groups:
         x0 = min(r.box[0] for r in group) / aspect * BBOX_SCALE
@@ -98,7 +120,8 @@ def paragraphs(
         text = _joined([r.text for r in group])
         height = statistics.median(r.height for r in group)
         is_title = (
-            block_type == "text" and len(group) <= 2 and len(text) <= TITLE_MAX_CHARS and height >= TITLE_HEIGHT_RATIO * body
+            not slide and block_type == "text" and len(group) <= 2 and len(text) <= TITLE_MAX_CHARS
+            and height >= TITLE_HEIGHT_RATIO * body
         )
         blocks.append(Block(
             type="title" if is_title else block_type,
@@ -108,7 +131,67 @@ def paragraphs(
             level=1 if is_title else 0,
             ocr_confidence=round(min(r.confidence for r in group), 4),
         ))
-    return [blocks[i] for i in reading_order([b.bbox for b in blocks], aspect)]
+    order = reading_order([b.bbox for b in blocks], aspect)
+    if slide:
+        title = _slide_title([(blocks[i], groups[i]) for i in order], body, min_confidence)
+        if title is not None:
+            blocks[order[title]] = replace(blocks[order[title]], type="title", level=1)
+    return [blocks[i] for i in order]
+
+
+def _slide_title(ordered: Sequence[tuple[Block, Sequence[_Row]]], body: float, min_confidence: float) -> int | None:
+    """The position of the slide's title among its paragraphs in reading order: the first that is not a mark, if it
+    reads as a title (a few rows, short, not ending as a sentence does); None when it does not."""
+    worded = [
+        (block, statistics.median(r.height for r in group))
+        for block, group in ordered
+        if sum(c.isalpha() for c in block.content) >= 3 and min(r.confidence for r in group) >= min_confidence
+    ]
+    tallest = max((height for _, height in worded), default=0.0)
+    for position, (block, group) in enumerate(ordered):
+        height = statistics.median(r.height for r in group)
+        if not any(block is other for other, _ in worded) or (
+            height < SLIDE_SMALL_PRINT * body and height < SLIDE_MARK_HEIGHT * tallest
+        ):
+            continue
+        fits = len(group) <= SLIDE_TITLE_ROWS and len(block.content) <= TITLE_MAX_CHARS
+        return position if fits and not _SENTENCE_END.search(block.content) else None
+    return None
+
+
+def without_running_heads(pages: Mapping[int, Sequence[TextLine]]) -> tuple[dict[int, list[TextLine]], int]:
+    """The pages' lines less their running heads, and how many lines were dropped. A line is one when a line of the
+    same letters lies at about its place on at least RUNNING_HEAD_SHARE of the pages, and on 3 or more; digits do
+    not count ("Slide 12", "Page 3 of 20", a page number alone), so titles that differ by a number only ("Step 1",
+    "Step 2") on most pages would be taken for one."""
+    read = [page for page, lines in pages.items() if lines]
+    needed = max(3, RUNNING_HEAD_SHARE * len(read))
+    if len(read) < 3:
+        return {page: list(lines) for page, lines in pages.items()}, 0
+    cell = RUNNING_HEAD_DISTANCE
+    seen: dict[tuple[str, int, int], set[int]] = defaultdict(set)  # (letters, cell of x0, cell of y0) -> pages
+    keys = {}
+    for page in read:
+        for index, line in enumerate(pages[page]):
+            key = _head_key(line.text)
+            keys[page, index] = key
+            seen[key, int(line.box[0] // cell), int(line.box[1] // cell)].add(page)
+    kept, dropped = {}, 0
+    for page, lines in pages.items():
+        kept[page] = []
+        for index, line in enumerate(lines):
+            x, y = int(line.box[0] // cell), int(line.box[1] // cell)
+            near = set().union(*(seen.get((keys[page, index], x + dx, y + dy), ()) for dx in (-1, 0, 1) for dy in (-1, 0, 1)))
+            if len(near) >= needed:
+                dropped += 1
+            else:
+                kept[page].append(line)
+    return kept, dropped
+
+
+def _head_key(text: str) -> str:
+    letters = "".join(c for c in text.casefold() if c.isalpha())
+    return letters or "#"
 
 
 def _rows(boxes: list[_Row], min_confidence: float) -> list[_Row]:

@@ -33,7 +33,7 @@ from typing import Callable, Literal, Optional, Sequence
 from ...errors import InvalidRequestError, ModelExecutionError
 from ...models.protocol import Models, PageText
 from .documents import BBOX_SCALE, Block, ParsedDocument
-from .ocr_layout import TextLine, contains, page_lines, paragraphs, reading_order, with_figure_text
+from .ocr_layout import TextLine, contains, page_lines, paragraphs, reading_order, with_figure_text, without_running_heads
 
 OcrMode = Literal["auto", "always", "off"]
 FIGURE_TYPES = frozenset({"image", "chart"})
@@ -164,7 +164,10 @@ class DocumentOcr:
             self._count(report, lines)
             by_page[page] = (lines, aspect)  # none: a blank page (ingest's warning on pages without text names it)
         if by_page:
-            blocks = self._with_page_text(blocks, by_page)
+            kept, heads = without_running_heads({page: lines for page, (lines, _) in by_page.items()})
+            if heads:
+                report.warnings.append(f"dropped {heads} lines repeated at one place on most pages read by OCR (running heads)")
+            blocks = self._with_page_text(blocks, {page: (kept[page], aspect) for page, (_, aspect) in by_page.items()})
         report.seconds = time.monotonic() - began
         return replace(parsed, blocks=blocks, warnings=parsed.warnings + report.warnings), report
 

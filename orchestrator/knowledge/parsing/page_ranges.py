@@ -80,7 +80,8 @@ def _merged(parts: list[tuple[list[int], ParsedDocument, Path]], page_count: int
         prefix = folder.relative_to(work_dir).as_posix()
         blocks += [dataclasses.replace(b, asset=f"{prefix}/{b.asset}") if b.asset else b for b in parsed.blocks]
         warnings += [w for w in parsed.warnings if "found no content" not in w and w not in warnings]
-    return ParsedDocument(blocks, page_count, parser, asset_root=work_dir, warnings=warnings)
+    aspects = next((parsed.page_aspects for _, parsed, _ in parts if parsed.page_aspects), [])  # each range's: the whole PDF's
+    return ParsedDocument(blocks, page_count, parser, asset_root=work_dir, warnings=warnings, page_aspects=aspects)
 
 
 def _reason(error: MineruError) -> str:

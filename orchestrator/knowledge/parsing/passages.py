@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 from ...errors import ConfigurationError
 from ...tokens import PlainTokenizer
 from .chunking import Span
 from .documents import TEXT_TYPES, Block
+from .sections import block_sections
 
 # A heading starts a new passage unless the current one holds less than this share of the window (a stub, such
 # as a line above the heading), so a section's text is filed under its own heading. On the real-document
@@ -46,14 +47,17 @@ class _Piece:
     tokens: int
 
 
-def passages_of(blocks: Sequence[Block], tokenizer: PlainTokenizer, size: int) -> list[Passage]:
-    """Passages over the text blocks (visual blocks are units of their own), in reading order."""
+def passages_of(
+    blocks: Sequence[Block], tokenizer: PlainTokenizer, size: int, sections: Optional[Sequence[str]] = None
+) -> list[Passage]:
+    """Passages over the text blocks (visual blocks are units of their own), in reading order. `sections`: each
+    block's heading path (sections.block_sections; by default, with no page a slide)."""
     if size < 8:
         raise ConfigurationError(f"ingest.passage_tokens must be at least 8, got {size}")
+    sections = block_sections(blocks) if sections is None else sections
     indexes = [i for i, block in enumerate(blocks) if block.type in TEXT_TYPES and block.content.strip()]
     encodings = tokenizer.encode([blocks[i].content for i in indexes]) if indexes else []
     passages: list[Passage] = []
-    headings: list[str] = []
     current: list[_Piece] = []
     section = ""
 
@@ -64,8 +68,6 @@ def passages_of(blocks: Sequence[Block], tokenizer: PlainTokenizer, size: int) -
 
     for index, encoding in zip(indexes, encodings):
         block = blocks[index]
-        if block.type == "title":
-            headings[max(0, block.level - 1) :] = [block.content.strip()]
         used, tokens = sum(p.tokens for p in current), len(encoding.offsets)
         if current and (
             blocks[current[0].block].page != block.page
@@ -78,7 +80,7 @@ def passages_of(blocks: Sequence[Block], tokenizer: PlainTokenizer, size: int) -
         pieces = _pieces(index, block.content, encoding.offsets, size - used, size)
         for number, piece in enumerate(pieces):
             if not current:
-                section = " > ".join(headings)  # a passage opening with a heading is filed under it
+                section = sections[index]  # a passage opening with a heading is filed under it
             current.append(piece)
             if number < len(pieces) - 1:  # the rest of the block goes on in the next passage
                 flush()

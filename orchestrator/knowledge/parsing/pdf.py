@@ -69,6 +69,16 @@ def inspect_pdf(path: Path) -> int:
         return len(document)
 
 
+def page_aspects(path: Path) -> list[float]:
+    """Each page's width / height as shown (rotation applied), read without loading the pages."""
+    with _open(path) as document, _PDFIUM_LOCK:
+        aspects = []
+        for index in range(len(document)):
+            width, height = document.get_page_size(index)
+            aspects.append(width / height if height else 1.0)
+        return aspects
+
+
 def render_pages(
     path: Path, out_dir: Path, dpi: float, max_side: Optional[int] = None, jpeg_quality: Optional[int] = 85
 ) -> list[Path]:

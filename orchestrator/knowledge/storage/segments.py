@@ -165,6 +165,19 @@ class Segment:
                 self.sentences = None
         return record_sentences([self.evidence[row]], self.blocks)[0]
 
+    def page_section(self, page: int) -> str:
+        """The section a page is filed under, for a hit on its image: its first passage's ("" without one). A
+        slide's is its title (parsing/sections.py)."""
+        return self._page_sections.get(page, "")
+
+    @functools.cached_property
+    def _page_sections(self) -> dict[int, str]:
+        sections: dict[int, str] = {}
+        for record in self.evidence:
+            if record.kind == "passage":
+                sections.setdefault(record.page, record.section)
+        return sections
+
     def write(self, folder: Path) -> None:
         """Write every file durably (fsync) into `folder`, which must already hold assets/ and pages/."""
         folder.mkdir(parents=True, exist_ok=True)
