@@ -210,7 +210,7 @@
     ui.createButton.disabled = true;
     try {
       await api("POST", "/api/v1/collections", { name });
-      ui.newName.value = "";
+      ui.createForm.reset(); // emptied by a reset, the required field is not marked invalid as a typed-away one is
       setError(ui.collectionError, "");
       await loadCollections(name);
       await loadDocuments();
@@ -350,6 +350,10 @@
     for (const entry of entries) {
       const item = { ...entry, collection, node: uploadItem(entry, collection) };
       ui.uploadList.prepend(item.node);
+      if (entry.file.size === 0) { // refused here, as the server would: no request is sent to fail
+        setUploadStatus(item.node, `"${entry.name}" is empty (0 bytes): nothing to upload`, true);
+        continue;
+      }
       uploadQueue.push(item);
     }
     pumpUploads();
@@ -866,7 +870,7 @@
       const url = item.kind === "page" ? await pageImage(collection, item.document_id, page)
         : await unitImage(collection, item.passage_id);
       if (url) slot.replaceChildren(el("img", { class: "evidence-image", src: url, alt: where }));
-      else slot.remove();
+      else slot.replaceChildren(el("p", { class: "hint", text: `no image is stored for this ${item.block_type || "item"}` }));
     } catch (err) {
       slot.replaceChildren(el("p", { class: "error", text: `image: ${err.message || "network error"}` }));
     }
