@@ -10,7 +10,7 @@ from typing import Callable, Optional
 from . import artifacts, checkpoints, export, repository
 from .model_config import PlannedModel
 from .profiles import ClassifierSpec, Profile
-from .targets import select_target
+from .target_choice import select_target
 
 Log = Callable[[str], None]
 

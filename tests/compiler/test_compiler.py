@@ -75,7 +75,7 @@ def test_hf_profile_runs_the_same_exporters_with_hub_checkpoints():
 def test_unknown_profile_and_target_are_named():
     with pytest.raises(ValueError, match="unknown profile 'huge'"):
         profiles.load_profile("huge")
-    from thinkserve_build.targets import select_target
+    from thinkserve_build.target_choice import select_target
 
     with pytest.raises(ValueError, match="unknown target 'tpu'"):
         select_target("tpu")
@@ -163,7 +163,7 @@ def test_a_target_this_machine_cannot_serve_fails_in_one_line_before_any_export(
 def test_the_torch_target_takes_the_gpu_only_when_torch_sees_one(monkeypatch):
     import torch
 
-    from thinkserve_build.targets import select_target
+    from thinkserve_build.target_choice import select_target
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert select_target("torch").device == "cpu"

@@ -1,8 +1,8 @@
-"""What every ThinkServe python-backend model needs: its parameters, onnxruntime sessions, tensor I/O."""
+"""What every ThinkServe python-backend model needs: onnxruntime sessions, its generator, tensor I/O (its
+parameters: parameters.py)."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Callable, Optional
@@ -15,6 +15,7 @@ from tokenizers import Tokenizer
 from ..generator_runtime import GeneratorRuntime, onnx_generator, torch_generator
 from ..inflight_batching import GenerationQueueFull
 from ..sessions import cpu_session
+from .parameters import ModelParameters
 
 
 def whole_text_tokenizer(path: Path) -> Tokenizer:
@@ -24,48 +25,6 @@ def whole_text_tokenizer(path: Path) -> Tokenizer:
     tokenizer.no_padding()
     tokenizer.no_truncation()
     return tokenizer
-
-
-class ModelParameters:
-    """The `parameters` of a model's config.pbtxt, plus the folder holding its files."""
-
-    def __init__(self, args: dict):
-        self.config = json.loads(args["model_config"])
-        self.model_name = args["model_name"]
-        self.version_dir = Path(args["model_repository"]) / args["model_version"]
-        self._values = {k: v.get("string_value", "") for k, v in self.config.get("parameters", {}).items()}
-
-    def string(self, key: str, default: Optional[str] = None) -> str:
-        if key in self._values:
-            return self._values[key]
-        if default is None:
-            raise ValueError(f"model {self.model_name}: parameter {key!r} is missing from config.pbtxt")
-        return default
-
-    def integer(self, key: str, default: Optional[int] = None) -> int:
-        return int(self.string(key, None if default is None else str(default)))
-
-    def number(self, key: str, default: Optional[float] = None) -> float:
-        return float(self.string(key, None if default is None else str(default)))
-
-    def flag(self, key: str, default: bool = False) -> bool:
-        return self.string(key, "true" if default else "false").lower() in ("1", "true", "yes")
-
-    def json(self, key: str, default=None):
-        return json.loads(self.string(key, None if default is None else json.dumps(default)))
-
-    def file(self, key: str) -> Path:
-        """A file named by a parameter, inside this model's version folder; it must exist."""
-        path = self.version_dir / self.string(key)
-        if not path.is_file():
-            raise FileNotFoundError(f"model {self.model_name}: {key} file {path.name} is missing from {self.version_dir}")
-        return path
-
-    def output_names(self) -> list[str]:
-        return [o["name"] for o in self.config.get("output", [])]
-
-    def input_names(self) -> list[str]:
-        return [i["name"] for i in self.config.get("input", [])]
 
 
 def onnx_session(path: Path, params: ModelParameters) -> ort.InferenceSession:

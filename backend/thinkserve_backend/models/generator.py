@@ -23,7 +23,6 @@ from ..decoding import GenerationParams, GenerationStep, SequenceProgress, gener
 from ..images import ImagePreprocessing, pixels_of, place_images
 from ..inflight_batching import BatchedGeneration, BatcherState, InflightBatcher
 from .common import (
-    ModelParameters,
     bytes_tensor,
     error_response,
     input_images,
@@ -33,6 +32,7 @@ from .common import (
     single_text,
     whole_text_tokenizer,
 )
+from .parameters import ModelParameters
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 

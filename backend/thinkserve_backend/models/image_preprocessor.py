@@ -10,7 +10,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from ..images import ImagePreprocessing, rgb_pixels_of
-from .common import ModelParameters, error_response, input_array
+from .common import error_response, input_array
+from .parameters import ModelParameters
 
 
 class ImagePreprocessorModel:

@@ -17,7 +17,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from ..ocr import Networks, OcrSettings, alphabet_of, as_arrays, decode_image, read_image
-from .common import ModelParameters, bytes_tensor, error_response, input_array
+from .common import bytes_tensor, error_response, input_array
+from .parameters import ModelParameters
 
 
 class OcrPipelineModel:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import triton_python_backend_utils as pb_utils
 
 from ..batching import pad_and_concatenate, split_rows
-from .common import ModelParameters, error_response, input_array, onnx_session
+from .common import error_response, input_array, onnx_session
+from .parameters import ModelParameters
 
 
 class OnnxRunnerModel:

@@ -13,7 +13,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from ..relevance import first_token_ids, group_by_length, label_probabilities, spellings
-from .common import ModelParameters, error_response, input_strings, responses_by_request, served_generator, whole_text_tokenizer
+from .common import error_response, input_strings, responses_by_request, served_generator, whole_text_tokenizer
+from .parameters import ModelParameters
 
 
 class PromptClassifierModel:

@@ -21,7 +21,6 @@ from ..relevance import (
     yes_probability,
 )
 from .common import (
-    ModelParameters,
     error_response,
     input_array,
     input_strings,
@@ -29,6 +28,7 @@ from .common import (
     served_generator,
     whole_text_tokenizer,
 )
+from .parameters import ModelParameters
 
 
 class ImageRelevanceModel:

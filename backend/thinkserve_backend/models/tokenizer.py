@@ -5,7 +5,8 @@ from __future__ import annotations
 import triton_python_backend_utils as pb_utils
 
 from ..tokenization import encode, load_tokenizer
-from .common import ModelParameters, error_response, input_strings
+from .common import error_response, input_strings
+from .parameters import ModelParameters
 
 _OUTPUTS = ("input_ids", "attention_mask", "token_type_ids")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..torch_modules import device_and_dtype
-from .common import ModelParameters
+from .parameters import ModelParameters
 
 
 def instance_device(params: ModelParameters, args: dict) -> tuple[torch.device, torch.dtype]:

@@ -16,7 +16,8 @@ from torch.utils.dlpack import from_dlpack
 
 from ..torch_batching import pad_and_concatenate
 from ..torch_modules import NetworkKind, load_network
-from .common import ModelParameters, error_response
+from .common import error_response
+from .parameters import ModelParameters
 from .torch_device import instance_device
 
 

@@ -18,7 +18,8 @@ from .. import trtllm
 from ..decoding import GenerationStep
 from ..images import ImagePreprocessing, pixels_of, place_images
 from ..relevance import yes_probability
-from .common import ModelParameters, input_images, input_strings, single_text
+from .common import input_images, input_strings, single_text
+from .parameters import ModelParameters
 from .generator import LanguageModel
 from .prompt_classifier import PromptClassifierModel
 from .relevance import ImageRelevanceModel
