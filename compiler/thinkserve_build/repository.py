@@ -119,6 +119,7 @@ def _ocr(spec: OcrSpec, artifact: Artifact, target: Target, serving: ServingOpti
     side = detection_limit(reading.max_side)
     widths = reading.recognizer_widths
     # opt shapes: a portrait letter page at ingest's 150 dpi (1275 x 1650, to multiples of 32), crops of 640 pixels
+    typical_line = next((w for w in widths if w >= 640), widths[-1])
     networks = [
         (OCR_DETECT, "detector_file", [Tensor(image, "FP32", (3, -1, -1))], [Tensor("probability", "FP32", (1, -1, -1))],
          spec.detector_batch, ((1, 3, 32, 32), (1, 3, min(1664, side), min(1280, side)), (spec.detector_batch, 3, side, side))),
@@ -126,7 +127,7 @@ def _ocr(spec: OcrSpec, artifact: Artifact, target: Target, serving: ServingOpti
          batch, ((1, 3, *CLASSIFIER_SHAPE), (batch, 3, *CLASSIFIER_SHAPE), (batch, 3, *CLASSIFIER_SHAPE))),
         (OCR_RECOGNIZE, "recognizer_file", [Tensor(image, "FP32", (3, RECOGNIZER_HEIGHT, -1))],
          [Tensor("classes", "INT32", (-1,)), Tensor("probabilities", "FP32", (-1,)), Tensor("space_probability", "FP32", (-1,))],
-         batch, ((1, 3, RECOGNIZER_HEIGHT, widths[0]), (batch, 3, RECOGNIZER_HEIGHT, widths[min(1, len(widths) - 1)]),
+         batch, ((1, 3, RECOGNIZER_HEIGHT, widths[0]), (batch, 3, RECOGNIZER_HEIGHT, typical_line),
                  (batch, 3, RECOGNIZER_HEIGHT, widths[-1]))),
     ]
     models = [

@@ -46,6 +46,11 @@ def test_the_ocr_benchmark_scores_both_engines_and_ingests_a_deck(model_reposito
     assert 0.5 < overall["rapidocr"]["coverage"] <= overall["thinkserve"]["coverage"]  # its per-line turns drop lines
     assert overall["thinkserve"]["word_recall"] >= overall["rapidocr"]["word_recall"]  # the word-space rule
     assert result["summary"]["pages_per_s"]["thinkserve"] > 0 and result["summary"]["ratio"] > 0
+    speed = result["stats"]["speed"]  # the same graphs through Triton and in process, slides and text pages apart
+    assert speed["slides"]["pages"] == 2 and speed["text pages"]["pages"] == 2
+    assert all(row["ratio"] > 0 and row["recognizer"]["inferences"] >= row["recognizer"]["executions"] > 0 for row in speed.values())
+    served = json.loads(ocr_quality._parameters(model_repository / "ocr" / "config.pbtxt")["reading"])
+    assert result["stats"]["reading"] == served  # the in-process side reads as the served model does
     deck = result["stats"]["deck"]
     assert deck["document"] == "slides.pdf" and deck["pages"] == deck["ocr_pages"] == 2 and deck["passages"] >= 2
     assert "ocr" in deck["stages"] and "Ingest of slides.pdf, 2 pages without a text layer" in (tmp_path / "out" / "ocr_quality.md").read_text()

@@ -4,6 +4,7 @@ against the originals, through the served pipeline."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 
@@ -209,3 +210,61 @@ def test_a_page_turns_upside_down_as_a_whole_and_vertical_lines_each_on_their_ow
     assert ocr.upside_down(votes, crops, vertical, settings) == [0, 1, 2]
     # an unsure verdict (below rotated_threshold) is no vote
     assert ocr.upside_down(np.array([[0.2, 0.8]] * 4), crops, vertical, settings) == []
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ocr-graphs")
+    spec = profiles.tiny().ocr
+    ocr_export.export_ocr(str(checkpoints.package_folder(spec.checkpoint)), spec, folder, log=lambda _: None)
+    return folder
+
+
+def test_lines_recognised_in_batches_read_as_each_line_alone(exported):
+    """Crops of many widths, padded to their width buckets and recognised 16 at a time (as Triton's batcher merges
+    the lines of pages in flight), read exactly as each crop recognised alone."""
+    from PIL import ImageDraw, ImageFont
+
+    from thinkserve_build.onnx_tools import session
+
+    page = Image.new("RGB", (1400, 900), "white")
+    draw = ImageDraw.Draw(page)
+    words = ["12", "Revenue", "Operating income", "Quarterly shipments rose 12%", "Table 3: Operating income by region 2024",
+             "The Aarhus warehouse passed its fire inspection on 14 March", "$4.2", "Q3", "Lyon, Porto and Gdansk"]
+    for row, text in enumerate(words):
+        draw.text((40, 30 + 95 * row), text, fill="black", font=ImageFont.load_default(size=30 + 4 * (row % 3)))
+    image = np.ascontiguousarray(np.asarray(page)[:, :, ::-1])
+    boxes = ocr.usable_boxes(*_boxes_of(image, exported))
+    crops = [ocr.crop_line(image, box) for box in boxes[ocr.reading_order(boxes)]]
+    widths = {ocr.recognizer_width(crop, SETTINGS.recognizer_widths) for crop in crops}
+    assert len(crops) == len(words) and len(widths) >= 4  # several buckets, several lines in some
+    recognizer = session(exported / ocr_export.RECOGNIZER)
+    alphabet = ocr.alphabet_of(json.loads((exported / ocr_export.ALPHABET).read_text(encoding="utf-8")))
+    sizes: list[int] = []
+
+    async def recognize(batch):
+        sizes.append(len(batch))
+        classes, probabilities, space = recognizer.run(ocr_export.RECOGNIZER_OUTPUTS, {"image": batch})
+        return classes, probabilities, space
+
+    def read(batch: int) -> list[tuple[str, float]]:
+        networks = ocr.Networks(None, None, recognize, batch)
+        return asyncio.run(ocr.recognize_crops(crops, networks, alphabet, SETTINGS))
+
+    together = read(16)
+    assert max(sizes) > 1
+    sizes.clear()
+    alone = read(1)
+    assert set(sizes) == {1}
+    assert [text for text, _ in together] == [text for text, _ in alone] == words
+    assert np.allclose([c for _, c in together], [c for _, c in alone], atol=1e-5)
+
+
+def _boxes_of(image: np.ndarray, folder) -> tuple[np.ndarray, int, int]:
+    from thinkserve_build.onnx_tools import session
+
+    detector = session(folder / ocr_export.DETECTOR)
+    height, width = image.shape[:2]
+    probability = detector.run(["probability"], {"image": ocr.detection_input(image, SETTINGS.detection_min_side, SETTINGS.max_side)[None]})[0]
+    boxes, _ = ocr.boxes_from_probability(probability[0, 0], width, height, SETTINGS)
+    return boxes, width, height

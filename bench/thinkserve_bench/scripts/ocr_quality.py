@@ -1,7 +1,9 @@
-"""OCR through Triton on real PDF pages that have a text layer: how right it reads, and how fast, against RapidOCR.
+"""OCR through Triton on real PDF pages that have a text layer: how right it reads, and how fast, against RapidOCR;
+and pages/s through Triton against the same models in process, on slides and on text pages.
 
     python -m thinkserve_bench.scripts.ocr_quality [--dataset ../shared/benchmarks/mmlongbench-dev] [--pages 60] [--dpi 150]
-                                     [--concurrency 4] [--config FILE] [--set KEY=VALUE ...] [--output DIR] [--name NAME]
+                                     [--slides 24] [--rounds 1] [--concurrency 4] [--config FILE] [--set KEY=VALUE ...]
+                                     [--output DIR] [--name NAME]
 
 Pages with a text layer are rendered as ingest renders them for OCR (orchestrator.knowledge.parsing.pdf.render_page_png,
 ingest.ocr_dpi) and read twice, on this machine, one engine after the other:
@@ -15,6 +17,13 @@ boxes overlap), its runs of consecutive characters put in left-to-right order. R
 character error rate with and without spaces (edits / reference characters over the lines that have a
 reference), the share of the page's words of 4+ letters found whole in the OCR text, and detection coverage (the
 share of text-layer characters inside some OCR box); then pages/s of each engine and their ratio.
+
+Speed, by page type: `--slides` pages of the documents without a text layer on any page (slide decks exported as
+pictures: what "auto" reads), evenly spaced, and the text-layer pages above, each group read through Triton (pages in
+flight as ingest sends them) and in this process by the same code over the same ONNX graphs and reading settings
+(thinkserve_backend.ocr over onnxruntime sessions made as the served models make them, a page at a time), the two
+alternated in ABBA order over `--rounds`: pages/s of each and their ratio (what serving through Triton costs or
+gains); the recogniser's batches as Triton's statistics count them.
 
 Then the dataset's largest document without a text layer on any page (a slide deck exported as pictures) is
 ingested end to end through the same Triton (MinerU, OCR of every page, passages, embeddings, commit: the
@@ -184,6 +193,114 @@ async def read_through_triton(url: str, images: list[bytes], concurrency: int, t
         return results, time.monotonic() - started
 
 
+def slide_pages(documents: list[Path], wanted: int) -> list[tuple[Path, int]]:
+    """Evenly spaced pages of the documents with no text layer on any page, about as many from each."""
+    from .page_baselines import pages_without_text_layer
+
+    import pypdfium2 as pdfium
+
+    decks = []
+    for path in documents:
+        pdf = pdfium.PdfDocument(str(path))
+        pages = len(pdf)
+        pdf.close()
+        if pages and len(pages_without_text_layer(path)) == pages:
+            decks.append((path, pages))
+    if not decks or wanted <= 0:
+        return []
+    per_deck = max(1, math.ceil(wanted / len(decks)))
+    chosen = [(path, int(k * pages / per_deck)) for path, pages in decks for k in range(min(per_deck, pages))]
+    return chosen[:wanted]
+
+
+class InProcessOcr:
+    """The served pipeline's code over the model repository's own ONNX graphs and reading settings, in this process:
+    what Triton's serving is measured against."""
+
+    def __init__(self, repository: Path):
+        import json as json_module
+
+        from thinkserve_backend import ocr
+        from thinkserve_backend.sessions import cpu_session
+
+        self.ocr = ocr
+        parameters = _parameters(repository / "ocr" / "config.pbtxt")
+        reading = json_module.loads(parameters["reading"])
+        self.settings = ocr.OcrSettings(**{k: tuple(v) if isinstance(v, list) else v for k, v in reading.items()})
+        self.alphabet = ocr.alphabet_of(json_module.loads((repository / "ocr" / "1" / parameters["alphabet_file"]).read_text(encoding="utf-8")))
+        sessions = {}
+        for name in ("ocr_detect", "ocr_classify", "ocr_recognize"):
+            network = _parameters(repository / name / "config.pbtxt")
+            sessions[name] = cpu_session(repository / name / "1" / network["onnx_file"], int(network.get("intra_op_threads", 2)))
+        detect, classify, recognize = sessions["ocr_detect"], sessions["ocr_classify"], sessions["ocr_recognize"]
+
+        async def run_detect(batch):
+            return detect.run(["probability"], {"image": batch})[0]
+
+        async def run_classify(batch):
+            return classify.run(["probabilities"], {"image": batch})[0]
+
+        async def run_recognize(batch):
+            classes, probabilities, space = recognize.run(["classes", "probabilities", "space_probability"], {"image": batch})
+            return classes, probabilities, space
+
+        self.networks = ocr.Networks(run_detect, run_classify, run_recognize, int(parameters["network_batch"]))
+
+    def read(self, image: bytes) -> list[tuple[str, np.ndarray]]:
+        decoded = self.ocr.decode_image(image, self.settings.max_image_pixels, self.settings.max_side)
+        lines = asyncio.run(self.ocr.read_image(decoded, self.networks, self.alphabet, self.settings))
+        texts, boxes, _ = self.ocr.as_arrays(lines, decoded.shape[1], decoded.shape[0])
+        return list(zip(texts, boxes))
+
+
+def _parameters(config: Path) -> dict[str, str]:
+    """A Triton model config's string parameters (config.pbtxt as the model compiler writes it)."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    parsed = text_format.Parse(config.read_text(), model_config_pb2.ModelConfig())
+    return {key: value.string_value for key, value in parsed.parameters.items()}
+
+
+def read_in_process(engine: InProcessOcr, images: list[bytes]) -> tuple[list, float]:
+    engine.read(images[0])  # first-call costs out of the timing
+    started = time.monotonic()
+    results = [engine.read(image) for image in images]
+    return results, time.monotonic() - started
+
+
+def speed(url: str, engine: InProcessOcr, groups: dict[str, list[bytes]], concurrency: int, rounds: int, timeout_s: float,
+          progress) -> dict[str, Any]:
+    """Pages/s of each page group through Triton and in process, ABBA over `rounds`; the recogniser's batches."""
+
+    async def recognizer_batches() -> dict[str, int]:
+        async with TritonClient(url, timeout_s) as client:
+            statistics = await client.model_statistics("ocr_recognize")
+        stats = statistics["model_stats"][0]
+        return {"inferences": int(stats.get("inference_count", 0)), "executions": int(stats.get("execution_count", 0))}
+
+    out: dict[str, Any] = {}
+    for kind, images in groups.items():
+        if not images:
+            continue
+        seconds = {"triton": [], "in_process": []}
+        before = asyncio.run(recognizer_batches())
+        for number in range(rounds):
+            order = ("triton", "in_process") if number % 2 == 0 else ("in_process", "triton")
+            for engine_name in order:
+                progress(f"{kind} pages ({len(images)}) {engine_name.replace('_', ' ')}, round {number + 1}")
+                if engine_name == "triton":
+                    _, took = asyncio.run(read_through_triton(url, images, concurrency, timeout_s))
+                else:
+                    _, took = read_in_process(engine, images)
+                seconds[engine_name].append(took)
+        after = asyncio.run(recognizer_batches())
+        rates = {name: len(images) * len(took) / sum(took) for name, took in seconds.items()}
+        out[kind] = {"pages": len(images), "seconds": seconds, "pages_per_s": rates, "ratio": rates["triton"] / rates["in_process"],
+                     "recognizer": {key: after[key] - before[key] for key in after}}
+    return out
+
+
 def image_only_deck(documents: list[Path]) -> Optional[Path]:
     """The document with the most pages of those with no text layer on any page."""
     from .page_baselines import pages_without_text_layer
@@ -228,16 +345,23 @@ def read_with_rapidocr(images: list[bytes]) -> tuple[list, float]:
     return results, time.monotonic() - started
 
 
-def measure(settings: Settings, dataset: Path, wanted: int, dpi: float, concurrency: int, work: Path, progress) -> dict[str, Any]:
+def measure(settings: Settings, dataset: Path, wanted: int, dpi: float, concurrency: int, work: Path, progress,
+            slides: int = 0, rounds: int = 1) -> dict[str, Any]:
     documents = sorted((dataset / "documents").glob("*.pdf"))
     deck = image_only_deck(documents)
     pages = choose_pages(documents, wanted)
     progress(f"{len(pages)} pages with a text layer from {len({p for p, _ in pages})} documents; rendering at {dpi:g} dpi")
     images = [render_page_png(path, index, dpi, settings.ingest.ocr_max_side)[0] for path, index in pages]
     facts = [page_facts(path, index) for path, index in pages]
+    slide_list = slide_pages(documents, slides)
+    slide_images = [render_page_png(path, index, dpi, settings.ingest.ocr_max_side)[0] for path, index in slide_list]
     progress("OCR through Triton")
     with TritonServer(settings.triton) as server:
-        ours, ours_seconds = asyncio.run(read_through_triton(server.endpoints.grpc, images, concurrency, settings.triton.call_timeout_s * 10))
+        timeout_s = settings.triton.call_timeout_s * 10
+        ours, ours_seconds = asyncio.run(read_through_triton(server.endpoints.grpc, images, concurrency, timeout_s))
+        engine = InProcessOcr(settings.triton.model_repository)
+        speeds = speed(server.endpoints.grpc, engine, {"slides": slide_images, "text pages": images}, concurrency, rounds,
+                       timeout_s, progress)
         ingested = None
         if deck is not None:
             progress(f"ingesting {deck.name} end to end")
@@ -249,7 +373,9 @@ def measure(settings: Settings, dataset: Path, wanted: int, dpi: float, concurre
         per_page.append({"document": path.name, "page": index, "kind": fact["kind"], "lines": len(mine),
                          "thinkserve": score_page(fact, mine), "rapidocr": score_page(fact, reference)})
     return {"pages": per_page, "dpi": dpi, "concurrency": concurrency,
-            "seconds": {"thinkserve": ours_seconds, "rapidocr": theirs_seconds}, "deck": ingested}
+            "seconds": {"thinkserve": ours_seconds, "rapidocr": theirs_seconds}, "deck": ingested,
+            "slides": [{"document": path.name, "page": index} for path, index in slide_list], "speed": speeds,
+            "reading": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(engine.settings).items()}}
 
 
 def summary(stats: dict[str, Any]) -> dict[str, Any]:
@@ -297,6 +423,22 @@ def report(stats: dict[str, Any], command: str, wall_seconds: float) -> tuple[di
         f"{speed['rapidocr']:.3f} pages/s: ratio {result['ratio']:.2f}.",
         "",
     ]
+    if stats.get("speed"):
+        lines += [
+            "Through Triton against the same graphs and code in this process (a page at a time), by page type; rounds "
+            "in ABBA order, seconds per round:",
+            "",
+            "| pages | through Triton | in process | ratio | seconds (Triton; in process) | recogniser rows / executions |",
+            "|---|---:|---:|---:|---|---:|",
+        ]
+        for kind, row in stats["speed"].items():
+            rec = row["recognizer"]
+            lines.append(
+                f"| {row['pages']} {kind} | {row['pages_per_s']['triton']:.3f} pages/s | {row['pages_per_s']['in_process']:.3f} "
+                f"pages/s | **{row['ratio']:.2f}** | {', '.join(f'{s:.1f}' for s in row['seconds']['triton'])}; "
+                f"{', '.join(f'{s:.1f}' for s in row['seconds']['in_process'])} | {rec['inferences']} / {rec['executions']} |"
+            )
+        lines.append("")
     deck = stats.get("deck")
     if deck:
         stages = ", ".join(f"{stage} {seconds:.1f}" for stage, seconds in deck["stages"].items() if seconds >= 0.05)
@@ -316,6 +458,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="folder with documents/*.pdf")
     parser.add_argument("--pages", type=int, default=60, help="pages with a text layer to read")
     parser.add_argument("--dpi", type=float, default=None, help="render resolution (default: ingest.ocr_dpi)")
+    parser.add_argument("--slides", type=int, default=24, help="pages of image-only decks read for the speed comparison")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of the speed comparison (ABBA order)")
     parser.add_argument("--concurrency", type=int, default=None, help="pages in flight through Triton (default: ingest.ocr_concurrency)")
     parser.add_argument("--config", type=Path, help="settings file (TOML); default: the built-in tiny profile")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a setting over the config (repeatable)")
@@ -329,7 +473,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     with tempfile.TemporaryDirectory(prefix="thinkserve-ocr-") as work:
         stats = measure(settings, args.dataset, args.pages, args.dpi or settings.ingest.ocr_dpi,
                         args.concurrency or settings.ingest.ocr_concurrency, Path(work),
-                        lambda m: print(f"* {m}", file=sys.stderr, flush=True))
+                        lambda m: print(f"* {m}", file=sys.stderr, flush=True), args.slides, args.rounds)
     payload, markdown = report(stats, invocation(NAME, argv if argv is not None else sys.argv[1:]), time.monotonic() - started)
     write_and_show(args.name, payload, markdown, args.output)
     return 0
