@@ -62,6 +62,17 @@ def test_unsupported_kinds_are_named_and_a_late_pdf_header_is_still_a_pdf():
     assert sources.detect("scan.pdf", b"\r\n junk before the header %PDF-1.4\n...").kind == sources.PDF
 
 
+def test_a_zipped_folder_that_stores_its_original_pdf_is_a_content_list_not_a_pdf():
+    """A MinerU folder zipped without compression shows its `_origin.pdf`'s %PDF- header in the first KiB: it was
+    taken for a PDF and MinerU failed on the zip (CI, the content-list-with-original ingest test)."""
+    folder = zipped({"long/long_content_list.json": "[]", "long/long_origin.pdf": b"%PDF-1.7\n..."})
+    assert b"%PDF-" in folder[:sources.PDF_HEADER_WITHIN]
+    for name in ("long", "long.zip"):
+        assert sources.detect(name, folder).kind == sources.CONTENT_LIST
+    with pytest.raises(InvalidRequestError, match="'long.pdf' is not a PDF \\(named .pdf\\): its bytes are a zip archive of 2 files"):
+        sources.detect("long.pdf", folder)
+
+
 def zipped(members):
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:

@@ -53,13 +53,14 @@ def detect(filename: str, data: bytes, media_type: str = "") -> SourceKind:
     what is accepted."""
     if not data:
         raise InvalidRequestError(f"{filename!r} is empty (0 bytes): nothing to ingest")
-    if b"%PDF-" in data[:PDF_HEADER_WITHIN]:
+    is_zip = data.startswith((b"PK\x03\x04", b"PK\x05\x06"))
+    # a zip that stores a PDF uncompressed shows %PDF- in its first KiB too: its own magic decides first
+    if not is_zip and b"%PDF-" in data[:PDF_HEADER_WITHIN]:
         return SourceKind(PDF, "application/pdf")
     for magic, image_type in _IMAGE_MAGIC.items():
         if data.startswith(magic):
             return SourceKind(IMAGE, image_type)
     suffix = PurePosixPath(filename).suffix.lower()
-    is_zip = data.startswith((b"PK\x03\x04", b"PK\x05\x06"))
     # Office files are zips too: only a .zip (or a name without suffix, as the CLI sends folders) is MinerU output.
     if is_zip and (media_type == "application/zip" or (suffix in ("", ".zip") and media_type not in _CLAIMED_MEDIA)):
         return SourceKind(CONTENT_LIST, "application/zip")
