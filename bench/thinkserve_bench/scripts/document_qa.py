@@ -112,6 +112,38 @@ def parse_only(settings: Settings, paths: list[Path], work: Path, progress: Prog
     return parsed
 
 
+class LoadSampler:
+    """The machine's 1-minute load average every `every_s` seconds while a phase runs: other work on a shared
+    machine slows every figure of a run, so a run says how loaded its machine was."""
+
+    def __init__(self, every_s: float = 15.0):
+        import threading
+
+        self.every_s = every_s
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import os
+
+        while True:
+            self.samples.append(os.getloadavg()[0])
+            if self._stop.wait(self.every_s):
+                return
+
+    def __enter__(self) -> "LoadSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict[str, float]:
+        return {"mean": float(np.mean(self.samples)), "max": float(np.max(self.samples)), "samples": len(self.samples)}
+
+
 async def ingest_all(client: AsyncThinkServeClient, paths: list[Path], collections: dict[str, str], concurrency: int,
                      progress: Progress) -> tuple[dict[str, dict], float]:
     limit = asyncio.Semaphore(concurrency)
@@ -129,6 +161,7 @@ async def ingest_all(client: AsyncThinkServeClient, paths: list[Path], collectio
             "already_present": report.already_present,
             "ocr": {"pages": document.ocr_pages, "figures": document.ocr_figures, "lines": document.ocr_lines,
                     "low_confidence_lines": document.ocr_low_confidence_lines},
+            "pages_per_s": report.pages_per_s,
         }
         progress(f"ingested {path.name}: {document.pages} pages, {report.passages} passages in {report.seconds:.1f} s")
 
@@ -349,7 +382,8 @@ async def evaluate(address: str, triton_url: str, settings: Settings, paths: lis
     async with AsyncThinkServeClient(address, timeout_s=settings.server.default_deadline_s * 10) as client, \
             TritonClient(triton_url, settings.triton.call_timeout_s) as triton:
         progress(f"ingesting {len(paths)} PDFs, {concurrency} at a time")
-        reports, ingest_seconds = await ingest_all(client, paths, collections_of, concurrency, progress)
+        with LoadSampler() as ingest_load:
+            reports, ingest_seconds = await ingest_all(client, paths, collections_of, concurrency, progress)
         progress("baselines")
         tokenizer = PlainTokenizer(settings.tokenizer_file, "ingest.tokenizer")
         stored = stored_pages(settings.storage.data_dir, reports)
@@ -362,19 +396,20 @@ async def evaluate(address: str, triton_url: str, settings: Settings, paths: lis
         progress(f"{len(questions)} questions, Retrieve then Query each")
         runs = {}
         started = time.monotonic()
-        for number, question in enumerate(questions, 1):
-            runs[question.id] = await ask(client, question, collections_of[question.document], top_k,
-                                          ABLATIONS if ablations else {})
-            collection = collections_of[question.document]
-            if answerers:  # the same question once per answerer (answer_comparison): same-run baselines
-                runs[question.id]["answerers"] = await answer_comparison.ask_answerers(
-                    client, collection, question.text, answerers, time.monotonic)
-            if routers:
-                runs[question.id]["routers"] = await answer_comparison.ask_routers(
-                    client, collection, question.text, routers, time.monotonic)
-            if number % 25 == 0:
-                progress(f"{number}/{len(questions)} questions")
-        query_seconds = time.monotonic() - started
+        with LoadSampler() as query_load:
+            for number, question in enumerate(questions, 1):
+                runs[question.id] = await ask(client, question, collections_of[question.document], top_k,
+                                              ABLATIONS if ablations else {})
+                collection = collections_of[question.document]
+                if answerers:  # the same question once per answerer (answer_comparison): same-run baselines
+                    runs[question.id]["answerers"] = await answer_comparison.ask_answerers(
+                        client, collection, question.text, answerers, time.monotonic)
+                if routers:
+                    runs[question.id]["routers"] = await answer_comparison.ask_routers(
+                        client, collection, question.text, routers, time.monotonic)
+                if number % 25 == 0:
+                    progress(f"{number}/{len(questions)} questions")
+            query_seconds = time.monotonic() - started
     pages = sum(report["pages"] for report in reports.values())
     ingested = [report for report in reports.values() if not report["already_present"]]
     textless = {path.name: pages_without_text_layer(path) for path in paths}
@@ -388,6 +423,7 @@ async def evaluate(address: str, triton_url: str, settings: Settings, paths: lis
         "ingest_concurrency": concurrency,
         "ingest_pages_per_s": pages / ingest_seconds if len(ingested) == len(reports) else None,
         "query_seconds": query_seconds,
+        "load_average": {"ingest": ingest_load.summary(), "questions": query_load.summary()},
         "runs": {str(k): v for k, v in runs.items()},
         "baselines": {str(k): v for k, v in rankings.items()},
         "scores": score(questions, runs, rankings, textless),
@@ -482,11 +518,14 @@ def _ocr_lines(stats: dict, without_text: dict, shown: tuple[str, ...]) -> list[
         covered = sum(len(set(d["pages_without_text_layer"]) & set(d["ocr_text_pages"])) for d in documents)
         ocr = [d.get("ocr", {}) for d in documents]
         seconds = sum(d["stages"].get("ocr", 0.0) for d in documents)
+        span = sum(d["stages"].get("ocr_reading", 0.0) for d in documents)
+        spans = (f"; OCR's span from its first image to its last, overlapping the parse, {span:.0f} s in all" if span else "")
         lines.append(
             f"- {textless} of {stats['pages']} pages have no text layer; {covered} of them ({covered / textless:.1%}) got "
             f"OCR text. OCR read {sum(o.get('pages', 0) for o in ocr)} pages and {sum(o.get('figures', 0) for o in ocr)} "
             f"figure crops: {sum(o.get('lines', 0) for o in ocr)} lines, {sum(o.get('low_confidence_lines', 0) for o in ocr)} "
-            f"below the confidence threshold (kept, marked); its ingest stage took {seconds:.0f} s in all."
+            f"below the confidence threshold (kept, marked); its ingest stage (the wait for OCR after the parse) took "
+            f"{seconds:.0f} s in all{spans}."
             if textless else f"- No page of the {stats['pages']} lacks a text layer.")
         decks = [(name, d) for name, d in stats["documents"].items()
                  if d["pages"] and len(d["pages_without_text_layer"]) == d["pages"] and not d["already_present"]]
@@ -528,7 +567,10 @@ def report(stats: dict, settings: dict[str, Any], dataset: Path, command: str, t
         f"{changed}; one "
         f"collection per document; Retrieve with top_k={top_k}, Query with every option at its default.  ",
         f"Wall time {wall_seconds:.0f} s: MinerU parse-only {stats['parse_only_seconds']:.0f} s, ingest "
-        f"{stats['ingest_seconds']:.0f} s ({concurrency} documents at a time), questions {stats['query_seconds']:.0f} s.",
+        f"{stats['ingest_seconds']:.0f} s ({concurrency} documents at a time), questions {stats['query_seconds']:.0f} s."
+        + (f" The machine's 1-minute load average (2 cores; other work shares it), sampled every 15 s: ingest mean "
+           f"{stats['load_average']['ingest']['mean']:.1f} (max {stats['load_average']['ingest']['max']:.1f}), questions "
+           f"mean {stats['load_average']['questions']['mean']:.1f}." if stats.get("load_average") else ""),
         "",
         "## Page retrieval (answerable questions; any evidence page counts)",
         "",
@@ -658,6 +700,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m thinkserve_bench.scripts.{NAME}", description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="folder with documents/ and questions.json")
     parser.add_argument("--documents", type=int, default=0, help="only the first N documents (by name) and their questions")
+    parser.add_argument("--only", nargs="+", default=[], metavar="NAME",
+                        help="only these documents (file names) and their questions")
     parser.add_argument("--top-k", type=int, default=20, help="Retrieve's top_k: evidence items ranked per question")
     parser.add_argument("--ingest-concurrency", type=int, default=2, help="documents ingested at once")
     parser.add_argument("--ablations", action="store_true", help="also Retrieve with each signal switched off")
@@ -684,6 +728,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     command = invocation(NAME, argv if argv is not None else sys.argv[1:])
     questions = load_questions(args.dataset)
     names = sorted({q.document for q in questions})
+    if args.only:
+        unknown = sorted(set(args.only) - set(names))
+        if unknown:
+            parser.error(f"--only: no questions about {', '.join(unknown)}")
+        names = [name for name in names if name in set(args.only)]
     if args.documents:
         names = names[: args.documents]
     questions = [q for q in questions if q.document in set(names)]
