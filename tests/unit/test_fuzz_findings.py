@@ -43,3 +43,28 @@ def test_a_png_declaring_gigapixels_is_refused_as_a_client_error(tmp_path):
     bomb.write_bytes(png(50_000, 50_000, b"x\x9c\x03\x00\x00\x00\x00\x01"))
     with pytest.raises(InvalidRequestError, match="bomb.png: not a readable image .*decompression bomb"):
         _check_input(bomb)
+
+
+BROKEN_SECOND_PAGE = b"""%PDF-1.4
+1 0 obj << /Type /Catalog /Pages 2 0 R >> endobj
+2 0 obj << /Type /Pages /Kids [3 0 R 4 0 R] /Count 2 >> endobj
+3 0 obj << /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] >> endobj
+4 0 obj 42 endobj
+trailer << /Root 1 0 R >>
+%%EOF
+"""
+
+
+def test_a_pdf_page_pdfium_cannot_load_is_refused_naming_the_page(tmp_path):
+    """A corrupted PDF that opens but whose second page object is broken: reading its text layer (which OCR
+    starts from) raised PdfiumError up to an HTTP 500; rendering its pages and counting their objects too."""
+    from orchestrator.knowledge.parsing.pdf import inspect_pdf, page_object_counts, render_page_png, render_pages, text_layer_characters
+
+    path = tmp_path / "damaged.pdf"
+    path.write_bytes(BROKEN_SECOND_PAGE)
+    assert inspect_pdf(path) == 2  # it opens: the damage shows only at the page
+    for read in (lambda: text_layer_characters(path), lambda: render_pages(path, tmp_path / "pages", 50),
+                 lambda: render_page_png(path, 1, 50, 500), lambda: page_object_counts(path)):
+        with pytest.raises(InvalidRequestError, match="damaged.pdf: PDF page 2 of 2 cannot be read .*the file is damaged"):
+            read()
+    assert render_page_png(path, 0, 50, 500)[1] > 0  # the sound page still renders

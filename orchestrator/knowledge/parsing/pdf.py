@@ -101,7 +101,7 @@ def render_pages(
             count = len(document)
         for index in range(count):
             with _PDFIUM_LOCK:
-                page = document[index]
+                page = _load_page(document, index, path)
                 try:
                     width, height = page.get_size()
                     scale = dpi / 72.0
@@ -139,7 +139,7 @@ def render_page_png(path: Path, index: int, dpi: float, max_side: int, blank_as_
 
     with _open(path) as document:
         with _PDFIUM_LOCK:
-            page = document[index]
+            page = _load_page(document, index, path)
             try:
                 width, height = page.get_size()
                 scale = min(dpi / 72.0, max_side / max(width, height, 1.0))
@@ -160,6 +160,18 @@ def render_page_png(path: Path, index: int, dpi: float, max_side: int, blank_as_
     return buffer.getvalue(), (width / height if height else 1.0)
 
 
+def _load_page(document: pdfium.PdfDocument, index: int, path: Path) -> pdfium.PdfPage:
+    """Page `index`, or an InvalidRequestError naming it. A page PDFium cannot load (a broken page object: truncated
+    and corrupted PDFs, found by fuzzing, where it was an internal error) can be neither parsed, rendered nor read
+    by OCR. Called with the lock held."""
+    try:
+        return document[index]
+    except pdfium.PdfiumError as error:
+        raise InvalidRequestError(
+            f"{Path(path).name}: PDF page {index + 1} of {len(document)} cannot be read ({error}): the file is damaged"
+        ) from None
+
+
 def text_layer_characters(path: Path) -> list[int]:
     """The characters (whitespace aside) of each page's text layer: 0 for a page that is only a picture, which OCR
     can start reading before any parser has run (PDFium reads text at about 300 pages/s)."""
@@ -169,7 +181,7 @@ def text_layer_characters(path: Path) -> list[int]:
         counts = []
         for index in range(count):
             with _PDFIUM_LOCK:
-                page = document[index]
+                page = _load_page(document, index, path)
                 try:
                     text = page.get_textpage()
                     try:
@@ -189,7 +201,7 @@ def page_object_counts(path: Path) -> list[int]:
         counts = []
         for index in range(count):
             with _PDFIUM_LOCK:
-                page = document[index]
+                page = _load_page(document, index, path)
                 try:
                     counts.append(int(pdfium_c.FPDFPage_CountObjects(page.raw)))
                 finally:
