@@ -435,8 +435,12 @@ class IngestSettings(_Section):
     # Page renders, stored once: embedded by every page-image encoder family (each downscales to its input) and
     # shown to the VLM (page relevance, perception), which needs print-size text legible: 100 dpi makes a 10-point
     # letter about 14 pixels tall. JPEG at `page_render_quality` (0: lossless PNG, 3.3x the time, 1.7x the bytes).
+    # A page larger than print is rendered with its longer side at `page_render_max_side` pixels (an A0 poster at
+    # 85 dpi; a 48 MB bitmap at most): a page's size is the uploader's to choose, and uncapped one 200-inch page
+    # took 4.4 GB to render.
     page_images: bool = True
     page_render_dpi: float = Field(100.0, gt=0)
+    page_render_max_side: int = Field(4000, ge=64)
     page_render_quality: int = Field(85, ge=0, le=95)
     max_pages: int = Field(1000, ge=1)  # a PDF with more pages is refused with a clear error
     # OCR through the `ocr` model (PP-OCRv4 with trained weights, every profile): "auto" reads the pages on which the

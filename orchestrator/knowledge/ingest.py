@@ -287,7 +287,9 @@ class Ingestor:
     async def _render(self, pdf: Path, folder: Path, stages: _Stages) -> list[Path]:
         with stages.timed("render_pages"):
             quality = self.settings.page_render_quality or None
-            return await asyncio.to_thread(render_pages, pdf, folder, self.settings.page_render_dpi, None, quality)
+            return await asyncio.to_thread(
+                render_pages, pdf, folder, self.settings.page_render_dpi, self.settings.page_render_max_side, quality
+            )
 
     async def _build_segment(
         self,

@@ -167,7 +167,7 @@ def test_render_pages(tmp_path, report):
     for path in paths:
         with Image.open(path) as image:
             assert max(image.size) == 800 and image.format == "JPEG"  # A4 at 150 dpi is 1240 x 1754: capped
-    small = render_pages(report.path, tmp_path / "small", dpi=36, jpeg_quality=None)
+    small = render_pages(report.path, tmp_path / "small", dpi=36, max_side=800, jpeg_quality=None)
     with Image.open(small[0]) as image:
         assert image.size == (298, 421) and image.format == "PNG" and small[0].suffix == ".png"
 

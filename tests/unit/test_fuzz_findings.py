@@ -63,8 +63,47 @@ def test_a_pdf_page_pdfium_cannot_load_is_refused_naming_the_page(tmp_path):
     path = tmp_path / "damaged.pdf"
     path.write_bytes(BROKEN_SECOND_PAGE)
     assert inspect_pdf(path) == 2  # it opens: the damage shows only at the page
-    for read in (lambda: text_layer_characters(path), lambda: render_pages(path, tmp_path / "pages", 50),
+    for read in (lambda: text_layer_characters(path), lambda: render_pages(path, tmp_path / "pages", 50, 500),
                  lambda: render_page_png(path, 1, 50, 500), lambda: page_object_counts(path)):
         with pytest.raises(InvalidRequestError, match="damaged.pdf: PDF page 2 of 2 cannot be read .*the file is damaged"):
             read()
     assert render_page_png(path, 0, 50, 500)[1] > 0  # the sound page still renders
+
+
+def test_a_giant_pdf_page_is_rendered_with_its_longer_side_capped(tmp_path):
+    """A 1.4 KB PDF with one 14,400-point-square page (PDF's largest; PDFium renders larger): ingest rendered its
+    page image at 100 dpi uncapped, a 20,000-pixel-square bitmap, 4.4 GB at the peak, and the server was OOM-killed
+    (the fuzzer's first defect, every later case refused a connection). A 4,000-point page here: 5,556 pixels
+    before, the cap after."""
+    import asyncio
+
+    from PIL import Image
+
+    from orchestrator.config import Settings
+    from orchestrator.knowledge.ingest import Ingestor, _Stages
+    from orchestrator.knowledge.parsing.pdf import render_page_png, render_pages, render_scale
+    from orchestrator.knowledge.storage.registry import KnowledgeBase
+    from tests.conftest import MODEL_REPOSITORY
+    from tests.model_double import InProcessModels
+    from thinkserve_bench.fuzzing.hostile_files import small_pdf
+
+    config = Settings.load(overrides={"triton": {"model_repository": str(MODEL_REPOSITORY)}})
+    cap = config.ingest.page_render_max_side
+    poster = tmp_path / "poster.pdf"
+    poster.write_bytes(small_pdf(1, (4000.0, 4000.0)))
+    ingestor = Ingestor(KnowledgeBase(tmp_path / "data"), InProcessModels(), config.ingest, config.tokenizer_file)
+    [page] = asyncio.run(ingestor._render(poster, tmp_path / "pages", _Stages()))
+    with Image.open(page) as image:
+        assert max(image.size) == cap < 4000 * config.ingest.page_render_dpi / 72
+
+    # every renderer is bounded whatever the page: the largest, a sliver, a point
+    assert render_scale(20_000.0, 20_000.0, 100.0, cap) * 20_000 == pytest.approx(cap)
+    assert render_scale(612.0, 792.0, 100.0, cap) == pytest.approx(100 / 72)  # print sizes keep their dpi
+    for size, expected in (((14_400.0, 14_400.0), (500, 500)), ((14_400.0, 1.0), (500, 1)), ((1.0, 1.0), (2, 2))):
+        poster.write_bytes(small_pdf(1, size))
+        [page] = render_pages(poster, tmp_path / f"{size}", 100.0, 500)
+        with Image.open(page) as image:
+            assert image.size == expected, size
+        assert len(render_page_png(poster, 0, 150.0, 500)[0]) > 0
+    with pytest.raises(ValueError, match="max_side must be positive"):
+        render_pages(poster, tmp_path / "none", 100.0, 0)

@@ -79,20 +79,28 @@ def page_aspects(path: Path) -> list[float]:
         return aspects
 
 
-def render_pages(
-    path: Path, out_dir: Path, dpi: float, max_side: Optional[int] = None, jpeg_quality: Optional[int] = 85
-) -> list[Path]:
+def render_scale(width: float, height: float, dpi: float, max_side: int) -> float:
+    """Pixels per point for a `width` x `height` point page: `dpi`, lowered so its longer side is at most `max_side`
+    pixels. Every render goes through it: a page's size is the uploader's to choose (PDF allows 14,400 points a
+    side, PDFium renders larger), and one poster page at 100 dpi uncapped is a 20,000-pixel-square bitmap, 4.4 GB
+    at the peak of rendering and encoding it (measured; found by fuzzing, where it got the server OOM-killed)."""
+    if dpi <= 0:
+        raise ValueError(f"dpi must be positive, got {dpi}")
+    if max_side <= 0:
+        raise ValueError(f"max_side must be positive, got {max_side}")
+    return min(dpi / 72.0, max_side / max(width, height, 1.0))
+
+
+def render_pages(path: Path, out_dir: Path, dpi: float, max_side: int, jpeg_quality: Optional[int] = 85) -> list[Path]:
     """Render every page to `out_dir/page-0000.jpg`, ... at `dpi`, the longer side capped at `max_side` pixels
     (`jpeg_quality` None: lossless PNG, `page-0000.png`).
 
-    One page and one bitmap are alive at a time, so memory stays flat however long the document is. Encoding,
-    most of the time per page, runs outside the PDFium lock. JPEG because it is what a page costs least as: on 4
-    dev PDFs (79 pages) at 100 dpi, JPEG at quality 85 took 20 ms and 133 KiB a page, PNG 67 ms and 224 KiB.
+    One page and one bitmap are alive at a time, so memory stays flat however long the document is, and bounded
+    however large its pages (render_scale). Encoding, most of the time per page, runs outside the PDFium lock.
+    JPEG because it is what a page costs least as: on 4 dev PDFs (79 pages) at 100 dpi, JPEG at quality 85 took
+    20 ms and 133 KiB a page, PNG 67 ms and 224 KiB.
     """
-    if dpi <= 0:
-        raise ValueError(f"dpi must be positive, got {dpi}")
-    if max_side is not None and max_side <= 0:
-        raise ValueError(f"max_side must be positive, got {max_side}")
+    render_scale(1.0, 1.0, dpi, max_side)  # the arguments' checks, before any file is touched
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -103,11 +111,7 @@ def render_pages(
             with _PDFIUM_LOCK:
                 page = _load_page(document, index, path)
                 try:
-                    width, height = page.get_size()
-                    scale = dpi / 72.0
-                    if max_side is not None and max(width, height) * scale > max_side:
-                        scale = max_side / max(width, height)
-                    bitmap = page.render(scale=scale, may_draw_forms=True)
+                    bitmap = page.render(scale=render_scale(*page.get_size(), dpi, max_side), may_draw_forms=True)
                 finally:
                     page.close()
             try:
@@ -142,8 +146,7 @@ def render_page_png(path: Path, index: int, dpi: float, max_side: int, blank_as_
             page = _load_page(document, index, path)
             try:
                 width, height = page.get_size()
-                scale = min(dpi / 72.0, max_side / max(width, height, 1.0))
-                bitmap = page.render(scale=scale, may_draw_forms=True)
+                bitmap = page.render(scale=render_scale(width, height, dpi, max_side), may_draw_forms=True)
             finally:
                 page.close()
         try:
