@@ -11,6 +11,8 @@ from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 from hypothesis import strategies as st
 
+from orchestrator.pipeline.plan import OPTION_CHOICES
+
 _INT32 = (-(2**31), 2**31 - 1)
 _UINT32 = (0, 2**32 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
@@ -38,9 +40,35 @@ HINTS: dict[str, list] = {
     "route": ["simple", "moderate", "complex"],
     "router": ["features", "model", "fixed"],
     "perception": ["dpr", "end_to_end", "off"],
-    "answerer": ["extractive", "llm"],
+    "answerer": ["extractive", "llm", "hybrid", "LLM"],
     "server_path": ["/etc/passwd", "samples/northwind-2024-annual-report.md", "."],
 }
+
+
+# values a server accepts, so that plausible requests (`requests`) get past validation into the work behind it
+PLAUSIBLE: dict[str, list] = {
+    "top_k": [1, 3, 5], "max_tokens": [4, 16], "temperature": [0.0, 0.7], "top_p": [0.5, 1.0], "seed": [0, 7],
+    "chunk_top_k": [5, 10], "entity_top_k": [5, 20], "graph_hops": [0, 1, 2], "page_top_m": [5, 20], "page_top_k": [1, 3],
+    "collection": ["fuzz", "fuzz-ingest"], "name": ["fuzz.md", "missing.md"], "question": HINTS["question"],
+    "filename": ["a.md", "b.txt"], "media_type": ["text/markdown", "text/plain", ""],
+    "lexical": [False],  # lexical mode refuses every option that calls a model; the hostile half sends it
+    **{option: list(choices) for option, choices in OPTION_CHOICES.items()},  # route, router, perception, answerer
+}
+
+
+def plausible_scalar(field: FieldDescriptor) -> st.SearchStrategy:
+    """A value the server is likely to accept: known good ones by field name, small numbers, known enum values."""
+    if field.name in PLAUSIBLE:
+        return st.sampled_from(PLAUSIBLE[field.name])
+    if field.type == FieldDescriptor.TYPE_BOOL:
+        return st.booleans()
+    if field.type == FieldDescriptor.TYPE_ENUM:
+        return st.sampled_from([value.number for value in field.enum_type.values])
+    if field.type in _RANGES:
+        return st.integers(0, 10)
+    if field.type in (FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_DOUBLE):
+        return st.floats(0.0, 1.0)
+    return scalar(field)
 
 
 def scalar(field: FieldDescriptor) -> st.SearchStrategy:
@@ -68,14 +96,21 @@ def scalar(field: FieldDescriptor) -> st.SearchStrategy:
     return strings
 
 
-def _single(field: FieldDescriptor, depth: int) -> st.SearchStrategy:
+def _single(field: FieldDescriptor, depth: int, plausible: bool) -> st.SearchStrategy:
     if field.message_type is not None:
-        return messages(field.message_type, depth + 1)
-    return scalar(field)
+        return messages(field.message_type, depth + 1, plausible=plausible)
+    return plausible_scalar(field) if plausible else scalar(field)
 
 
-def messages(descriptor: Descriptor, depth: int = 0, max_depth: int = 3) -> st.SearchStrategy[Message]:
-    """Messages of `descriptor`'s type with any subset of their fields set (nested ones up to max_depth)."""
+def requests(descriptor: Descriptor) -> st.SearchStrategy[Message]:
+    """Half anything the descriptor allows, half plausible: a fuzzer whose every request fails the first check
+    never reaches the work behind it."""
+    return st.one_of(messages(descriptor), messages(descriptor, plausible=True))
+
+
+def messages(descriptor: Descriptor, depth: int = 0, max_depth: int = 3, plausible: bool = False) -> st.SearchStrategy[Message]:
+    """Messages of `descriptor`'s type with any subset of their fields set (nested ones up to max_depth);
+    `plausible`: every value one the server is likely to accept (plausible_scalar)."""
     cls = GetMessageClass(descriptor)
     if depth > max_depth:
         return st.just(cls())
@@ -83,12 +118,12 @@ def messages(descriptor: Descriptor, depth: int = 0, max_depth: int = 3) -> st.S
     for field in descriptor.fields:
         if field.message_type is not None and field.message_type.GetOptions().map_entry:
             key = scalar(field.message_type.fields_by_name["key"])
-            value = _single(field.message_type.fields_by_name["value"], depth)
+            value = _single(field.message_type.fields_by_name["value"], depth, plausible)
             optional[field.name] = st.dictionaries(key, value, max_size=4)
         elif field.is_repeated:
-            optional[field.name] = st.lists(_single(field, depth), max_size=5)
+            optional[field.name] = st.lists(_single(field, depth, plausible), max_size=5)
         else:
-            optional[field.name] = _single(field, depth)
+            optional[field.name] = _single(field, depth, plausible)
     return st.fixed_dictionaries({}, optional=optional).map(lambda values: _build(cls, values))
 
 
@@ -120,7 +155,7 @@ def ingest_streams(header: Descriptor, request: Descriptor) -> st.SearchStrategy
     """What a client may stream to Ingest: a header then chunks, no header, two headers, chunks before it, a
     server path with chunks after it, or any generated sequence."""
     cls = GetMessageClass(request)
-    headers = messages(header)
+    headers = requests(header)
     chunks = st.lists(st.binary(min_size=0, max_size=4096), max_size=4)
 
     def ordered(h, parts, shape):

@@ -26,7 +26,7 @@ from hypothesis.errors import Unsatisfiable
 from orchestrator.api.protos import pb
 
 from .hostile_files import HostileFile, hostile_files
-from .proto_messages import ingest_streams, messages
+from .proto_messages import ingest_streams, requests
 
 SERVICE = pb.DESCRIPTOR.services_by_name["ThinkServe"]
 CLIENT_ERRORS = {
@@ -199,7 +199,7 @@ class GrpcFuzzer:
         if method.client_streaming:
             strategy = ingest_streams(pb.DocumentHeader.DESCRIPTOR, method.input_type)
         else:
-            strategy = messages(method.input_type)
+            strategy = requests(method.input_type)
 
         @_hypothesis(examples, run_seed)
         @given(request=strategy)
