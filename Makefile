@@ -85,6 +85,12 @@ test-unit: setup
 test-integration: models models-torch browser
 	$(BIN)/python -m pytest tests/integration
 
+# The generated parts of docs/ (every setting, every metric), written again from the code; tests/unit/test_docs.py
+# fails when a committed page differs from them.
+.PHONY: docs
+docs: setup
+	$(BIN)/python docs/generate.py
+
 bench: models
 	$(BIN)/python -m thinkserve_bench.scripts.triton_overhead --rounds 10
 

@@ -207,7 +207,7 @@ class RoutePolicy(_Section):
     entity_top_k: int = Field(ge=0)  # entities (and relations) matched per (sub-)question: the graph's seeds
     graph_hops: int = Field(ge=0)
     # expand the knowledge graph from the question's entities (its candidates join the fusion). Off on the
-    # Simple route: a single-fact lookup gains nothing from it in any measured setting (README, "Measured"),
+    # Simple route: a single-fact lookup gains nothing from it in any measured setting (docs/measured/),
     # and it is the largest part of that route's own time
     graph: bool = True
     rerank: bool
@@ -508,7 +508,7 @@ PROFILE_DEFAULTS: dict[str, tuple[tuple[str, str, Any], ...]] = {
     "tiny": (("router", "mode", "features"), ("retrieval", "rerank_weight", 0.0), ("answer", "answerer", "extractive"),
              ("pages", "run_by_default", False), ("perception", "mode", "off")),
     # tiny with a trained LLM (SmolLM2-135M-Instruct) that also routes when asked: what it is given a say in
-    # follows the measurements on the dev PDFs (README, Measured); the other models are tiny's random ones
+    # follows the measurements on the dev PDFs (docs/measured/); the other models are tiny's random ones
     "offline": (("router", "mode", "features"), ("retrieval", "rerank_weight", 0.0), ("answer", "answerer", "extractive"),
                 ("pages", "run_by_default", False), ("perception", "mode", "off")),
 }

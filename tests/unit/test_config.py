@@ -44,14 +44,14 @@ def test_the_model_repository_follows_the_profile_unless_set(tmp_path):
     assert str(explicit.triton.model_repository) == "elsewhere"
 
 
-def test_the_readme_settings_example_is_valid():
-    """The TOML example users copy from the README must load as it is."""
+def test_the_documented_settings_example_is_valid():
+    """The TOML example users copy from docs/configuration.md must load as it is."""
     import re
     import tomllib
     from pathlib import Path
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    example = re.search(r"```toml\n(.*?)```", readme, re.S).group(1)
+    page = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
+    example = re.search(r"```toml\n(.*?)```", page, re.S).group(1)
     settings = Settings.model_validate(tomllib.loads(example))
     assert settings.server.max_concurrent_queries == 4 and settings.http.port == 50052
 
