@@ -155,7 +155,7 @@ def cmd_demo(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="thinkserve", description="Triton-served multimodal document QA.")
-    parser.add_argument("--config", type=Path, help="settings file (TOML); see README")
+    parser.add_argument("--config", type=Path, help="settings file (TOML); see docs/configuration.md")
     parser.add_argument("--profile", help="model profile (default tiny): serves model_repository/<profile> unless configured")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logs and tracebacks")
     commands = parser.add_subparsers(dest="command", required=True)

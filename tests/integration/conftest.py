@@ -69,7 +69,7 @@ def running_orchestrator(triton, triton_settings, tmp_path_factory):
         # A dropped document's folder goes at once (the orphan tests check it): the one replica that reads this
         # folder (test_read_replica) reads no page image or asset of a dropped document.
         storage={"retain_dropped_s": 0},
-        answer={"short_answer": True},  # off by default (README); its tests read it from this deployment
+        answer={"short_answer": True},  # off by default (docs/configuration.md); its tests read it from this deployment
     )
     loop = BackgroundLoop()
     deployment = Deployment(settings)

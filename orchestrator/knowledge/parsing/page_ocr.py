@@ -8,7 +8,7 @@ their page, box and confidence, then passages, entities and indexes exactly like
 picture a parser made of such a page is dropped (its words are now text); a smaller figure or chart on it keeps
 the lines that fall inside it.
 
-What is read is decided from what is known before reading, each rule measured on the dev PDFs (README):
+What is read is decided from what is known before reading, each rule measured on the dev PDFs (docs/measured/):
 - A page's text layer is known before any parser runs (PDFium reads it at hundreds of pages a second), so the
   pages without one start being read while the parser still works (`start`), and the parse waits for nothing.
 - A figure or chart whose box the parser found words in (a vector chart's labels, a table MinerU took for a
