@@ -107,3 +107,29 @@ def test_a_giant_pdf_page_is_rendered_with_its_longer_side_capped(tmp_path):
         assert len(render_page_png(poster, 0, 150.0, 500)[0]) > 0
     with pytest.raises(ValueError, match="max_side must be positive"):
         render_pages(poster, tmp_path / "none", 100.0, 0)
+
+
+def test_an_image_that_does_not_decode_or_is_wider_than_a_jpeg_is_refused_before_the_parser(tmp_path):
+    """Images that passed Pillow's verify() (chunks and checksums) and failed in MinerU's process, each an internal
+    error: a JPEG whose scan data is damaged, a PNG declaring 1,000 x 1,000 pixels with a few bytes of them, and a
+    PNG 200,000 pixels wide (MinerU writes the page as JPEG, whose sides stop at 65,500)."""
+    import zlib
+
+    from thinkserve_bench.fuzzing.hostile_files import small_jpeg
+
+    jpeg = bytearray(small_jpeg())
+    scan = jpeg.index(b"\xff\xda")  # start of scan: what follows is the entropy-coded image
+    jpeg[scan + 20 : scan + 60] = b"\xff" * 40
+    cases = {
+        "flipped.jpg": (bytes(jpeg), "flipped.jpg: not a readable image .*broken data stream"),
+        "short.png": (png(1000, 1000, zlib.compress(b"\x00" * 1000)), "short.png: not a readable image .*truncated"),
+        "thin.png": (png(200_000, 1), "thin.png: the image is 200,000 x 1 pixels; a side may be at most 65,500"),
+    }
+    for name, (data, message) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(InvalidRequestError, match=message):
+            _check_input(path)
+    for name, data in (("sound.jpg", small_jpeg()), ("sound.png", png(40, 30)), ("wide.png", png(50_000, 1))):
+        (tmp_path / name).write_bytes(data)
+        assert _check_input(tmp_path / name) == 1

@@ -70,6 +70,7 @@ OcrMode = Literal["auto", "txt", "ocr"]
 ModelSource = Literal["local", "auto", "huggingface", "modelscope"]
 
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg"})
+IMAGE_MAX_SIDE = 65_500  # pixels: JPEG's largest side, and MinerU writes an image document's page and crops as JPEG
 CONTENT_LIST_NAME = "content_list.json"
 MIDDLE_JSON_NAME = "middle_json.json"
 RUN_RECORD_NAME = "mineru_run.json"
@@ -265,9 +266,18 @@ def _check_input(source: Path) -> int:
             raise InvalidRequestError(f"{source.name}: image file not found")
         from PIL import Image, UnidentifiedImageError
 
+        # Decoded here, not only verified: verify() reads chunks and checksums, so a JPEG with flipped bytes or a
+        # PNG with too little pixel data passed it and failed in MinerU's process, an internal error (found by
+        # fuzzing). Pillow refuses past its decompression-bomb limit (179 Mpx) before decoding anything.
         try:
             with Image.open(source) as image:
-                image.verify()
+                width, height = image.size
+                if max(width, height) > IMAGE_MAX_SIDE:
+                    raise InvalidRequestError(
+                        f"{source.name}: the image is {width:,} x {height:,} pixels; a side may be at most "
+                        f"{IMAGE_MAX_SIDE:,} (the largest JPEG, in which the parser writes its page and crops)"
+                    )
+                image.load()
         # DecompressionBombError: a few bytes declaring gigapixels (found by fuzzing: it was an internal error)
         except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as error:
             raise InvalidRequestError(f"{source.name}: not a readable image ({error})") from None
