@@ -522,15 +522,19 @@
     setError(ui.askError, "");
     const card = createCard(question, options, state.current);
     ui.results.prepend(card.node);
-    ui.results.scrollLeft = 0;
     ui.noResults.hidden = true;
     runQuery(card);
   }
 
+  /** A part of the card a person opens when they want it (how the answer was made): folded away at first. */
   function block(title, content) {
-    return el("details", { class: "block", open: true, hidden: true }, el("summary", {}, el("h4", { text: title })), content);
+    return el("details", { class: "block", hidden: true }, el("summary", {}, el("h4", { text: title })), content);
   }
 
+  /**
+   * A card reads at a glance: the answer, its citations and the cited page with the quoted sentences marked come
+   * first; the route, the evidence list, the timings and the cost are folded away below.
+   */
   function createCard(question, options, collection) {
     const id = `result-${++cardCount}`;
     const card = { id, question, options, collection, controller: null, evidence: new Map() };
@@ -539,14 +543,19 @@
     card.answer = el("p", { class: "answer-text", "aria-live": "polite", onclick: (e) => followMarker(card, e) });
     card.info = el("div", { class: "answer-info" });
     card.citations = el("ul", { class: "citations" });
+    card.citationsTitle = el("h4", { text: "Citations" });
+    // not a landmark: every card has its citations, and landmarks of one name would be many
+    card.citationsPart = el("div", { class: "citations-part", hidden: true }, card.citationsTitle, card.citations);
+    card.otherQuotes = el("ul", { class: "citations other" });
+    card.page = el("div", { class: "answer-page" });
     card.route = el("div", { class: "route" });
     card.evidenceList = el("ol", { class: "evidence" });
     card.waterfall = el("div", { class: "waterfall" });
     card.cost = el("table", { class: "cost" });
     card.blocks = {
-      citations: block("Citations", card.citations), route: block("Route", card.route),
-      evidence: block("Evidence", card.evidenceList), waterfall: block("Where the time went", card.waterfall),
-      cost: block("Model calls and cost", card.cost),
+      others: block("Also quoted, from lower-ranked evidence", card.otherQuotes),
+      route: block("Route", card.route), evidence: block("Evidence", card.evidenceList),
+      waterfall: block("Where the time went", card.waterfall), cost: block("Model calls and cost", card.cost),
     };
     card.heading = el("h3", { id: `${id}-q`, tabindex: -1, text: question });
     card.node = el("article", { class: "result", id, "aria-labelledby": `${id}-q` },
@@ -554,8 +563,11 @@
         el("button", { type: "button", class: "close", "aria-describedby": `${id}-q`, onclick: () => closeCard(card) },
           "Close")),
       el("p", { class: "options-used" }, el("span", { class: "hint", text: `${collection} · ` }), describeOptions(options)),
-      card.status, card.retry, card.answer, card.info,
-      Object.values(card.blocks));
+      card.status, card.retry,
+      el("div", { class: "answer-main" },
+        el("div", { class: "answer-body" }, card.answer, card.citationsPart, card.blocks.others), card.page),
+      card.info,
+      el("div", { class: "how" }, card.blocks.route, card.blocks.evidence, card.blocks.waterfall, card.blocks.cost));
     return card;
   }
 
@@ -567,9 +579,11 @@
     card.evidence = new Map();
     card.retry.hidden = true;
     card.status.classList.remove("error", "done");
-    for (const node of [card.answer, card.info, card.citations, card.route, card.evidenceList, card.waterfall, card.cost]) {
+    for (const node of [card.answer, card.info, card.citations, card.otherQuotes, card.page, card.route, card.evidenceList,
+      card.waterfall, card.cost]) {
       node.replaceChildren();
     }
+    card.citationsPart.hidden = true;
     for (const node of Object.values(card.blocks)) node.hidden = true;
   }
 
@@ -706,6 +720,7 @@
     if (route.instruction) rows.push(["Instruction", route.instruction]);
     card.route.replaceChildren(el("dl", {}, rows.map(([term, value]) =>
       el("div", { class: "pair" }, el("dt", { text: term }), el("dd", {}, value)))));
+    setBlockTitle(card.blocks.route, `Route: ${route.label || "—"}${route.source ? `, by ${route.source}` : ""}`);
     card.blocks.route.hidden = false;
   }
 
@@ -715,7 +730,11 @@
     card.evidence = new Map(items.map((item) => [num(item.rank), item]));
     card.evidenceList.replaceChildren(...items.map((item) => evidenceItem(card, item)));
     card.blocks.evidence.hidden = false;
-    card.blocks.evidence.querySelector("h4").textContent = `Evidence (${items.length})`;
+    setBlockTitle(card.blocks.evidence, `Evidence (${items.length})`);
+  }
+
+  function setBlockTitle(block, text) {
+    block.querySelector("h4").textContent = text;
   }
 
   function evidenceItem(card, item) {
@@ -801,8 +820,14 @@
     }
     if (final.uncertainty) card.info.append(uncertaintyNote(final.uncertainty));
     renderCitations(card, final.citations || []);
-    if (renderWaterfall(card.waterfall, final.timings || [])) card.blocks.waterfall.hidden = false;
+    const total = (final.timings || []).find((t) => t.stage === "total");
+    if (renderWaterfall(card.waterfall, final.timings || [])) {
+      setBlockTitle(card.blocks.waterfall, `Where the time went${total ? `: ${fmtMs(total.milliseconds)}` : ""}`);
+      card.blocks.waterfall.hidden = false;
+    }
     renderCost(card.cost, final.cost || {});
+    setBlockTitle(card.blocks.cost, `Model calls and cost: ${fmtInt(usage.model_calls)} calls, ` +
+      `${fmtMs((final.cost || {}).model_ms)} of model time`);
     card.blocks.cost.hidden = false;
   }
 
@@ -813,21 +838,48 @@
       `${u.uncertain ? " (still uncertain)" : ""}` });
   }
 
+  /**
+   * Which citations the card shows as supporting the answer: those of the best-ranked evidence item the answer
+   * quotes. The extractive answerer quotes the sentences closest to the question wherever they are, and a
+   * lower-ranked passage's often only shares the question's words (issue 55: a question about an average income
+   * cited two unrelated passages as if they answered it). Those stay in the answer's text, with their markers, and
+   * are listed apart, folded away, not as citations.
+   */
+  function supportingCitations(citations) {
+    const best = Math.min(...citations.map((citation) => num(citation.evidence_rank)));
+    return citations.filter((citation) => num(citation.evidence_rank) === best);
+  }
+
   function renderCitations(card, citations) {
-    card.blocks.citations.hidden = false;
-    card.blocks.citations.querySelector("h4").textContent = `Citations (${citations.length})`;
+    card.citationsPart.hidden = false;
     if (!citations.length) {
+      card.citationsTitle.textContent = "Citations";
       card.citations.replaceChildren(el("li", { class: "hint", text: "No citations." }));
       return;
     }
-    card.citations.replaceChildren(...citations.map((citation) => citationItem(card, citation)));
+    const supporting = supportingCitations(citations);
+    const others = citations.filter((citation) => !supporting.includes(citation));
+    card.citationsTitle.textContent = `Citations (${supporting.length})`;
+    card.citations.replaceChildren(...supporting.map((citation, i) => citationItem(card, citation, i > 0)));
+    const [first] = supporting;
+    const page = num(first.page);
+    if (page >= 0) { // the cited page, large, with every supporting quote on it marked
+      const regions = supporting.filter((c) => num(c.page) === page).flatMap((c) => c.regions || []);
+      showPage(card.page, card.collection, first, page, `Page ${page + 1} of ${first.document_name || ""}`, regions);
+    }
+    if (others.length) {
+      card.otherQuotes.replaceChildren(...others.map((citation) => citationItem(card, citation, false)));
+      setBlockTitle(card.blocks.others, `Also quoted, from lower-ranked evidence (${others.length})`);
+      card.blocks.others.hidden = false;
+    }
   }
 
-  function citationItem(card, citation) {
+  /** A citation: its evidence, document, page and quote; `withPage`: its page image as a thumbnail beside it. */
+  function citationItem(card, citation, withPage) {
     const page = num(citation.page);
     const rank = num(citation.evidence_rank);
     const name = citation.document_name || "";
-    const slot = el("div", { class: "page-slot" });
+    const slot = withPage && page >= 0 ? el("div", { class: "page-slot" }) : null;
     const item = el("li", { class: "citation" },
       el("p", { class: "cite-head" },
         card.evidence.has(rank) ? markerLink(card, rank, `[${rank}]`, "citation-ref") : `[${rank}]`, " ",
@@ -835,7 +887,7 @@
       citation.quote ? el("blockquote", { class: "quote", text: citation.quote }) : null,
       slot);
     item.querySelector(".cite-head").addEventListener("click", (event) => followMarker(card, event));
-    if (page >= 0) showPage(slot, card.collection, citation, page, `Page ${page + 1} of ${name}`);
+    if (slot) showPage(slot, card.collection, citation, page, `Page ${page + 1} of ${name}`);
     return item;
   }
 
@@ -881,13 +933,13 @@
     pageCache.clear();
   }
 
-  async function showPage(slot, collection, citation, page, label) {
+  async function showPage(slot, collection, citation, page, label, regions = citation.regions || []) {
     slot.replaceChildren(el("p", { class: "hint", text: "loading page image…" }));
     const documentId = (citation.passage_id || "").split(":")[0];
     try {
       const url = await pageImage(collection, documentId, page);
       if (!url) { slot.replaceChildren(el("p", { class: "no-page hint", text: "no page image" })); return; }
-      slot.replaceChildren(pageFigure(url, citation.regions || [], page, label));
+      slot.replaceChildren(pageFigure(url, regions, page, label));
     } catch (err) {
       slot.replaceChildren(el("p", { class: "error", text: `page image: ${err.message || "network error"}` }));
     }
