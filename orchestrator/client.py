@@ -122,6 +122,10 @@ class ThinkServeClient:
     def list_documents(self, collection: str, timeout_s: float = 30.0) -> list["pb.DocumentInfo"]:
         return list(self._call("ListDocuments", list_documents_request(collection), timeout_s).documents)
 
+    def ingest_progress(self, collection: str, timeout_s: float = 10.0) -> list["pb.IngestingDocument"]:
+        """The collection's documents being ingested now, each as far as it has got."""
+        return list(self._call("GetIngestProgress", pb.IngestProgressRequest(collection=collection), timeout_s).documents)
+
     def get_document(self, collection: str, name: str, timeout_s: float = 30.0) -> "pb.DocumentInfo":
         return self._call("GetDocument", pb.GetDocumentRequest(collection=collection, name=name), timeout_s)
 
@@ -190,6 +194,9 @@ class AsyncThinkServeClient:
 
     async def list_documents(self, collection: str, timeout_s: float = 30.0) -> list["pb.DocumentInfo"]:
         return list((await self._call("ListDocuments", list_documents_request(collection), timeout_s)).documents)
+
+    async def ingest_progress(self, collection: str, timeout_s: float = 10.0) -> list["pb.IngestingDocument"]:
+        return list((await self._call("GetIngestProgress", pb.IngestProgressRequest(collection=collection), timeout_s)).documents)
 
     async def get_document(self, collection: str, name: str, timeout_s: float = 30.0) -> "pb.DocumentInfo":
         return await self._call("GetDocument", pb.GetDocumentRequest(collection=collection, name=name), timeout_s)

@@ -2,10 +2,11 @@
 
 A bad document fails alone with the server's message; the rest of the batch goes on. Progress counts pages, what
 ingest's time grows with: each document's pages are counted up front (a PDF's page tree, a MinerU output folder's
-content list or the PDF beside it; an image or a text is one page), the bar moves by a document's pages when it is
-done (by the pages the server counted, where they differ), and shows pages/s, the pages OCR read and the documents in
-flight; the last line gives the same figures for the batch. With --ray, PDFs and images are parsed on a Ray
-cluster first (ray_ingest.py) and go up as MinerU output.
+content list or the PDF beside it; an image or a text is one page). While documents ingest, the server's progress
+(GetIngestProgress, polled every POLL_S) moves the bar by the pages read so far and shows the newest document's stage
+and OCR's pages; each warning is printed as it arises. A document done moves the bar to its pages as the server
+counted them. The last line gives the batch's figures. With --ray, PDFs and images are parsed on a Ray cluster
+first (ray_ingest.py) and go up as MinerU output.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, TextIO
+from typing import TYPE_CHECKING, Callable, Optional, TextIO
 
 import grpc
 from tqdm import tqdm
@@ -23,6 +24,11 @@ from tqdm import tqdm
 from .client import AsyncThinkServeClient
 from .local_documents import LocalSource, find_documents, read_source
 from .ray_ingest import ParseFailure, RayOptions, RaySession, parsed_on_ray
+
+if TYPE_CHECKING:
+    from .api.protos import pb
+
+POLL_S = 0.5  # how often the server's ingest progress is read while documents are in flight
 
 
 @dataclass
@@ -98,23 +104,49 @@ async def ingest_paths(
     limit = asyncio.Semaphore(max(1, concurrency))  # uploads in flight, from either source
     bar = tqdm(total=sum(weights.values()), unit="page", file=sys.stderr, dynamic_ncols=True)
     in_flight: dict[str, None] = {}  # names, in the order they were sent
+    live = LiveProgress()
+    finished_pages = 0
     started = time.monotonic()
 
     def show() -> None:
         current = next(reversed(in_flight), "")
-        bar.set_postfix_str(f"ocr={totals.ocr_pages} docs={totals.documents}/{len(documents)} failed={totals.failed}"
-                            + (f" now: {current}" if current else ""))
-
-    def done(path: Path, line: str, pages: Optional[int] = None) -> None:
-        """A document finished: the bar moves by its pages as the server counted them; a failed one's pages leave
-        the total."""
-        bar.total += (0 if pages is None else pages) - weights[path]
-        if pages:
-            bar.update(pages)
-        else:
+        target = min(bar.total, finished_pages + live.pages_read(in_flight))
+        if target > bar.n:
+            bar.update(target - bar.n)
+        else:  # a failed document's pages left the total
+            bar.n = target
             bar.refresh()
+        bar.set_postfix_str(f"ocr={totals.ocr_pages + live.ocr_pages(in_flight)} docs={totals.documents}/{len(documents)} "
+                            f"failed={totals.failed}" + (f" now: {current}" if current else "") + live.stage_of(current))
+
+    def done(path: Path, name: str, line: str, pages: Optional[int] = None) -> None:
+        """A document finished: the bar stands at its pages as the server counted them; a failed one's pages leave
+        the total."""
+        nonlocal finished_pages
+        bar.total += (0 if pages is None else pages) - weights[path]
+        finished_pages += pages or 0
+        live.forget(name)
         show()
         bar.write(line, file=out)
+
+    async def follow(client: AsyncThinkServeClient, finished: asyncio.Event) -> None:
+        """The server's progress on the documents in flight, until the batch is done; a failed read is skipped."""
+        while not finished.is_set():
+            if in_flight:
+                try:
+                    ingesting = await client.ingest_progress(collection, timeout_s=POLL_S * 4)
+                except grpc.aio.AioRpcError as error:
+                    if error.code() == grpc.StatusCode.UNIMPLEMENTED:
+                        return  # a server from before GetIngestProgress: the bar moves as documents finish
+                    ingesting = None
+                if ingesting is not None:
+                    for name, warning in live.update(ingesting, in_flight):
+                        bar.write(f"{name}: warning: {warning}", file=out)
+                    show()
+            try:
+                await asyncio.wait_for(finished.wait(), POLL_S)
+            except asyncio.TimeoutError:
+                pass
 
     async def upload(client: AsyncThinkServeClient, path: Path, name: str, load: Callable[[], LocalSource]) -> None:
         """Runs holding one `limit` slot, which the caller acquired."""
@@ -125,7 +157,7 @@ async def ingest_paths(
         finally:
             limit.release()
             in_flight.pop(name, None)
-        done(path, line, pages)
+        done(path, name, line, pages)
 
     async def direct(client: AsyncThinkServeClient, path: Path, name: str) -> None:
         await limit.acquire()
@@ -145,7 +177,7 @@ async def ingest_paths(
             cause = f"UNAVAILABLE: the Ray job failed: {type(error).__name__}: {last}"
             for index in sorted(pending):
                 totals.failed += 1
-                done(documents[index][0], f"FAILED {documents[index][1]}: {cause}")
+                done(documents[index][0], documents[index][1], f"FAILED {documents[index][1]}: {cause}")
         finally:
             await asyncio.gather(*uploads)
 
@@ -153,7 +185,13 @@ async def ingest_paths(
         async with AsyncThinkServeClient(address, timeout_s=None, token=token) as client:
             ray_indices = set(on_ray)
             jobs = [direct(client, path, name) for i, (path, name) in enumerate(documents) if i not in ray_indices]
-            await asyncio.gather(*jobs, *([parsed(client)] if on_ray else []))
+            finished = asyncio.Event()
+            watcher = asyncio.create_task(follow(client, finished))
+            try:
+                await asyncio.gather(*jobs, *([parsed(client)] if on_ray else []))
+            finally:
+                finished.set()
+                await watcher
             unseen = await wait_visible(client, collection, totals.pending)
             if unseen:
                 print(f"not yet visible to queries after 600 s (changed by another writer?): {', '.join(unseen)}", file=out)
@@ -169,6 +207,45 @@ async def ingest_paths(
         file=out,
     )
     return totals.failed
+
+
+class LiveProgress:
+    """What the server last said of this batch's documents in flight (by name): pages read, OCR's pages, stage;
+    and which of their warnings were printed already."""
+
+    def __init__(self):
+        self.documents: dict[str, "pb.IngestingDocument"] = {}
+        self.warned: dict[str, set[str]] = {}
+
+    def update(self, ingesting: list, in_flight) -> list[tuple[str, str]]:
+        """Takes the server's list; returns the (name, warning) pairs not told before, of this batch's documents."""
+        new = []
+        for document in ingesting:
+            if document.name not in in_flight:
+                continue  # another client's upload to the same collection
+            self.documents[document.name] = document
+            told = self.warned.setdefault(document.name, set())
+            for warning in document.warnings:
+                if warning not in told:
+                    told.add(warning)
+                    new.append((document.name, warning))
+        return new
+
+    def forget(self, name: str) -> None:
+        self.documents.pop(name, None)
+
+    def pages_read(self, in_flight) -> int:
+        return sum(d.pages_read for name, d in self.documents.items() if name in in_flight)
+
+    def ocr_pages(self, in_flight) -> int:
+        return sum(d.ocr_pages for name, d in self.documents.items() if name in in_flight)
+
+    def stage_of(self, name: str) -> str:
+        document = self.documents.get(name)
+        if document is None:
+            return ""
+        ocr = f", ocr {document.ocr_pages}/{document.ocr_pages_planned}" if document.ocr_pages_planned else ""
+        return f" ({document.stage}: {document.pages_read}/{document.pages_total} pages read{ocr})"
 
 
 async def wait_visible(

@@ -7,7 +7,7 @@ from typing import Sequence
 
 from ..knowledge.parsing.chunking import Span
 from ..knowledge.ingest import IngestResult
-from ..knowledge.ingest_progress import ProgressFigures
+from ..knowledge.ingest_progress import DocumentFigures, ProgressFigures
 from ..knowledge.storage.segments import DocumentRecord
 from ..pipeline.accounting import CostReport
 from ..pipeline.events import (
@@ -213,6 +213,14 @@ def ingest_progress(figures: ProgressFigures) -> "pb.IngestProgress":
         documents_in_flight=figures.documents_in_flight, documents_failed=figures.documents_failed,
         ocr_pages=figures.ocr_pages, pages_per_s=figures.pages_per_s, seconds=figures.seconds,
         current_document=figures.current_document,
+    )
+
+
+def ingesting_document(figures: DocumentFigures) -> "pb.IngestingDocument":
+    return pb.IngestingDocument(
+        name=figures.name, stage=figures.stage, pages_total=figures.pages_total, pages_parsed=figures.pages_parsed,
+        ocr_pages=figures.ocr_pages, ocr_pages_planned=figures.ocr_pages_planned, pages_read=figures.pages_read,
+        pages_per_s=figures.pages_per_s, seconds=figures.seconds, warnings=list(figures.warnings),
     )
 
 

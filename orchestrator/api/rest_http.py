@@ -10,6 +10,7 @@ other HTTP client see exactly what a gRPC client sees. Errors have the OpenAI en
     GET    /api/v1/collections/{c}/documents
     PUT    /api/v1/collections/{c}/documents/{name}          body: the file's bytes (ingest; the same name replaces)
     GET | DELETE /api/v1/collections/{c}/documents/{name}
+    GET    /api/v1/collections/{c}/ingest                    the documents being ingested now, as far as each has got
     POST   /api/v1/collections/{c}/query                     {"question", "options"}: Server-Sent Events of QueryEvent
     POST   /api/v1/collections/{c}/retrieve                  {"question", "options"}: RetrieveResponse
     GET    /api/v1/collections/{c}/pages/{document id}/{page}  a page's render (0-based page), read access to {c}
@@ -144,6 +145,7 @@ def rest_routes(gateway: Gateway, service: ThinkServeService, console: bool) -> 
         Route(f"{collection_path}/documents/{{name:path}}", unary("GetDocument", _from_path(pb.GetDocumentRequest)), methods=["GET"]),
         Route(f"{collection_path}/documents/{{name:path}}", unary("DeleteDocument", _from_path(pb.DeleteDocumentRequest)),
               methods=["DELETE"]),
+        Route(f"{collection_path}/ingest", unary("GetIngestProgress", _from_path(pb.IngestProgressRequest)), methods=["GET"]),
         Route(f"{collection_path}/query", query, methods=["POST"]),
         Route(f"{collection_path}/retrieve", unary("Retrieve", _query_request), methods=["POST"]),
         Route(f"{collection_path}/pages/{{document_id}}/{{page:int}}", page_image, methods=["GET"]),

@@ -198,6 +198,12 @@ class ThinkServeService(pb_grpc.ThinkServeServicer):
         return convert.ingest_report(result)
 
     @unary
+    async def GetIngestProgress(self, request, context, call: Call):
+        self.gateway.authority.authorize(call.principal, request.collection)
+        documents = self.ingestor.progress.documents(request.collection)
+        return pb.IngestProgressResponse(documents=[convert.ingesting_document(d) for d in documents])
+
+    @unary
     async def ListDocuments(self, request, context, call: Call):
         snapshot = self._readable(call, request.collection).snapshot
         return pb.ListDocumentsResponse(documents=[convert.document_info(d) for d in snapshot.documents.values()])

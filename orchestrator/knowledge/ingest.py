@@ -61,13 +61,17 @@ class IngestResult:
 
 
 class _Stages:
-    """Wall time per ingest stage, for the report and the ingest benchmark."""
+    """Wall time per ingest stage, for the report and the ingest benchmark; each stage of the document's own line of
+    work is told to its progress as it begins (`aside`: one that runs beside them, as page rendering does)."""
 
-    def __init__(self):
+    def __init__(self, progress: Optional[DocumentProgress] = None):
         self.seconds: dict[str, float] = {}
+        self.progress = progress
 
     @contextlib.contextmanager
-    def timed(self, stage: str) -> Iterator[None]:
+    def timed(self, stage: str, aside: bool = False) -> Iterator[None]:
+        if self.progress is not None and not aside:
+            self.progress.stage(stage)
         started = time.monotonic()
         try:
             yield
@@ -110,13 +114,16 @@ class Ingestor:
             return IngestResult(collection, present, True, None, time.monotonic() - started,
                                 visible=_present(target.snapshot.documents, document_id) is not None)
 
-        stages = _Stages()
         staging = target.staging_folder()
-        progress = self.progress.begin(name)
+        progress = self.progress.begin(name, collection)
+        stages = _Stages(progress)
         try:
             parsed, ocr = await self._parse(source, name, data, staging, stages, timeout_s, progress)
             progress.pages(parsed.page_count or 1)
+            progress.parsed(parsed.page_count or 1)
+            progress.warn(*parsed.warnings)
             segment = await self._build_segment(parsed, ocr, source, name, document_id, len(data), staging, stages, timeout_s)
+            progress.warn(*segment.document.warnings)
             async with target.write_lock:
                 if (present := _present(target.head().documents, document_id)) is not None:
                     target.discard_staging(staging)
@@ -191,7 +198,11 @@ class Ingestor:
                         parsing = asyncio.ensure_future(asyncio.to_thread(self._parse_pdf, original, work / "mineru"))
                         if self.settings.ocr != "off":  # the pages that are only pictures are read meanwhile
                             layer = await asyncio.to_thread(text_layer_characters, original)
-                            early = self.ocr.start(self.ocr.pages_before_parsing(layer), images, timeout_s, progress.ocr_page)
+                            before = self.ocr.pages_before_parsing(layer)
+                            progress.ocr_planned(len(before))
+                            if self.settings.ocr == "auto" and before:
+                                progress.warn(f"{_pages(len(before))} of {len(layer)} have no text layer: OCR reads them")
+                            early = self.ocr.start(before, images, timeout_s, progress.ocr_page)
                         parsed = await parsing
                     else:
                         parsed = await asyncio.to_thread(self.parser.parse, original, work / "mineru")
@@ -241,8 +252,11 @@ class Ingestor:
         """The document with the text OCR read added; the page-sized pictures it replaced leave the segment. Stage
         `ocr` is what ingest waited for OCR after the parse, `ocr_reading` OCR's whole span (from its first image,
         which may precede the parse's end)."""
+        progress.parsed(parsed.page_count)
+        progress.warn(*parsed.warnings)
         if self.settings.ocr == "off":
             return parsed, OcrReport()
+        progress.ocr_planned(len(self.ocr.pages_to_read(parsed)) if images is not None else 0)
         try:
             with stages.timed("ocr"):
                 read, report = await self.ocr.read(parsed, images, timeout_s, started=early, on_page=progress.ocr_page)
@@ -285,7 +299,7 @@ class Ingestor:
         return [page]
 
     async def _render(self, pdf: Path, folder: Path, stages: _Stages) -> list[Path]:
-        with stages.timed("render_pages"):
+        with stages.timed("render_pages", aside=True):
             quality = self.settings.page_render_quality or None
             return await asyncio.to_thread(
                 render_pages, pdf, folder, self.settings.page_render_dpi, self.settings.page_render_max_side, quality
@@ -593,6 +607,10 @@ def _mentions(readers: Sequence[Sequence[EvidenceRecord]], extractions: Sequence
                     RelationMention(source, target, relation.description, relation.keywords, relation.weight, record.evidence_id)
                 )
     return list(entities.values()), relations
+
+
+def _pages(count: int) -> str:
+    return f"{count} page{'' if count == 1 else 's'}"
 
 
 def _textless_pages(parsed: ParsedDocument, ocr_read_pages: bool = False) -> list[str]:

@@ -1,5 +1,6 @@
 """The web console in a real browser (Debian's chromium, driven by Playwright) against a real server and the real
-Triton: upload through the page, ask with the keyboard, watch the answer stream, find the cited sentence's region highlighted on the page image where the PDF prints it,
+Triton: upload through the page and watch the server's progress move the bar page by page, ask with the keyboard,
+watch the answer stream, find the cited sentence's region highlighted on the page image where the PDF prints it,
 answer cards that read at a glance and stack at any width, the stage waterfall, errors next to what failed, a retry
 after a lost connection, another tenant kept out, and no accessibility violation axe-core can find."""
 
@@ -13,7 +14,7 @@ import httpx
 import pypdfium2
 import pytest
 
-from thinkserve_bench.generated import pdf_factory
+from thinkserve_bench.generated import pdf_factory, slide_decks
 from orchestrator.deployment import Deployment
 from tests.conftest import ROOT, SAMPLE_DOCUMENT, settings_with
 from tests.integration.conftest import BackgroundLoop
@@ -293,6 +294,52 @@ def test_answer_cards_stack_and_fit_at_any_width_without_sideways_scrolling(cons
         console.set_viewport_size({"width": 1280, "height": 900})
 
 
+def test_the_bar_follows_the_pages_the_server_reads_while_a_deck_without_a_text_layer_ingests(console, served, tmp_path):
+    """Issue 55, item 1: a deck with no text layer said only "processing" for 52 s with its bar stuck. The server's
+    progress (GET .../ingest, GetIngestProgress) now moves the bar page by page as OCR reads the slides, names the
+    stage, counts OCR's pages and pages/s, and shows the deck has no text layer while it ingests."""
+    slides = slide_decks.SLIDES * 2
+    deck = slide_decks.write_deck(tmp_path / "transit-deck.pdf", slides, image_only=True)
+    console.evaluate("""name => {
+        window.ingestSeen = [];  // the upload's bar, status, live figures and warnings, each time one changes
+        const sample = () => {
+            const item = [...document.querySelectorAll('#upload-list li.upload')]
+                .find(li => li.querySelector('.upload-name').textContent === name);
+            if (!item) return;
+            const bar = item.querySelector('progress');
+            const seen = {value: bar.hasAttribute('value') ? bar.value : null,
+                          status: item.querySelector('.upload-status').textContent,
+                          live: item.querySelector('.upload-live').textContent,
+                          warnings: [...item.querySelectorAll('.upload-warnings li')].map(li => li.textContent)};
+            const last = window.ingestSeen.at(-1);
+            if (!last || JSON.stringify(last) !== JSON.stringify(seen)) window.ingestSeen.push(seen);
+        };
+        window.ingestSampler = setInterval(sample, 50);
+    }""", deck.path.name)
+    console.set_input_files("#file-input", str(deck.path))
+    item = upload_of(console, deck.path.name)
+    item.locator(".upload-live", has_text="pages read").wait_for(timeout=UPLOAD_TIMEOUT_MS)
+    assert_accessible(console)  # mid-ingest: the live figures and warnings too
+    item.locator(".upload-status", has_text="done").wait_for(timeout=UPLOAD_TIMEOUT_MS)
+    seen = console.evaluate("() => { clearInterval(window.ingestSampler); return window.ingestSeen; }")
+
+    live = [step for step in seen if step["live"]]
+    values = [step["value"] for step in live if step["value"] is not None]
+    assert values == sorted(values), values  # the bar never goes back
+    between = sorted({round(v, 3) for v in values if 0 < v < 1})
+    assert len(between) >= 3, seen  # it moved page by page, not in one jump at the end
+    ocr = [step["live"] for step in live if "OCR" in step["live"]]
+    assert any(f"of {len(slides)} pages" in text for text in ocr) and any("pages/s" in step["live"] for step in live), ocr
+    assert any(step["status"].startswith(("reading pages by OCR", "parsing; OCR reads")) for step in live), seen
+    no_layer = f"{len(slides)} pages of {len(slides)} have no text layer: OCR reads them"
+    assert any(no_layer in step["warnings"] for step in live), seen  # told while it ingests, not only after
+    figures = dict(zip(item.locator(".upload-report dt").all_inner_texts(), item.locator(".upload-report dd").all_inner_texts()))
+    assert figures["Pages"] == str(len(slides)) and figures["Read by OCR"] == str(len(slides)), figures
+    assert item.locator(".upload-live").inner_text() == ""  # the report replaced the live figures
+    with httpx.Client(base_url=f"{served}/api/v1", headers={"authorization": f"Bearer {ALPHA}"}) as alpha:
+        alpha.delete(f"/collections/alpha/documents/{deck.path.name}").raise_for_status()  # the later tests' collection
+
+
 def test_a_generated_answer_shows_as_it_streams(console):
     """The LLM answerer (random weights in the tiny profile: the words mean nothing) streams token by token: the
     card shows the text growing while its status is not yet done."""
@@ -410,11 +457,11 @@ def test_a_second_token_sees_neither_the_collection_nor_its_page_images(browser,
     statuses = page.evaluate(
         """async ([id, token]) => Promise.all([
             `/api/v1/collections/alpha/pages/${id}/1`, `/api/v1/collections/beta/pages/${id}/1`,
-            `/api/v1/collections/alpha/documents`,
+            `/api/v1/collections/alpha/documents`, `/api/v1/collections/alpha/ingest`,
         ].map(url => fetch(url, {headers: {authorization: `Bearer ${token}`}}).then(r => r.status)))""",
         [document_id, BETA],
     )
-    assert statuses == [403, 404, 403]
+    assert statuses == [403, 404, 403, 403]  # nor what is being ingested into it
     assert errors == []
     page.close()
 

@@ -20,7 +20,7 @@ from orchestrator.ingest_batch import ingest_paths
 from orchestrator.knowledge.graph.graph import BELONGS_TO
 from orchestrator.knowledge.storage.manifest import MANIFEST
 from orchestrator.knowledge.storage.registry import KnowledgeBase
-from thinkserve_bench.generated import pdf_factory
+from thinkserve_bench.generated import pdf_factory, slide_decks
 from tests.integration.conftest import event_of
 from tests.integration.test_models import call, png
 
@@ -194,6 +194,26 @@ def test_progress_counts_the_pages_of_a_mineru_folder_and_a_pdf(running_orchestr
     progress = report.progress
     assert progress.pages_done >= 5 and progress.pages_total >= progress.pages_done and progress.documents_done >= 1
     assert progress.pages_per_s > 0 and progress.seconds > 0
+
+
+def test_the_cli_shows_the_servers_progress_while_a_deck_without_a_text_layer_ingests(running_orchestrator, tmp_path, capsys):
+    """Issue 55: the bar moves by the pages the server has read (GetIngestProgress) while the document ingests, not
+    only when it is done, with its stage and OCR's pages; the deck's missing text layer is told as it is found,
+    before its report."""
+    folder = tmp_path / "decks"
+    folder.mkdir()
+    deck = slide_decks.write_deck(folder / "transit-deck.pdf", image_only=True)
+    failures = asyncio.run(ingest_paths(running_orchestrator.address, "live-progress", [deck.path], concurrency=1))
+    captured = capsys.readouterr()
+    assert failures == 0, captured.out
+    pages = len(slide_decks.SLIDES)
+    warning = f"transit-deck.pdf: warning: {pages} pages of {pages} have no text layer: OCR reads them"
+    lines = captured.out.splitlines()
+    assert lines.index(warning) < next(i for i, line in enumerate(lines) if line.startswith("transit-deck.pdf: added")), lines
+    states = captured.err.replace("\r", "\n").splitlines()
+    partial = {int(m.group(1)) for m in (re.search(rf"\b(\d+)/{pages} \[.*\((?:parse|ocr): ", s) for s in states) if m}
+    assert any(0 < n < pages for n in partial), captured.err  # the bar moved before the document was done
+    assert any(re.search(rf"ocr \d+/{pages}\)", s) for s in states), captured.err
 
 
 def test_bad_documents_fail_alone_with_their_cause(running_orchestrator, tmp_path, capsys):

@@ -99,3 +99,58 @@ def test_a_mineru_folder_counts_its_pages_and_a_pdf_its_page_tree(tmp_path):
     assert estimated_pages(beside) == 5
     (tmp_path / "notes.md").write_text("# Notes")
     assert estimated_pages(tmp_path / "notes.md") == 1
+
+
+def test_each_document_in_flight_tells_its_stage_pages_read_and_warnings_in_its_own_collection():
+    """GetIngestProgress's figures (issue 55): a deck without a text layer is read page by page by OCR while MinerU
+    parses; a PDF with one has its pages read when the parse hands them over; another collection's document is not
+    listed."""
+    clock = Clock()
+    progress = IngestProgress(clock)
+    deck = progress.begin("deck.pdf", "alpha")
+    report = progress.begin("report.pdf", "alpha")
+    progress.begin("theirs.pdf", "beta").pages(3)
+    deck.pages(31)
+    deck.stage("parse")
+    deck.ocr_planned(31)
+    deck.warn("31 pages of 31 have no text layer: OCR reads them")
+    report.pages(10)
+    report.stage("parse")
+    for _ in range(12):
+        deck.ocr_page()
+    clock.now += 6.0
+    first, second = progress.documents("alpha")
+    assert (first.name, first.stage, first.pages_total, first.pages_parsed, first.ocr_pages, first.pages_read) == (
+        "deck.pdf", "parse", 31, 0, 12, 12)
+    assert first.pages_per_s == pytest.approx(2.0) and first.warnings == ("31 pages of 31 have no text layer: OCR reads them",)
+    assert (second.name, second.pages_read) == ("report.pdf", 0)  # MinerU has not handed its pages over yet
+    deck.parsed(31)  # the parse ends; OCR is still reading: only its pages count
+    deck.stage("ocr")
+    deck.warn("31 pages of 31 have no text layer: OCR reads them", "page 4 was not parsed (a crash): OCR reads its page image")
+    report.parsed(10)
+    report.ocr_planned(0)
+    first, second = progress.documents("alpha")
+    assert (first.stage, first.pages_read, len(first.warnings)) == ("ocr", 12, 2)
+    assert second.pages_read == 10
+    report.done()
+    assert [d.name for d in progress.documents("alpha")] == ["deck.pdf"]
+    assert [d.name for d in progress.documents("beta")] == ["theirs.pdf"]
+
+
+def test_the_cli_moves_its_bar_by_the_pages_read_and_prints_each_warning_once():
+    from orchestrator.api.protos import pb
+    from orchestrator.ingest_batch import LiveProgress
+
+    live = LiveProgress()
+    deck = pb.IngestingDocument(name="deck.pdf", stage="ocr", pages_total=31, pages_read=12, ocr_pages=12,
+                                ocr_pages_planned=31, warnings=["31 pages of 31 have no text layer: OCR reads them"])
+    other = pb.IngestingDocument(name="someone-elses.pdf", pages_total=5, pages_read=5, warnings=["not ours"])
+    in_flight = {"deck.pdf": None}
+    assert live.update([deck, other], in_flight) == [("deck.pdf", "31 pages of 31 have no text layer: OCR reads them")]
+    assert (live.pages_read(in_flight), live.ocr_pages(in_flight)) == (12, 12)
+    assert live.stage_of("deck.pdf") == " (ocr: 12/31 pages read, ocr 12/31)"
+    deck.pages_read = 20
+    assert live.update([deck], in_flight) == []  # told once
+    assert live.pages_read(in_flight) == 20
+    live.forget("deck.pdf")
+    assert live.pages_read(in_flight) == 0 and live.stage_of("deck.pdf") == ""

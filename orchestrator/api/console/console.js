@@ -7,6 +7,7 @@
   const COLLECTION_KEY = "thinkserve-collection";
   const NAME_PATTERN = /^[a-z0-9][a-z0-9_-]{0,63}$/;
   const PARALLEL_UPLOADS = 2;
+  const INGEST_POLL_MS = 500; // how often the server's ingest progress is read while a document ingests
   const SHORT_TEXT = 320; // characters of an evidence item shown before "full text"
   const SIGNALS = ["final", "fused", "semantic", "lexical", "structural", "modality", "page_lexical",
     "rerank", "page_similarity", "page_relevance"];
@@ -379,12 +380,14 @@
       el("span", { class: "upload-name", text: entry.name }),
       el("span", { class: "hint", text: `${note} → ${collection}, ${fmtBytes(entry.file.size)}` }),
       el("progress", { class: "upload-progress", max: 1, value: 0, "aria-label": `Upload of ${entry.name}` }),
-      el("span", { class: "upload-status", "aria-live": "polite", text: "queued" }));
+      el("span", { class: "upload-status", "aria-live": "polite", text: "queued" }),
+      el("p", { class: "upload-live" }),
+      el("ul", { class: "upload-warnings", "aria-label": `Warnings while ${entry.name} ingests` }));
   }
 
   function setUploadStatus(node, text, failed = false) {
     const status = $(".upload-status", node);
-    status.textContent = text;
+    if (status.textContent !== text) status.textContent = text; // the same text again is not announced again
     status.classList.toggle("error", failed);
     node.classList.toggle("error", failed);
   }
@@ -397,6 +400,7 @@
     return new Promise((resolve) => {
       const progress = $("progress", item.node);
       const fail = (text) => {
+        unwatchIngest(item);
         progress.value = 0; // stops the indeterminate "processing" animation
         resolve({ text, failed: true });
       };
@@ -407,12 +411,15 @@
       xhr.upload.onprogress = (event) => {
         if (event.lengthComputable && event.total) progress.value = event.loaded / event.total;
       };
-      // Every byte is sent; the server now parses and indexes (it can take a while): an indeterminate bar.
+      // Every byte is sent; the server now parses and indexes (it can take a while): the bar follows the pages it
+      // has read, as it tells them (indeterminate until it has begun the document).
       xhr.upload.onload = () => {
         progress.removeAttribute("value");
         setUploadStatus(item.node, "processing");
+        watchIngest(item);
       };
       xhr.onload = () => {
+        unwatchIngest(item);
         let body = null;
         try { body = JSON.parse(xhr.responseText); } catch (_) { /* reported below */ }
         if (xhr.status < 200 || xhr.status >= 300 || !body) {
@@ -431,10 +438,76 @@
     });
   }
 
+  // ------------------------------------------------------------------ ingest progress, from the server
+
+  const watchedUploads = new Set(); // uploads whose bytes are sent and whose report has not come
+  let ingestTimer = null;
+
+  function watchIngest(item) {
+    watchedUploads.add(item);
+    if (!ingestTimer) ingestTimer = setTimeout(pollIngest, INGEST_POLL_MS);
+  }
+
+  function unwatchIngest(item) {
+    watchedUploads.delete(item);
+    $(".upload-live", item.node).replaceChildren();
+    $(".upload-warnings", item.node).replaceChildren();
+  }
+
+  /** Reads what the server has done of each watched upload's document (one request per collection) and shows it. */
+  async function pollIngest() {
+    const collections = new Set([...watchedUploads].map((item) => item.collection));
+    await Promise.all([...collections].map(async (collection) => {
+      let documents = null;
+      let problem = "";
+      try {
+        documents = (await api("GET", `${collectionPath(collection)}/ingest`)).documents || [];
+      } catch (err) {
+        problem = `progress unavailable: ${err.message}`;
+      }
+      const byName = new Map((documents || []).map((doc) => [doc.name, doc]));
+      for (const item of watchedUploads) {
+        if (item.collection !== collection) continue;
+        if (problem) $(".upload-live", item.node).textContent = problem;
+        else showIngest(item, byName.get(item.name.trim()));
+      }
+    }));
+    ingestTimer = watchedUploads.size ? setTimeout(pollIngest, INGEST_POLL_MS) : null;
+  }
+
+  const STAGES = { open: "opening", parse: "parsing", ocr: "reading pages by OCR", chunk: "indexing: chunks",
+    describe: "indexing: describing figures", extract: "indexing: entities", embed: "indexing: embeddings",
+    sentences: "indexing: sentences", commit: "saving", publish: "publishing" };
+
+  /** One document as the server has got with it: its stage, pages read of total (the bar), OCR, pages/s, warnings.
+   * Not listed: not begun yet (waiting for an ingest slot), or just finished (its report is on its way). */
+  function showIngest(item, doc) {
+    if (!doc) return;
+    const total = num(doc.pages_total);
+    const read = num(doc.pages_read);
+    const planned = num(doc.ocr_pages_planned);
+    const ocr = num(doc.ocr_pages);
+    let stage = STAGES[doc.stage] || doc.stage;
+    if (doc.stage === "parse" && planned) stage += "; OCR reads the pages without a text layer meanwhile";
+    setUploadStatus(item.node, stage);
+    const progress = $("progress", item.node);
+    if (total > 0) progress.value = Math.min(1, read / total);
+    const parts = [`${fmtInt(read)} of ${fmtInt(total)} pages read`];
+    if (planned || ocr) parts.push(`OCR ${fmtInt(Math.min(ocr, planned || ocr))} of ${fmtInt(planned || ocr)} pages`);
+    parts.push(`${num(doc.pages_per_s).toFixed(2)} pages/s`, `${num(doc.seconds).toFixed(0)} s`);
+    $(".upload-live", item.node).textContent = parts.join(" · ");
+    const list = $(".upload-warnings", item.node);
+    const shown = [...list.children].map((li) => li.textContent);
+    for (const warning of doc.warnings || []) {
+      if (!shown.includes(warning)) list.append(el("li", { text: warning }));
+    }
+  }
+
   function uploadReport(report) {
     const doc = report.document || {};
     const warnings = doc.warnings || [];
-    const figures = [["Pages", fmtInt(doc.pages)], ["Passages", fmtInt(report.passages)], ["Chunks", fmtInt(doc.chunks)],
+    const figures = [["Pages", fmtInt(doc.pages)], ["Read by OCR", fmtInt(doc.ocr_pages)],
+      ["Passages", fmtInt(report.passages)], ["Chunks", fmtInt(doc.chunks)],
       ["Units", fmtInt(doc.units)], ["Entities", fmtInt(doc.entities)], ["Warnings", fmtInt(warnings.length)],
       ["Seconds", num(report.seconds).toFixed(2)]];
     const notes = [];
