@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[list[str]] = None) -> int:
     """`thinkserve-bench`: errors are one line naming the cause, as `thinkserve`'s (-v: the traceback)."""
-    from orchestrator.cli_run import run_command
+    from orchestrator.cli.run import run_command
 
     return run_command("thinkserve-bench", build_parser().parse_args(argv), cmd_bench)
 
@@ -162,7 +162,7 @@ def parse_mix(text: Optional[str]) -> Optional[dict[str, float]]:
 
 
 def cmd_bench(args) -> int:
-    from orchestrator.cli_settings import settings_from_args
+    from orchestrator.cli.settings import settings_from_args
 
     if args.mode == "micro":
         return run_micro(args, settings_from_args(args))

@@ -39,7 +39,7 @@ def _serve(settings: Settings, connection) -> None:
     Ctrl-C reaches the whole foreground process group, this child too: it ignores SIGINT and leaves the
     shutdown to the parent, which asks for it in order. Interrupted half-way through its own stop, it would
     die and orphan tritonserver (a session of its own, so no signal of the terminal reaches it)."""
-    from orchestrator.deployment import running
+    from orchestrator.server.deployment import running
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 

@@ -24,7 +24,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from ..config import Settings
 from ..errors import InvalidRequestError, ThinkServeError, TritonUnavailableError
-from ..local_documents import LocalSource, read_source
+from ..knowledge.parsing.local_documents import LocalSource, read_source
 from ..observability.logs import REQUEST_ID
 from ..observability.metrics import ServiceMetrics
 from ..pipeline.events import FinalAnswerEvent, QueryEvent, RouteEvent

@@ -28,7 +28,7 @@ from ..models import contracts
 from ..models.chat_template import chat_template_of
 from ..models.protocol import GenerationOptions, Models
 from ..prompts import INGEST_SYSTEM, description_request
-from ..tokens import PlainTokenizer
+from ..models.tokens import PlainTokenizer
 from .graph.cooccurrence import CooccurrenceExtractor
 from .graph.extraction import Extraction, describe_fallback, normalize_entity_name
 from .graph.llm_extraction import LlmExtractor

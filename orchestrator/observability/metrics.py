@@ -9,14 +9,35 @@ calls) in thinkserve_orchestrator_time_ms{stage}. Each deployment has its own re
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Mapping, Optional, Protocol, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from ..pipeline.events import FinalAnswerEvent
+
+# What the metrics read of a finished query, named here so that observability sits beneath the layers it observes:
+# the pipeline's FinalAnswerEvent (pipeline/events.py), its CostReport and ModelUsage (pipeline/usage.py) fit these.
+class ModelUsage(Protocol):
+    model: str
+    tokens_in: int
+    tokens_out: int
+    model_ms: float
+
+
+class QueryCost(Protocol):
+    orchestrator_ms_by_stage: Mapping[str, float]
+    usage: Sequence[ModelUsage]
+
+
+class FinishedQuery(Protocol):
+    timings_ms: Mapping[str, float]
+    answer_source: str
+    degraded: bool
+    retrieval_mode: str
+    cost: Optional[QueryCost]
+
 
 # Milliseconds, from a fast retrieval to a long generation.
 MS_BUCKETS = (1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000)
@@ -99,7 +120,7 @@ class ServiceMetrics:
         self.requests.labels(method, code).inc()
         self.request_time.labels(method).observe(seconds * 1000.0)
 
-    def query_done(self, route: str, final: FinalAnswerEvent) -> None:
+    def query_done(self, route: str, final: FinishedQuery) -> None:
         timings = final.timings_ms
         for name, stage in FIELD_STAGES.items():
             if stage in timings:
@@ -194,10 +215,9 @@ def catalogue() -> list[tuple[str, str, tuple[str, ...], str]]:
 
     metrics = ServiceMetrics()
     metrics.track_triton(lambda: SimpleNamespace(breakers={}, retries=0), lambda: SimpleNamespace(restarts=0, model_reloads=0))
-    from ..knowledge.ingest_progress import IngestProgress
-
-    idle = IngestProgress()
-    metrics.track_ingest(idle.figures, idle.totals)
+    idle = SimpleNamespace(pages_done=0, pages_total=0, pages_per_s=0.0, documents_in_flight=0, current_document="")
+    none_yet = SimpleNamespace(pages=0, ocr_pages=0, documents=0, documents_failed=0)
+    metrics.track_ingest(lambda: idle, lambda: none_yet)
     wrappers = [*metrics.field_stages.values(), *(v for v in vars(metrics).values() if isinstance(v, MetricWrapperBase))]
     labels_of = {wrapper._name: tuple(wrapper._labelnames) for wrapper in wrappers}
     rows = []

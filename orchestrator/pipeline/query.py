@@ -32,7 +32,7 @@ from ..knowledge.storage.segments import EvidenceRecord
 from ..knowledge.storage.registry import KnowledgeBase
 from ..knowledge.storage.snapshot import Snapshot
 from ..prompts import CITATION_MARK, Conversation, answer_prompt, cited_ranks, reader_prompt, states_no_answer
-from ..tokens import PlainTokenizer
+from ..models.tokens import PlainTokenizer
 from ..models import contracts
 from ..models.chat_template import chat_template_of
 from ..models.protocol import GenerationOptions, Models

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.deployment import Deployment
+from orchestrator.server.deployment import Deployment
 from orchestrator.triton.launcher import TritonServer
 from tests.conftest import settings_with
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.client import ThinkServeClient
-from orchestrator.deployment import Deployment
+from orchestrator.server.deployment import Deployment
 from thinkserve_bench.generated import pdf_factory
 from tests.conftest import settings_with
 from tests.integration.conftest import BackgroundLoop, event_of

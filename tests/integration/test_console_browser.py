@@ -15,7 +15,7 @@ import pypdfium2
 import pytest
 
 from thinkserve_bench.generated import pdf_factory, slide_decks
-from orchestrator.deployment import Deployment
+from orchestrator.server.deployment import Deployment
 from tests.conftest import ROOT, SAMPLE_DOCUMENT, settings_with
 from tests.integration.conftest import BackgroundLoop
 from tests.integration.test_rest_api import ADMIN, ALPHA, BETA, FACT_PAGE, QUESTION, console_settings

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from orchestrator.client import ThinkServeClient
-from orchestrator.deployment import Deployment
+from orchestrator.server.deployment import Deployment
 from orchestrator.pipeline.plan import QueryOptions
 from tests.conftest import settings_with
 from tests.integration.conftest import BackgroundLoop

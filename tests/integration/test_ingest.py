@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from orchestrator.client import ThinkServeClient
-from orchestrator.ingest_batch import ingest_paths
+from orchestrator.client.ingest_batch import ingest_paths
 from orchestrator.knowledge.graph.graph import BELONGS_TO
 from orchestrator.knowledge.storage.manifest import MANIFEST
 from orchestrator.knowledge.storage.registry import KnowledgeBase
@@ -252,7 +252,7 @@ def test_bad_documents_fail_alone_with_their_cause(running_orchestrator, tmp_pat
 
 
 def test_a_parse_over_its_memory_limit_fails_alone_with_resource_exhausted(triton, triton_settings, tmp_path, capsys):
-    from orchestrator.deployment import Deployment
+    from orchestrator.server.deployment import Deployment
     from tests.conftest import settings_with
     from tests.integration.conftest import BackgroundLoop
 

@@ -15,7 +15,7 @@ from PIL import Image, ImageDraw, ImageFont
 from orchestrator.client import ThinkServeClient
 from orchestrator.errors import InvalidRequestError
 from orchestrator.knowledge.storage.registry import KnowledgeBase
-from orchestrator.presentation import print_query
+from orchestrator.client.presentation import print_query
 from tests.integration.test_models import call
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from orchestrator.api.security import new_token
-from orchestrator.deployment import Deployment
+from orchestrator.server.deployment import Deployment
 from tests.conftest import SAMPLE_DOCUMENT, settings_with
 from tests.integration.conftest import BackgroundLoop
 

@@ -12,7 +12,7 @@ import math
 import pytest
 
 from orchestrator.client import ThinkServeClient
-from orchestrator.deployment import Deployment
+from orchestrator.server.deployment import Deployment
 from orchestrator.models import contracts
 from orchestrator.triton.client import TritonClient
 from thinkserve_bench.generated import pdf_factory

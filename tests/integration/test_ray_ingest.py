@@ -13,10 +13,10 @@ import pytest
 pytest.importorskip("ray", reason='Ray is an optional extra: pip install "thinkserve[ray]" (make setup installs it)')
 
 from orchestrator.client import ThinkServeClient  # noqa: E402
-from orchestrator.ingest_batch import ingest_paths  # noqa: E402
+from orchestrator.client.ingest_batch import ingest_paths  # noqa: E402
 from orchestrator.knowledge.storage.registry import KnowledgeBase  # noqa: E402
 from orchestrator.knowledge.parsing.mineru import MineruOptions  # noqa: E402
-from orchestrator.ray_ingest import RayOptions, pack_parse  # noqa: E402
+from orchestrator.client.ray_ingest import RayOptions, pack_parse  # noqa: E402
 from thinkserve_bench.generated import pdf_factory  # noqa: E402
 
 pytestmark = pytest.mark.integration

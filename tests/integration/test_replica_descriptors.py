@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from orchestrator.client import ThinkServeClient
-from orchestrator.deployment import Deployment
+from orchestrator.server.deployment import Deployment
 from orchestrator.knowledge.storage.manifest import read_manifest
 from tests.conftest import settings_with
 from tests.integration.conftest import BackgroundLoop

@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from orchestrator.api.security import new_token
 from orchestrator.client import AsyncThinkServeClient, ThinkServeClient, query_request
-from orchestrator.deployment import Deployment
+from orchestrator.server.deployment import Deployment
 from orchestrator.observability.metrics import catalogue
 from tests.conftest import settings_with
 from tests.deploy_checks import queried_families

@@ -14,7 +14,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from opentelemetry.sdk.trace import TracerProvider
 
 from orchestrator.client import ThinkServeClient
-from orchestrator.deployment import Deployment
+from orchestrator.server.deployment import Deployment
 from tests.conftest import SAMPLE_DOCUMENT, settings_with
 from tests.integration.conftest import BackgroundLoop
 

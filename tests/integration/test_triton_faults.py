@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from orchestrator.client import ThinkServeClient
-from orchestrator.deployment import Deployment
+from orchestrator.server.deployment import Deployment
 from orchestrator.errors import ModelNotFoundError, TritonUnavailableError
 from orchestrator.models import contracts
 from orchestrator.triton.client import TritonClient

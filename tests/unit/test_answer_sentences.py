@@ -18,7 +18,7 @@ from orchestrator.knowledge.parsing.sentences import MAX_SENTENCE_CHARS, SENTENC
 from orchestrator.pipeline.accounting import QueryLedger, StageModels
 from orchestrator.pipeline.events import EvidenceItem
 from orchestrator.pipeline.extractive import candidate_sentences, extractive_answer
-from orchestrator.tokens import PlainTokenizer
+from orchestrator.models.tokens import PlainTokenizer
 from tests.conftest import MODEL_REPOSITORY
 from tests.segment_factory import make_segment
 

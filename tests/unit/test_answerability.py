@@ -28,7 +28,7 @@ from orchestrator.pipeline.events import EvidenceEvent, FinalAnswerEvent
 from orchestrator.pipeline.fusion import ScoredCandidate
 from orchestrator.pipeline.plan import QueryOptions
 from orchestrator.pipeline.query import QueryInput, QueryPipeline
-from orchestrator.tokens import PlainTokenizer
+from orchestrator.models.tokens import PlainTokenizer
 from tests.conftest import MODEL_REPOSITORY
 from tests.model_double import InProcessModels
 

@@ -4,7 +4,7 @@ text cut from the source."""
 import pytest
 
 from orchestrator.knowledge.parsing.chunking import chunk_blocks
-from orchestrator.tokens import PlainTokenizer
+from orchestrator.models.tokens import PlainTokenizer
 from orchestrator.knowledge.parsing.documents import Block
 from orchestrator.knowledge.parsing.text_source import decode_text, parse_text
 from orchestrator.errors import InvalidRequestError

@@ -14,7 +14,7 @@ from orchestrator.knowledge.storage.segments import EvidenceRecord
 from orchestrator.pipeline.events import EvidenceItem
 from orchestrator.pipeline.extractive import candidate_sentences, choose, sentence_citations
 from orchestrator.pipeline.query import evidence_citations
-from orchestrator.tokens import PlainTokenizer
+from orchestrator.models.tokens import PlainTokenizer
 from tests.conftest import MODEL_REPOSITORY
 
 TOKENIZER_FILE = MODEL_REPOSITORY / "text_embedder_tokenize" / "1" / "tokenizer.json"

@@ -168,7 +168,7 @@ class Refuse(importlib.abc.MetaPathFinder):
             return None
         raise ModuleNotFoundError(f"not on the GPU machine: {{name}}", name=name)
 sys.meta_path.insert(0, Refuse())
-import orchestrator.deployment, orchestrator.client, thinkserve_bench.target, thinkserve_bench.gpu.end_to_end
+import orchestrator.server.deployment, orchestrator.client, thinkserve_bench.target, thinkserve_bench.gpu.end_to_end
 import thinkserve_bench.gpu.measurements
 print("ok")
 """

@@ -84,7 +84,7 @@ PACKED = {"tritonclient", "rapidjson", "google", "pydantic", "pydantic_core", "a
 # the model environment, whose packages are the machine's own).
 DRIVER_ENTRIES = ["thinkserve_bench.gpu.measurements", "thinkserve_bench.gpu.run_on_device", "thinkserve_build.cli", "thinkserve_build.__main__",
                   "thinkserve_build.compiler", "thinkserve_bench.modes.ceiling", "thinkserve_bench.gpu.graph_pagerank",
-                  "orchestrator.deployment"]  # the end-to-end part's child process (thinkserve_bench.target._serve)
+                  "orchestrator.server.deployment"]  # the end-to-end part's child process (thinkserve_bench.target._serve)
 
 
 def _module_file(name: str) -> Path | None:

@@ -1,4 +1,4 @@
-"""Ingest progress counts pages (orchestrator.knowledge.ingest_progress, orchestrator.ingest_batch.estimated_pages):
+"""Ingest progress counts pages (orchestrator.knowledge.ingest_progress, orchestrator.client.ingest_batch.estimated_pages):
 a MinerU output folder counts its pages, not one; done and total span a busy period; a failed document's pages
 leave the total; OCR's pages count as they are read; the metrics export the same figures."""
 
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from orchestrator.ingest_batch import estimated_pages
+from orchestrator.client.ingest_batch import estimated_pages
 from orchestrator.knowledge.ingest_progress import IngestProgress
 from orchestrator.observability.metrics import ServiceMetrics
 from thinkserve_bench.generated import pdf_factory
@@ -139,7 +139,7 @@ def test_each_document_in_flight_tells_its_stage_pages_read_and_warnings_in_its_
 
 def test_the_cli_moves_its_bar_by_the_pages_read_and_prints_each_warning_once():
     from orchestrator.api.protos import pb
-    from orchestrator.ingest_batch import LiveProgress
+    from orchestrator.client.ingest_batch import LiveProgress
 
     live = LiveProgress()
     deck = pb.IngestingDocument(name="deck.pdf", stage="ocr", pages_total=31, pages_read=12, ocr_pages=12,

@@ -7,7 +7,7 @@ from orchestrator.errors import ConfigurationError
 from orchestrator.knowledge.parsing.documents import Block
 from orchestrator.knowledge.parsing.passages import passages_of
 from orchestrator.knowledge.parsing.text_source import parse_text
-from orchestrator.tokens import PlainTokenizer
+from orchestrator.models.tokens import PlainTokenizer
 from tests.conftest import MODEL_REPOSITORY
 
 TOKENIZER_FILE = MODEL_REPOSITORY / "text_embedder_tokenize" / "1" / "tokenizer.json"

@@ -22,7 +22,7 @@ from orchestrator.knowledge.storage.registry import KnowledgeBase
 from orchestrator.pipeline.events import AnswerDeltaEvent, EvidenceEvent, FinalAnswerEvent, RouteEvent
 from orchestrator.pipeline.plan import QueryOptions
 from orchestrator.pipeline.query import QueryInput, QueryPipeline
-from orchestrator.tokens import PlainTokenizer
+from orchestrator.models.tokens import PlainTokenizer
 from orchestrator.models import contracts
 from orchestrator.models.protocol import GeneratorFacts
 from tests.conftest import MODEL_REPOSITORY

@@ -13,8 +13,8 @@ from orchestrator import cli
 from orchestrator.errors import ConfigurationError, InvalidRequestError
 from orchestrator.knowledge.parsing import sources
 from orchestrator.knowledge.parsing.mineru import MineruOptions
-from orchestrator.local_documents import zip_files
-from orchestrator.ray_ingest import RAY_MISSING, import_ray, parse_row, parsed_on_ray
+from orchestrator.knowledge.parsing.local_documents import zip_files
+from orchestrator.client.ray_ingest import RAY_MISSING, import_ray, parse_row, parsed_on_ray
 from thinkserve_bench.generated import pdf_factory
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16

@@ -32,7 +32,7 @@ from orchestrator.knowledge.storage.registry import KnowledgeBase
 from orchestrator.pipeline.events import EvidenceEvent, FinalAnswerEvent
 from orchestrator.pipeline.plan import QueryOptions
 from orchestrator.pipeline.query import QueryInput, QueryPipeline
-from orchestrator.tokens import PlainTokenizer
+from orchestrator.models.tokens import PlainTokenizer
 from tests.conftest import MODEL_REPOSITORY
 
 RECORDED = Path(__file__).with_name("recorded_answers.json")

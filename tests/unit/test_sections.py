@@ -9,7 +9,7 @@ from orchestrator.knowledge.parsing.chunking import chunk_blocks
 from orchestrator.knowledge.parsing.documents import Block, ParsedDocument
 from orchestrator.knowledge.parsing.passages import passages_of
 from orchestrator.knowledge.parsing.sections import block_sections, heading_text
-from orchestrator.tokens import PlainTokenizer
+from orchestrator.models.tokens import PlainTokenizer
 from tests.conftest import MODEL_REPOSITORY
 
 

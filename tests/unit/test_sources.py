@@ -7,7 +7,7 @@ import pytest
 
 from orchestrator.errors import InvalidRequestError
 from orchestrator.knowledge.parsing import sources
-from orchestrator.local_documents import find_documents, read_source
+from orchestrator.knowledge.parsing.local_documents import find_documents, read_source
 
 
 def test_kind_comes_from_the_bytes_first():

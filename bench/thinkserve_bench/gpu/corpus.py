@@ -3,7 +3,7 @@
 The documents are the cost run's whose questions the part replays (`thinkserve_bench.target.default_documents`:
 the sample report in Markdown, the generated Northwind PDF, two generated 4-page reports; 11 pages): the
 questions then ask about what the knowledge base holds. The GPU machine has no MinerU, so each PDF is parsed here,
-once, and zipped as the Ingest RPC reads a content list made elsewhere (`orchestrator.ray_ingest.pack_parse`: the
+once, and zipped as the Ingest RPC reads a content list made elsewhere (`orchestrator.client.ray_ingest.pack_parse`: the
 content list, its images/ and the PDF itself, from which the server renders the page images). There the real
 orchestrator ingests them through its Ingest RPC: page renders, passages, graph and every embedding are made by
 the GPU repository's own models, the ones that then answer.
@@ -61,7 +61,7 @@ def make_corpus(folder: Path, force: bool = False, log: Log = print) -> dict:
         if manifest.get("fingerprint") == wanted and all((folder / d["file"]).is_file() for d in manifest["documents"]):
             return manifest
     from orchestrator.knowledge.parsing.mineru import MineruOptions
-    from orchestrator.ray_ingest import pack_parse
+    from orchestrator.client.ray_ingest import pack_parse
     from thinkserve_bench.target import default_documents
 
     started = time.perf_counter()

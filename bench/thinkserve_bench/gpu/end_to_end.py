@@ -1,6 +1,6 @@
 """The end-to-end part: routed questions through the real orchestrator, against the Triton the runner started.
 
-The orchestrator is the deployment `thinkserve serve` runs (orchestrator.deployment: FAISS, the graph, the query
+The orchestrator is the deployment `thinkserve serve` runs (orchestrator.server.deployment: FAISS, the graph, the query
 pipeline, its gRPC server on a real socket), in a child process (thinkserve_bench.target.own_deployment: the
 load generator shares no interpreter or event loop with it), given the runner's Triton (`triton.url`). Its
 knowledge base is ingested first through its Ingest RPC from the carried corpus (corpus.py), so every vector comes

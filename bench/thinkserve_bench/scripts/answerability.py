@@ -38,7 +38,7 @@ from thinkserve_bench.machine import machine_facts
 from thinkserve_bench.result_files import RESULTS, invocation, read_json, write_and_show
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
-from orchestrator.deployment import running
+from orchestrator.server.deployment import running
 from orchestrator.pipeline.answerability import FEATURES, LEXICAL_FEATURES, MODEL_FILE, AnswerabilityModel
 
 from .document_qa import DEFAULT_DATASET, collection_name, ingest_all

@@ -59,9 +59,9 @@ from orchestrator.knowledge.ingest import Ingestor, IngestResult, mineru_options
 from orchestrator.knowledge.parsing.mineru import CONTENT_LIST_NAME, MineruParser
 from orchestrator.knowledge.parsing.pdf import inspect_pdf
 from orchestrator.knowledge.storage.registry import KnowledgeBase
-from orchestrator.local_documents import zip_files
-from orchestrator.ray_ingest import ORIGIN_STEM
-from orchestrator.tokens import PlainTokenizer
+from orchestrator.knowledge.parsing.local_documents import zip_files
+from orchestrator.client.ray_ingest import ORIGIN_STEM
+from orchestrator.models.tokens import PlainTokenizer
 from orchestrator.triton.client import TritonClient
 from orchestrator.models.contracts import all_contracts
 from orchestrator.triton.launcher import TritonServer

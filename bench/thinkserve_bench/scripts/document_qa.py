@@ -54,13 +54,13 @@ from thinkserve_bench.result_files import RESULTS, invocation, read_json, uncomm
 from thinkserve_bench.stats import percentile
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
-from orchestrator.deployment import running
+from orchestrator.server.deployment import running
 from orchestrator.knowledge.parsing.documents import ParsedDocument
 from orchestrator.knowledge.ingest import mineru_options
 from orchestrator.knowledge.parsing.mineru import MineruParser
 from orchestrator.knowledge.storage.registry import KnowledgeBase
 from orchestrator.pipeline.answer_types import expected_type
-from orchestrator.tokens import PlainTokenizer
+from orchestrator.models.tokens import PlainTokenizer
 from orchestrator.triton.client import TritonClient
 from orchestrator.triton.models import TritonModels
 

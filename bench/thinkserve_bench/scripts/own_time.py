@@ -68,7 +68,7 @@ from orchestrator.pipeline.plan import QueryOptions, make_plan
 from orchestrator.pipeline.query import QueryInput, QueryPipeline
 from orchestrator.pipeline.retrieval import retrieve
 from orchestrator.pipeline.router import query_features
-from orchestrator.tokens import PlainTokenizer
+from orchestrator.models.tokens import PlainTokenizer
 
 from .incremental_commit import wait_warm
 from .synthetic_collection import CollectionShape, SyntheticCorpus, SyntheticQuestion, write_collection

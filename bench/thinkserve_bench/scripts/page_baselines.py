@@ -20,7 +20,7 @@ import bm25s
 import numpy as np
 
 from orchestrator.knowledge.parsing.documents import Block, ParsedDocument
-from orchestrator.tokens import PlainTokenizer
+from orchestrator.models.tokens import PlainTokenizer
 
 DENSE_WINDOW_TOKENS = 254  # MiniLM reads 256 tokens, two of them its own [CLS] and [SEP]
 

@@ -34,7 +34,7 @@ from thinkserve_bench.result_files import write_results
 from thinkserve_bench.stats import summarize
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import ROUTE_NAMES, Settings
-from orchestrator.deployment import running
+from orchestrator.server.deployment import running
 from orchestrator.knowledge.storage.indexes import IndexSpec
 from orchestrator.knowledge.storage.snapshot import Snapshot
 from orchestrator.pipeline.plan import QueryOptions, make_plan

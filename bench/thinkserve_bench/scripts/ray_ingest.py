@@ -3,7 +3,7 @@
     python -m thinkserve_bench.scripts.ray_ingest [--documents 8] [--pages 16] [--concurrency 2] [--ray-cpus 2] [--address HOST:PORT]
 
 Runs against a real orchestrator (started here in a child process with Triton, default ingest settings, unless
---address names one) through the same code as the CLI (orchestrator/ingest_batch.ingest_paths). After a warm-up
+--address names one) through the same code as the CLI (orchestrator/client/ingest_batch.ingest_paths). After a warm-up
 ingest of another document, passes, each into a fresh collection so nothing is deduplicated:
   plain, ray, ray, plain   full ingest (ABBA order, so warming or throttling favours neither side); the ray
                            passes include starting and stopping their local Ray cluster, as the CLI does
@@ -32,10 +32,10 @@ from thinkserve_bench.result_files import write_results
 from thinkserve_bench.target import own_deployment
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
-from orchestrator.ingest_batch import ingest_paths
+from orchestrator.client.ingest_batch import ingest_paths
 from orchestrator.knowledge.ingest import mineru_options
 from orchestrator.knowledge.parsing.mineru import MineruParser
-from orchestrator.ray_ingest import RayOptions, RaySession
+from orchestrator.client.ray_ingest import RayOptions, RaySession
 
 from .ingest import parse_only
 

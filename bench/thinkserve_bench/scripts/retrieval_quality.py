@@ -41,7 +41,7 @@ from thinkserve_bench.machine import machine_facts
 from thinkserve_bench.result_files import invocation, uncommitted_changes, write_results
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
-from orchestrator.deployment import running
+from orchestrator.server.deployment import running
 
 NAME = "retrieval_quality"
 COLLECTION = "quality"

@@ -33,7 +33,7 @@ from thinkserve_bench.stats import summarize
 from thinkserve_bench.timed_calls import time_async_calls
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
-from orchestrator.deployment import running
+from orchestrator.server.deployment import running
 from orchestrator.observability.metrics import ServiceMetrics
 from orchestrator.pipeline.accounting import CostReport, ModelUsage
 from orchestrator.pipeline.events import FinalAnswerEvent, Usage

@@ -37,7 +37,7 @@ from thinkserve_bench.machine import machine_facts
 from thinkserve_bench.result_files import write_results
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
-from orchestrator.deployment import Deployment, running
+from orchestrator.server.deployment import Deployment, running
 
 NAME = "triton_recovery"
 SAMPLE = Path("samples/northwind-2024-annual-report.md")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from ...errors import ConfigurationError
-from ...tokens import PlainTokenizer
+from ...models.tokens import PlainTokenizer
 from .documents import TEXT_TYPES, Block
 from .sections import block_sections
 

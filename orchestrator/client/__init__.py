@@ -1,4 +1,10 @@
-"""Python client library for the ThinkServe API, synchronous and asyncio, over the generated stubs."""
+"""Python client library for the ThinkServe API, synchronous and asyncio, over the generated stubs.
+
+The client side, run in the caller's process: this library, batch ingest from the command line (ingest_batch.py,
+parsing on a Ray cluster first with --ray: ray_ingest.py) and a streamed answer printed for people
+(presentation.py). Of the server it imports the protocol (orchestrator.api.protos) and the documents' formats
+(orchestrator.knowledge.parsing) only, and the server imports none of it (import-linter contracts in pyproject.toml).
+"""
 
 from __future__ import annotations
 
@@ -9,8 +15,8 @@ from typing import AsyncIterator, Iterator, Optional
 import grpc
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from .api.protos import pb, pb_grpc
-from .local_documents import read_source
+from ..api.protos import pb, pb_grpc
+from ..knowledge.parsing.local_documents import read_source
 
 CHUNK_BYTES = 1 << 20
 _TRACE_CONTEXT = TraceContextTextMapPropagator()

@@ -1,4 +1,5 @@
-"""Client side of document upload: which local files are documents, and how each travels to the server.
+"""Local files as documents: which files are documents, and how each travels to the server. The client's ingest
+(orchestrator/client/) reads them so; the gateway reads a path on the server's own disk the same way.
 
 A MinerU output folder (holding a *_content_list.json and its images/) travels as one zip; every other
 document travels as its own bytes. Names are paths relative to the folder given, so re-ingesting a folder
@@ -12,7 +13,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .knowledge.parsing.sources import CONTENT_LIST_PATTERNS
+from .sources import CONTENT_LIST_PATTERNS
 
 DOCUMENT_SUFFIXES = frozenset({".pdf", ".png", ".jpg", ".jpeg", ".md", ".markdown", ".txt"})
 

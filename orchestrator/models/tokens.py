@@ -7,7 +7,7 @@ from typing import Sequence
 
 from tokenizers import Tokenizer
 
-from .errors import ConfigurationError
+from ..errors import ConfigurationError
 
 
 class PlainTokenizer:

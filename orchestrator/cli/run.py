@@ -1,5 +1,5 @@
 """How a command line runs one command: its logging, and errors as one line naming the cause (never a traceback
-wall; -v shows it), Ctrl-C as status 130. Shared by `thinkserve` (orchestrator/cli.py) and the benchmarks' command
+wall; -v shows it), Ctrl-C as status 130. Shared by `thinkserve` (orchestrator/cli/) and the benchmarks' command
 `thinkserve-bench` (bench/thinkserve_bench/command.py), which imports it: neither imports the other."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Callable
 
 import grpc
 
-from .errors import ThinkServeError
+from ..errors import ThinkServeError
 
 
 def run_command(prog: str, args, run: Callable[[object], int]) -> int:

@@ -1,4 +1,8 @@
-"""`thinkserve`: serve, ingest, ask, health, demo. Errors are one line naming the cause, never a traceback wall."""
+"""`thinkserve`: serve, ingest, ask, health, demo. Errors are one line naming the cause, never a traceback wall.
+
+The command line is the top of the service: it starts the server (orchestrator.server) or calls one through the
+client (orchestrator.client); run.py and settings.py are shared with the benchmarks' command, demo.py is `demo`.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +15,12 @@ from pathlib import Path
 from typing import Optional
 
 
-from .cli_run import run_command
-from .cli_settings import settings_from_args
+from .run import run_command
+from .settings import settings_from_args
 
 
 def _client(args):
-    from .client import ThinkServeClient
+    from ..client import ThinkServeClient
 
     return ThinkServeClient(_address(args), token=_token(args))
 
@@ -37,9 +41,9 @@ def _address(args) -> str:
 
 
 def cmd_serve(args) -> int:
-    from .deployment import Deployment
+    from ..server.deployment import Deployment
 
-    from .observability.logs import configure_logging
+    from ..observability.logs import configure_logging
 
     settings = settings_from_args(args)
     configure_logging(settings.observability.log_format, logging.DEBUG if args.verbose else logging.INFO)
@@ -63,13 +67,13 @@ def cmd_serve(args) -> int:
 
 
 def cmd_ingest(args) -> int:
-    from .errors import ConfigurationError
-    from .ingest_batch import ingest_paths
+    from ..errors import ConfigurationError
+    from ..client.ingest_batch import ingest_paths
 
     ray = None
     if args.ray:
-        from .knowledge.ingest import mineru_options
-        from .ray_ingest import ray_options_or_exit
+        from ..knowledge.ingest import mineru_options
+        from ..client.ray_ingest import ray_options_or_exit
 
         ray = ray_options_or_exit(args.ray_address, args.ray_cpus, mineru_options(settings_from_args(args).ingest))
     elif args.ray_address or args.ray_cpus:
@@ -94,9 +98,9 @@ def cmd_documents(args) -> int:
 
 
 def cmd_ask(args) -> int:
-    from .presentation import print_query
+    from ..client.presentation import print_query
 
-    from .pipeline.plan import QueryOptions
+    from ..pipeline.plan import QueryOptions
 
     options = {name: getattr(args, name) for name in QueryOptions.model_fields}
     with _client(args) as client:
@@ -109,7 +113,7 @@ def add_query_options(command: argparse.ArgumentParser) -> None:
     a new option reaches the CLI without a list to keep in step."""
     from typing import get_args
 
-    from .pipeline.plan import OPTION_CHOICES, QueryOptions
+    from ..pipeline.plan import OPTION_CHOICES, QueryOptions
 
     for name, field in QueryOptions.model_fields.items():
         kind = next(arg for arg in get_args(field.annotation) if arg is not type(None))
@@ -122,7 +126,7 @@ def add_query_options(command: argparse.ArgumentParser) -> None:
 
 def cmd_health(args) -> int:
     if args.probe:  # grpc.health.v1, no token: what a container healthcheck or a load balancer asks
-        from .api.standard_health import probe
+        from ..api.standard_health import probe
 
         status = probe(_address(args), timeout_s=5.0)
         print(status)
@@ -136,7 +140,7 @@ def cmd_health(args) -> int:
 
 
 def cmd_token(args) -> int:
-    from .api.security import new_token
+    from ..api.security import new_token
 
     token, digest = new_token()
     collections = ", ".join(f'"{name}"' for name in args.collections)

@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Optional
 
-from .errors import ConfigurationError, ThinkServeError
-from .knowledge.parsing.mineru import CONTENT_LIST_NAME, IMAGE_SUFFIXES, MineruOptions, MineruParser
-from .local_documents import zip_files
+from ..errors import ConfigurationError, ThinkServeError
+from ..knowledge.parsing.mineru import CONTENT_LIST_NAME, IMAGE_SUFFIXES, MineruOptions, MineruParser
+from ..knowledge.parsing.local_documents import zip_files
 
 RAY_MISSING = 'ingest --ray needs Ray, an optional extra: pip install "thinkserve[ray]"'
 PARSED_SUFFIXES = frozenset({".pdf"} | IMAGE_SUFFIXES)  # what MinerU parses; everything else skips Ray

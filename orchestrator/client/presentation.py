@@ -7,7 +7,7 @@ import sys
 import textwrap
 from typing import Iterable, TextIO
 
-from .api.protos import pb
+from ..api.protos import pb
 
 
 class QueryPrinter:

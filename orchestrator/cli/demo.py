@@ -6,10 +6,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from .client import AsyncThinkServeClient
-from .config import Settings
-from .deployment import Deployment
-from .presentation import QueryPrinter
+from ..client import AsyncThinkServeClient
+from ..config import Settings
+from ..server.deployment import Deployment
+from ..client.presentation import QueryPrinter
 
 DEMO_COLLECTION = "demo"
 

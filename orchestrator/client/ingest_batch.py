@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Callable, Optional, TextIO
 import grpc
 from tqdm import tqdm
 
-from .client import AsyncThinkServeClient
-from .local_documents import LocalSource, find_documents, read_source
+from . import AsyncThinkServeClient
+from ..knowledge.parsing.local_documents import LocalSource, find_documents, read_source
 from .ray_ingest import ParseFailure, RayOptions, RaySession, parsed_on_ray
 
 if TYPE_CHECKING:
-    from .api.protos import pb
+    from ..api.protos import pb
 
 POLL_S = 0.5  # how often the server's ingest progress is read while documents are in flight
 
@@ -63,8 +63,8 @@ def estimated_pages(path: Path) -> int:
 
 
 def _folder_pages(folder: Path) -> int:
-    from .knowledge.parsing.content_list import read_content_list
-    from .knowledge.parsing.sources import CONTENT_LIST_PATTERNS, find_origin
+    from ..knowledge.parsing.content_list import read_content_list
+    from ..knowledge.parsing.sources import CONTENT_LIST_PATTERNS, find_origin
 
     lists = sorted(p for pattern in CONTENT_LIST_PATTERNS for p in folder.rglob(pattern) if p.is_file())
     if not lists:

@@ -13,27 +13,27 @@ from typing import AsyncIterator, Callable, Optional
 import grpc
 from starlette.applications import Starlette
 
-from .api.gateway import Gateway
-from .api.http_server import HttpServer, check_exposure, server_credentials
-from .api.decoding import add_service
-from .api.openai_http import openai_routes
-from .api.rest_http import rest_routes
-from .api.protos import pb
-from .api.standard_health import StandardHealth
-from .api.service import ThinkServeService
-from .config import Settings
-from .errors import ConfigurationError, TritonUnavailableError
-from .knowledge.ingest import Ingestor
-from .knowledge.storage.indexes import index_spec
-from .knowledge.storage.registry import KnowledgeBase
-from .observability.metrics import ServiceMetrics
-from .observability.tracing import Tracing, setup_tracing
-from .pipeline.query import QueryPipeline
-from .triton.client import TritonClient
-from .models.contracts import OCR, ModelContract, all_contracts
-from .triton.launcher import TritonServer
-from .triton.supervisor import TritonSupervisor
-from .triton.models import TritonModels
+from ..api.gateway import Gateway
+from ..api.http_server import HttpServer, check_exposure, server_credentials
+from ..api.decoding import add_service
+from ..api.openai_http import openai_routes
+from ..api.rest_http import rest_routes
+from ..api.protos import pb
+from ..api.standard_health import StandardHealth
+from ..api.service import ThinkServeService
+from ..config import Settings
+from ..errors import ConfigurationError, TritonUnavailableError
+from ..knowledge.ingest import Ingestor
+from ..knowledge.storage.indexes import index_spec
+from ..knowledge.storage.registry import KnowledgeBase
+from ..observability.metrics import ServiceMetrics
+from ..observability.tracing import Tracing, setup_tracing
+from ..pipeline.query import QueryPipeline
+from ..triton.client import TritonClient
+from ..models.contracts import OCR, ModelContract, all_contracts
+from ..triton.launcher import TritonServer
+from ..triton.supervisor import TritonSupervisor
+from ..triton.models import TritonModels
 
 log = logging.getLogger("thinkserve.deployment")
 
