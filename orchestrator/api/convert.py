@@ -22,8 +22,8 @@ from ..pipeline.events import (
 )
 from ..pipeline.plan import QueryOptions
 from ..pipeline.query import QueryInput
+from ..models.protocol import ModelStatistics
 from ..pipeline.router import RouteDecision
-from ..triton import statistics
 from .protos import pb
 
 
@@ -258,15 +258,9 @@ def retrieve_response(events: Sequence[QueryEvent], request_id: str) -> "pb.Retr
     return response
 
 
-def model_stats(entry: dict) -> "pb.ModelStats":
-    """Triton's statistics of one model (its ModelStatistics message as a dict) in our units; compute time is
-    the model's busy time, each batched execution counted once (triton/statistics.py)."""
+def model_stats(stats: ModelStatistics) -> "pb.ModelStats":
     return pb.ModelStats(
-        name=entry.get("name", ""),
-        inference_count=int(entry.get("inference_count", 0)),
-        execution_count=int(entry.get("execution_count", 0)),
-        queue_ms=statistics.queue_ns(entry) / 1e6,
-        compute_ms=statistics.execution_compute_ns(entry) / 1e6,
-        failures=int(entry.get("inference_stats", {}).get("fail", {}).get("count", 0)),
-        batch_executions=statistics.batch_executions(entry),
+        name=stats.name, inference_count=stats.inference_count, execution_count=stats.execution_count,
+        queue_ms=stats.queue_ms, compute_ms=stats.compute_ms, failures=stats.failures,
+        batch_executions=stats.batch_executions,
     )

@@ -16,7 +16,7 @@ from ..knowledge.graph.graph import RELATED
 from ..knowledge.ingest import Ingestor
 from ..knowledge.storage.snapshot import Snapshot
 from ..models.contracts import ModelContract
-from ..triton.models import TritonModels
+from ..models.protocol import ModelServer
 from . import convert
 from .decoding import checked
 from .gateway import REQUEST_ID_HEADER, Call, Gateway, request_id_from
@@ -100,14 +100,14 @@ class ThinkServeService(pb_grpc.ThinkServeServicer):
     def __init__(
         self,
         settings: Settings,
-        models: TritonModels,
+        model_server: ModelServer,
         ingestor: Ingestor,
         gateway: Gateway,
         required_models: tuple[ModelContract, ...],
         triton_state: Optional[SupervisionState] = None,
     ):
         self.settings = settings
-        self.models = models
+        self.model_server = model_server
         self.ingestor = ingestor
         self.knowledge = ingestor.knowledge
         self.gateway = gateway
@@ -123,8 +123,8 @@ class ThinkServeService(pb_grpc.ThinkServeServicer):
     async def health(self) -> "pb.HealthResponse":
         """Serving: every required model ready in Triton with its circuit breaker closed, and not draining.
         The Health RPC's answer, and the standard grpc.health.v1 status's (api/standard_health.py)."""
-        ready = await asyncio.gather(*(self.models.client.model_ready(c.name) for c in self.required_models))
-        breakers = self.models.client.health_snapshot().breakers
+        ready = await asyncio.gather(*(self.model_server.model_ready(c.name) for c in self.required_models))
+        breakers = self.model_server.breakers()
         models = []
         for contract, ok in zip(self.required_models, ready):
             breaker = breakers.get(contract.name)
@@ -150,12 +150,12 @@ class ThinkServeService(pb_grpc.ThinkServeServicer):
         names = call.principal.visible(self.knowledge.names())
         collections = await asyncio.gather(*(self._collection_info(name) for name in names))
         try:
-            statistics = await self.models.client.model_statistics(timeout_s=min(5.0, max(0.1, call.remaining())))
-            models = [convert.model_stats(entry) for entry in statistics.get("model_stats", [])]
+            statistics = await self.model_server.statistics(timeout_s=min(5.0, max(0.1, call.remaining())))
+            models = [convert.model_stats(entry) for entry in statistics]
         except ThinkServeError:
             models = []  # Triton down: the rest of the stats still answer
-        triton = self.triton_state() if self.triton_state else pb.TritonState(url=self.models.client.url)
-        triton.ready = await self.models.client.server_ready()
+        triton = self.triton_state() if self.triton_state else pb.TritonState(url=self.model_server.url)
+        triton.ready = await self.model_server.server_ready()
         return pb.StatsResponse(
             version=__version__, profile=self.settings.profile, uptime_s=time.time() - self.gateway.started_at,
             pools=pools, collections=[c for c in collections if c is not None], models=models, triton=triton,

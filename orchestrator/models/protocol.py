@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import AsyncIterator, Optional, Protocol, Sequence
+from typing import AsyncIterator, Mapping, Optional, Protocol, Sequence
 
 import numpy as np
 
@@ -109,3 +109,45 @@ class Models(Protocol):
 
     async def generator_facts(self, model: str) -> GeneratorFacts:
         """The LLM's or VLM's declared context, image length, vocabulary, judger threshold and chat template."""
+
+
+@dataclass(frozen=True)
+class ModelStatistics:
+    """One model's counters in the server it runs in, in our units. Compute time is the model's busy time, each
+    batched execution counted once."""
+
+    name: str
+    inference_count: int
+    execution_count: int
+    queue_ms: float  # requests' time in the scheduler's queue, summed over requests
+    compute_ms: float
+    failures: int
+    batch_executions: dict[int, int]  # executions per batch size
+
+
+class BreakerView(Protocol):
+    """One model's circuit breaker, as Health reports it."""
+
+    state: str  # closed | open | half_open
+    consecutive_failures: int
+    last_failure: str  # cause of the latest unavailability failure ("" if none)
+
+
+class ModelServer(Protocol):
+    """What the API's Health and Stats ask of the server the models run in (`TritonModels` answers for Triton)."""
+
+    @property
+    def url(self) -> str:
+        """Where the server is."""
+
+    async def server_ready(self) -> bool:
+        """Whether the server says it is ready; False at once when it cannot be reached."""
+
+    async def model_ready(self, model: str) -> bool:
+        """Whether the server says the model is ready."""
+
+    def breakers(self) -> Mapping[str, BreakerView]:
+        """Each model's circuit breaker, by name, for every model called so far."""
+
+    async def statistics(self, timeout_s: Optional[float] = None) -> list[ModelStatistics]:
+        """Every model's counters; raises a ThinkServeError when the server cannot answer."""

@@ -15,8 +15,10 @@ import numpy as np
 
 from ..errors import TritonUnavailableError
 from ..models import contracts
+from . import statistics
+from .breaker import BreakerStatus
 from .client import TritonClient
-from ..models.protocol import GenerationChunk, GenerationOptions, GeneratorFacts, PageText
+from ..models.protocol import GenerationChunk, GenerationOptions, GeneratorFacts, ModelStatistics, PageText
 
 __all__ = ["GenerationChunk", "GenerationOptions", "GeneratorFacts", "PageText", "TritonModels"]
 
@@ -25,13 +27,43 @@ def _strings(values: Sequence[str | bytes]) -> np.ndarray:
     return np.array([v.encode("utf-8") if isinstance(v, str) else v for v in values], dtype=np.object_).reshape(-1, 1)
 
 
+def model_statistics(entry: dict) -> ModelStatistics:
+    """Triton's statistics of one model (its ModelStatistics message as a dict) in our units (statistics.py)."""
+    return ModelStatistics(
+        name=entry.get("name", ""),
+        inference_count=int(entry.get("inference_count", 0)),
+        execution_count=int(entry.get("execution_count", 0)),
+        queue_ms=statistics.queue_ns(entry) / 1e6,
+        compute_ms=statistics.execution_compute_ns(entry) / 1e6,
+        failures=int(entry.get("inference_stats", {}).get("fail", {}).get("count", 0)),
+        batch_executions=statistics.batch_executions(entry),
+    )
+
+
 class TritonModels:
-    """orchestrator.models.protocol.Models over Triton."""
+    """orchestrator.models.protocol.Models over Triton, and its ModelServer (what Health and Stats report)."""
 
     def __init__(self, client: TritonClient):
         self.client = client
         self._max_batch: dict[str, int] = {}
         self._facts: dict[str, GeneratorFacts] = {}
+
+    @property
+    def url(self) -> str:
+        return self.client.url
+
+    async def server_ready(self) -> bool:
+        return await self.client.server_ready()
+
+    async def model_ready(self, model: str) -> bool:
+        return await self.client.model_ready(model)
+
+    def breakers(self) -> dict[str, BreakerStatus]:
+        return self.client.health_snapshot().breakers
+
+    async def statistics(self, timeout_s: Optional[float] = None) -> list[ModelStatistics]:
+        response = await self.client.model_statistics(timeout_s=timeout_s)
+        return [model_statistics(entry) for entry in response.get("model_stats", [])]
 
     async def generator_facts(self, model: str) -> GeneratorFacts:
         """Read from the deployed config's parameters once; a generator that does not declare its context

@@ -16,6 +16,7 @@ from thinkserve_bench.query_costs import (
 )
 from thinkserve_bench.prices import BenchSettings, DeploymentPrice, PriceTable, TokenPrice, config_hash
 from orchestrator.api.convert import model_stats
+from orchestrator.triton.models import model_statistics
 from thinkserve_bench.record import QueryRecord
 from thinkserve_bench.summary import paired_ok, server_totals
 from thinkserve_bench.triton_stats import ModelCounters, Snapshot, Topology, parse_statistics
@@ -134,8 +135,8 @@ def test_compute_time_counts_a_batched_execution_once():
     assert row["compute_ms_per_request"] == pytest.approx(30.0)
     assert row["queue_share"] == pytest.approx(4 / 64)
     # the Stats RPC reports the same busy time
-    assert model_stats(merged).compute_ms == pytest.approx(30.0)
-    assert dict(model_stats(merged).batch_executions) == {2: 1}
+    assert model_stats(model_statistics(merged)).compute_ms == pytest.approx(30.0)
+    assert dict(model_stats(model_statistics(merged)).batch_executions) == {2: 1}
 
 
 def test_triton_snapshots_subtract_and_attribute_leaves_to_public_models():
