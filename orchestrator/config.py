@@ -449,12 +449,13 @@ class IngestSettings(_Section):
     # PDFs whose text layer is garbage), "off" none. Pages are rendered at `ocr_dpi` as PNG, the longer side at most
     # `ocr_max_side` pixels; a page with nothing drawn on it is not sent. `ocr_figures` also reads the figures and
     # charts the parser cropped and found no words in (a picture's axis labels, legends, values join the unit's
-    # text; a figure whose words the text layer holds is not read again). Lines below `ocr_min_confidence` are kept
-    # in blocks of their own, marked by their confidence, and counted.
+    # text; a figure whose words the text layer holds is not read again): off by default, as on the 36 dev PDFs its
+    # 406 crops doubled OCR's time and changed no retrieval figure (docs/measured/ingest-and-ocr.md). Lines below
+    # `ocr_min_confidence` are kept in blocks of their own, marked by their confidence, and counted.
     ocr: Literal["auto", "always", "off"] = "auto"
     ocr_dpi: float = Field(150.0, gt=0)
     ocr_max_side: int = Field(2000, ge=64)
-    ocr_figures: bool = True
+    ocr_figures: bool = False
     ocr_min_confidence: float = Field(0.5, ge=0, le=1)
     ocr_concurrency: int = Field(4, ge=1)  # page images in flight (each rendered when its turn comes)
     # A page with more drawing objects than this is not given to the parser (OCR reads its image instead): the one

@@ -243,7 +243,7 @@ def test_a_corrupt_figure_image_and_a_blank_page_cost_warnings_and_the_document_
     tokenizer = MODEL_REPOSITORY / "text_embedder_tokenize" / "1" / "tokenizer.json"
 
     async def work(models):
-        ingestor = Ingestor(KnowledgeBase(tmp_path / "data"), models, IngestSettings(), tokenizer)
+        ingestor = Ingestor(KnowledgeBase(tmp_path / "data"), models, IngestSettings(ocr_figures=True), tokenizer)
         freight = await ingestor.ingest("bad", "freight.zip", bundle.getvalue())
         empty = await ingestor.ingest("bad", blank.name, blank.read_bytes())
         return freight.document, empty.document
@@ -277,7 +277,7 @@ def test_only_what_pays_is_read_on_a_generated_pdf_through_mineru_and_triton(tri
 
     async def work(models):
         before = {m: _inferences(await models.client.model_statistics(m)) for m in networks}
-        ingestor = Ingestor(KnowledgeBase(tmp_path / "data"), models, IngestSettings(), tokenizer)
+        ingestor = Ingestor(KnowledgeBase(tmp_path / "data"), models, IngestSettings(ocr_figures=True), tokenizer)
         result = await ingestor.ingest("cases", cases.path.name, cases.path.read_bytes())
         after = {m: _inferences(await models.client.model_statistics(m)) for m in networks}
         return result, {m: after[m] - before[m] for m in networks}
