@@ -72,6 +72,7 @@ class InProcessModels:
     fail_after_chunks: Optional[int] = None  # a generation breaks after this many chunks
     calls: list[str] = field(default_factory=list)  # model names, in call order
     generations: list[GenerationCall] = field(default_factory=list)
+    open_streams: int = 0  # generations whose stream is open (Triton's: not yet ended or cancelled)
     # what OCR reads in an encoded image (None: no text); a ValueError it raises is the model refusing the image
     page_text: Callable[[bytes], Optional[PageText]] = lambda image: None
 
@@ -152,4 +153,8 @@ class InProcessModels:
                     finish_reason="length" if last else "", prompt_tokens=prompt_tokens, completion_tokens=produced,
                 )
 
-        yield chunks()
+        self.open_streams += 1
+        try:
+            yield chunks()
+        finally:  # where the Triton client cancels a stream left early
+            self.open_streams -= 1

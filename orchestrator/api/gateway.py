@@ -129,15 +129,15 @@ class Gateway:
         pool = self.admission.queries
         async with self._admitted(pool, call):
             route = ""
-            async for event in self.pipeline.run(
-                checked, call.deadline, call.request_id, answer=answer, trace_context=call.trace_context
-            ):
-                if isinstance(event, RouteEvent):
-                    route = event.decision.label
-                elif isinstance(event, FinalAnswerEvent) and answer:
-                    # recorded while the final event and the call's status go out (0.2 ms, about 30 series)
-                    asyncio.get_running_loop().call_soon(self.metrics.query_done, route, event)
-                yield event
+            run = self.pipeline.run(checked, call.deadline, call.request_id, answer=answer, trace_context=call.trace_context)
+            async with contextlib.aclosing(run):  # closed, not left to the collector (QueryPipeline.run says why)
+                async for event in run:
+                    if isinstance(event, RouteEvent):
+                        route = event.decision.label
+                    elif isinstance(event, FinalAnswerEvent) and answer:
+                        # recorded while the final event and the call's status go out (0.2 ms, about 30 series)
+                        asyncio.get_running_loop().call_soon(self.metrics.query_done, route, event)
+                    yield event
 
     async def embed(self, call: Call, texts: list[str]) -> tuple[np.ndarray, int]:
         """The text embedder's vectors for `texts` and their token count (as the embedder counts them), admitted

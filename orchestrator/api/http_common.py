@@ -4,12 +4,14 @@ deadline from a header."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import AsyncIterator, Optional
 
 import grpc
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.types import Send
 
 from ..errors import InvalidRequestError, ThinkServeError
 from .gateway import REQUEST_ID_HEADER
@@ -101,14 +103,30 @@ def sse_data(body: dict) -> bytes:
     return f"data: {json.dumps(body, ensure_ascii=False)}\n\n".encode()
 
 
+class EventStream(StreamingResponse):
+    """Server-Sent Events (sse_stream's) whose body is closed however the response ends: Starlette leaves it
+    suspended when the client goes away during a send, and the query under it, with its model streams, would
+    wait for the garbage collector (QueryPipeline.run says why that is not enough)."""
+
+    def __init__(self, body: AsyncIterator[bytes], request_id: str):
+        super().__init__(body, media_type="text/event-stream", headers={REQUEST_ID_HEADER: request_id, "cache-control": "no-cache"})
+
+    async def stream_response(self, send: Send) -> None:
+        try:
+            await super().stream_response(send)
+        finally:
+            await self.body_iterator.aclose()
+
+
 async def sse_stream(opened, request_id: str, bodies: AsyncIterator[dict]) -> AsyncIterator[bytes]:
     """Server-Sent Events of `bodies` (JSON objects), then `data: [DONE]`. A failure once the stream has begun is
     one more event, OpenAI's error shape, before `[DONE]`. `opened`: the gateway call (an entered async context
     manager), ended with the stream, with the failure if any, so that it is logged and counted."""
     failure: Optional[BaseException] = None
     try:
-        async for body in bodies:
-            yield sse_data(body)
+        async with contextlib.aclosing(bodies):  # closed, not left to the collector (QueryPipeline.run says why)
+            async for body in bodies:
+                yield sse_data(body)
     except ThinkServeError as error:
         failure = error
         yield sse_data(error_body(error, request_id))

@@ -22,13 +22,14 @@ as `code`) with the HTTP status of the gRPC code; 429 and 503 carry `Retry-After
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import time
 from typing import Any, AsyncIterator, Optional
 
 import httpx
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..errors import InvalidOptionError, InvalidRequestError, ThinkServeError
@@ -39,7 +40,7 @@ from ..prompts import Conversation
 from ..pipeline.query import QueryInput
 from ..models import contracts
 from .gateway import REQUEST_ID_HEADER, Call, Gateway, request_id_from
-from .http_common import client_timeout, error_response, failed_call, json_body, sse_stream
+from .http_common import EventStream, client_timeout, error_response, failed_call, json_body, sse_stream
 
 FINISH_REASONS = {"length": "length"}  # everything else ends as "stop"
 MAX_EMBEDDING_INPUTS = 256
@@ -92,11 +93,7 @@ def openai_routes(gateway: Gateway, collections, triton_metrics_url: str = "") -
             events = gateway.query(call, query)
             if stream:
                 first = await _first_event(events)  # errors before any output are still proper HTTP errors
-                return StreamingResponse(
-                    sse_stream(opened, request_id, _chunks(call, first, events, query, include_usage)),
-                    media_type="text/event-stream",
-                    headers={REQUEST_ID_HEADER: request_id, "cache-control": "no-cache"},
-                )
+                return EventStream(sse_stream(opened, request_id, _chunks(call, first, events, query, include_usage)), request_id)
             response = await _completion(call, events, query)
         except BaseException as error:
             return await failed_call(opened, error, request_id)
@@ -309,19 +306,20 @@ async def _chunks(call: Call, first, events: AsyncIterator, query: QueryInput, i
         return body
 
     route = ""
-    yield chunk({"role": "assistant", "content": ""})
-    event = first
-    while event is not None:
-        if isinstance(event, RouteEvent):
-            route = event.decision.label
-        elif isinstance(event, AnswerDeltaEvent) and event.text:
-            yield chunk({"content": event.text})
-        elif isinstance(event, FinalAnswerEvent):
-            finish = FINISH_REASONS.get(event.finish_reason, "stop")
-            yield chunk({}, finish, thinkserve=_extension(call, route, event, query))
-            if include_usage:
-                yield {**base, "choices": [], "usage": _usage(event)}
-        event = await _first_event(events)
+    async with contextlib.aclosing(events):  # closed, not left to the collector (QueryPipeline.run says why)
+        yield chunk({"role": "assistant", "content": ""})
+        event = first
+        while event is not None:
+            if isinstance(event, RouteEvent):
+                route = event.decision.label
+            elif isinstance(event, AnswerDeltaEvent) and event.text:
+                yield chunk({"content": event.text})
+            elif isinstance(event, FinalAnswerEvent):
+                finish = FINISH_REASONS.get(event.finish_reason, "stop")
+                yield chunk({}, finish, thinkserve=_extension(call, route, event, query))
+                if include_usage:
+                    yield {**base, "choices": [], "usage": _usage(event)}
+            event = await _first_event(events)
 
 
 def _usage(final: FinalAnswerEvent) -> dict:

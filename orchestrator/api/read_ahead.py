@@ -28,12 +28,19 @@ async def read_ahead(
     `ended`: registers a callback for the end of the transport's call (grpc's `context.add_done_callback`), which
     cancels the task too. A client that goes away while grpc writes a message cancels grpc's own task there,
     outside this generator, which is then left suspended and closed only when the garbage collector finds it:
-    without the call's end the task would go on, holding its query's admission slot (seen in CI)."""
+    without the call's end the task would go on, holding its query's admission slot (seen in CI).
+
+    A stopped task ends even if its cancellation is lost on the way (asyncio.wait_for in Python 3.11 drops one that
+    meets its result): at the events' next item, instead of waiting to put it in the queue of a consumer that is
+    gone, with the model streams under it open and unread."""
     queue: asyncio.Queue = asyncio.Queue(depth)
+    stopped = False
 
     async def produce() -> None:
         try:
             async for item in events:
+                if stopped:  # a cancellation the events caught, or that arrived as they yielded: end here anyway
+                    break
                 await queue.put((item, None))
         except Exception as error:  # handed to the consumer, which raises it where the transport maps it
             await queue.put((_END, error))
@@ -45,6 +52,8 @@ async def read_ahead(
                 await close()
 
     def stop(_: object = None) -> None:
+        nonlocal stopped
+        stopped = True
         if not producer.done() and not producer.cancelling():  # once: a second cancel would cut its clean-up short
             producer.cancel()
 

@@ -24,20 +24,21 @@ token that may not read the collection gets 403 whatever the document.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable, Optional
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import __version__
 from ..errors import InvalidRequestError, ThinkServeError
 from .gateway import REQUEST_ID_HEADER, Call, Gateway, request_id_from
-from .http_common import client_timeout, error_response, failed_call, json_body, sse_stream
+from .http_common import EventStream, client_timeout, error_response, failed_call, json_body, sse_stream
 from .openapi import OPENAPI_PATH, describe
 from .protos import pb
 from .service import ThinkServeService
@@ -101,11 +102,7 @@ def rest_routes(gateway: Gateway, service: ThinkServeService, console: bool) -> 
             first = await anext(events, None)  # errors before any output are still proper HTTP errors
         except BaseException as error:
             return await failed_call(opened, error, request_id)
-        return StreamingResponse(
-            sse_stream(opened, request_id, _events(first, events)),
-            media_type="text/event-stream",
-            headers={REQUEST_ID_HEADER: request_id, "cache-control": "no-cache"},
-        )
+        return EventStream(sse_stream(opened, request_id, _events(first, events)), request_id)
 
     def image(method: str, read: Callable[[Call, dict], Awaitable[tuple[bytes, str]]]):
         async def handle(request: Request) -> Response:
@@ -230,7 +227,8 @@ async def _upload(request: Request, limit: int) -> AsyncIterator["pb.IngestReque
 
 
 async def _events(first: Optional[Message], events: AsyncIterator[Message]) -> AsyncIterator[dict]:
-    event = first
-    while event is not None:
-        yield to_json(event)
-        event = await anext(events, None)
+    async with contextlib.aclosing(events):  # closed, not left to the collector (QueryPipeline.run says why)
+        event = first
+        while event is not None:
+            yield to_json(event)
+            event = await anext(events, None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
 from typing import Callable, Optional
@@ -81,8 +82,8 @@ def streaming(method):
     async def handler(self, request, context):
         request_id, sent, opened = _open(self.gateway, context, method.__name__)
         try:
-            async with opened as call:
-                async for message in method(self, checked(request), context, call):
+            async with opened as call, contextlib.aclosing(method(self, checked(request), context, call)) as messages:
+                async for message in messages:
                     await sent
                     yield message
         except Exception as error:
@@ -255,8 +256,9 @@ class ThinkServeService(pb_grpc.ThinkServeServicer):
         events = self.gateway.query(call, convert.query_input(request))
         if context is not None:  # over gRPC: the query goes on while each message is written, and ends with the call
             events = read_ahead(events, ended=context.add_done_callback)
-        async for event in events:
-            yield convert.query_event(event, call.request_id)
+        async with contextlib.aclosing(events):  # closed, not left to the collector (QueryPipeline.run says why)
+            async for event in events:
+                yield convert.query_event(event, call.request_id)
 
     @unary
     async def Retrieve(self, request, context, call: Call):

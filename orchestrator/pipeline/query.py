@@ -13,6 +13,7 @@ minutes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import os
@@ -248,8 +249,13 @@ class QueryPipeline:
             answer = self._hybrid(q)
         else:
             answer = self._extractive(q)
-        async for event in answer:
-            yield event
+        # Every generator that iterates another closes it (aclosing), here and up to the transport: closing the
+        # outer one does not close the one it was iterating, which then waits for the garbage collector, and with it
+        # the model stream it holds open and unread: the LLM's sends block and it stops serving everyone (CI, when
+        # a client left while the query waited to hand over an event). Closed, the stream is cancelled at once.
+        async with contextlib.aclosing(answer):
+            async for event in answer:
+                yield event
         yield self._final(q)
 
     # ------------------------------------------------------------------ stages
@@ -421,8 +427,9 @@ class QueryPipeline:
                         q.request_id,
                     )
                 evidence, notes, q.uncertainty = deliberation.evidence, deliberation.notes, deliberation.report
-            async for event in self._generate(q, self._models(q, "llm"), evidence, notes=notes):
-                yield event
+            async with contextlib.aclosing(self._generate(q, self._models(q, "llm"), evidence, notes=notes)) as events:
+                async for event in events:
+                    yield event
         except SURVIVABLE as error:
             produced = f" after {len(q.parts)} streamed parts" if q.parts else ""
             async for event in self._extractive(q, f"the LLM failed{produced}: {error}"):
@@ -445,8 +452,10 @@ class QueryPipeline:
             chat = chat_template_of(await self.models.generator_facts(contracts.LLM.name), contracts.LLM.name)
             prompt = reader_prompt(chat, q.question, reader_lines(extracted.sentences))
             generation = replace(self._generation(q.plan), max_tokens=min(q.plan.max_tokens, settings.hybrid_max_tokens))
-            async for event in self._generate(q, self._models(q, "llm"), q.items, prompt=prompt, generation=generation):
-                yield event
+            generated = self._generate(q, self._models(q, "llm"), q.items, prompt=prompt, generation=generation)
+            async with contextlib.aclosing(generated):
+                async for event in generated:
+                    yield event
         except SURVIVABLE as error:
             produced = f" after {len(q.parts)} streamed parts" if q.parts else ""
             q.parts.clear()
@@ -481,7 +490,10 @@ class QueryPipeline:
             iterator = chunks.__aiter__()
             while True:
                 try:
-                    chunk = await asyncio.wait_for(iterator.__anext__(), self._answer_time(q))
+                    # not asyncio.wait_for: in Python 3.11 a cancellation that meets a chunk arriving is lost there,
+                    # and the generation would go on for a client that is gone
+                    async with asyncio.timeout(self._answer_time(q)):
+                        chunk = await iterator.__anext__()
                 except StopAsyncIteration:
                     break
                 except asyncio.TimeoutError:
@@ -539,7 +551,8 @@ class QueryPipeline:
         try:
             if budget_s is not None and budget_s <= 0:
                 raise DeadlineExceededError(f"{budget_s + 0.0:.2f} s left for it")
-            return await (asyncio.wait_for(work, budget_s) if budget_s is not None else work)
+            async with asyncio.timeout(budget_s):  # None: no limit (not wait_for, which can lose a cancellation)
+                return await work
         except asyncio.TimeoutError:
             q.degradations.append(f"{stage} skipped: it would have run past the deadline")
         except SURVIVABLE as error:

@@ -9,12 +9,14 @@ and tests/integration/test_service.py (deadlines).
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from dataclasses import replace
 
 import pytest
 
+from orchestrator.api.read_ahead import read_ahead
 from orchestrator.config import Settings
 from orchestrator.errors import ModelExecutionError, TritonUnavailableError
 from orchestrator.knowledge.ingest import Ingestor
@@ -86,6 +88,41 @@ def test_the_llm_answer_streams_with_its_citation_and_cost(ask):
     llm = next(u for u in final.cost.usage if u.model == contracts.LLM.name)
     assert (llm.calls, llm.tokens_out) == (1, len(models.answer.split())) and llm.tokens_in > 0
     assert [e.__class__ for e in events[:2]] == [RouteEvent, EvidenceEvent]
+
+
+@pytest.mark.parametrize("answerer", ["llm", "hybrid"])
+def test_a_consumer_gone_mid_answer_ends_the_llms_stream_at_once_without_the_garbage_collector(tmp_path, answerer):
+    """The transport reads the query ahead (read_ahead); the client leaves after the first delta, while the task
+    waits to hand over more. Closing the consumer must end the LLM's stream before it returns, with the collector
+    paused: left to the collector, the stream stays open and unread (the LLM's sends then block; seen in CI)."""
+    models = InProcessModels(answer=" ".join(f"word{n} [1]." for n in range(200)), token_delay_s=0.001)
+    config = settings()
+    knowledge = KnowledgeBase(tmp_path / "data")
+    pipeline = QueryPipeline(config, models, knowledge, PlainTokenizer(config.tokenizer_file, "ingest.tokenizer"))
+    ingestor = Ingestor(knowledge, models, config.ingest, config.tokenizer_file)
+
+    async def go() -> tuple[int, int]:
+        for name, text in DOCUMENTS.items():
+            await ingestor.ingest(COLLECTION, name, text.encode())
+        run = pipeline.run(QueryInput(COLLECTION, QUESTION, QueryOptions(answerer=answerer, max_tokens=200)), time.monotonic() + 30)
+        events = read_ahead(run, depth=2)
+        async for event in events:
+            if isinstance(event, AnswerDeltaEvent):
+                break
+        await asyncio.sleep(0.05)  # the task fills the queue and waits to put the next event
+        open_before = models.open_streams
+        await events.aclose()
+        return open_before, models.open_streams
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        open_before, open_after = asyncio.run(go())
+    finally:
+        if enabled:
+            gc.enable()
+        pipeline.close()
+    assert (open_before, open_after) == (1, 0)
 
 
 def test_a_reranker_that_is_down_is_skipped_and_the_answer_says_so(ask):

@@ -151,3 +151,33 @@ def test_a_call_cancelled_while_a_message_is_written_cancels_the_producer_and_cl
             await server.stop(None)
 
     assert asyncio.run(scenario())
+
+
+def test_a_cancellation_the_events_lose_still_ends_them():
+    """asyncio.wait_for in Python 3.11 loses a cancellation that meets its result (a token arriving as the client
+    leaves): the events go on and yield again. The task ends them at their next item instead of running them to
+    their end for a consumer that is gone (or waiting forever to put that item in its full queue: seen in CI, the
+    LLM's stream left open and unread)."""
+
+    async def consume():
+        cleaned, produced = [], []
+
+        async def losing():
+            try:
+                for n in range(3000):
+                    try:
+                        await asyncio.sleep(0.001)
+                    except asyncio.CancelledError:
+                        pass  # lost, as wait_for can
+                    produced.append(n)
+                    yield n
+            finally:
+                cleaned.append(True)
+
+        events = read_ahead(losing(), depth=10_000)  # never full: the cancellation finds the task in the events
+        await events.__anext__()
+        await events.aclose()
+        return list(cleaned), len(produced)
+
+    cleaned, produced = asyncio.run(consume())
+    assert cleaned == [True] and produced < 100
