@@ -7,6 +7,7 @@ orchestrator stops, then Triton.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import shutil
 import threading
@@ -37,12 +38,36 @@ class BackgroundLoop:
         self.loop.close()
 
 
+# The session's Triton, once started: a failed test's report carries the end of its log (pytest_runtest_makereport).
+_SESSION_TRITON: list[TritonServer] = []
+
+
 @pytest.fixture(scope="session")
 def triton(triton_settings):
     server = TritonServer(triton_settings)
     server.start()
+    _SESSION_TRITON.append(server)
     yield server
+    _SESSION_TRITON.clear()
     server.stop()
+
+
+# Lines of the session Triton's log attached to a failed test's report: CI keeps only the printed output, and a
+# failure that depends on what Triton saw (a stuck model, a cancellation never delivered) is otherwise unexplained.
+TRITON_LOG_LINES_ON_FAILURE = 60
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    if report.when != "call" or not report.failed:
+        return
+    text = f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}; garbage collector enabled: {gc.isenabled()}"
+    log = _SESSION_TRITON[0].log_path if _SESSION_TRITON else None
+    if log is not None and log.exists():
+        tail = log.read_text(errors="replace").splitlines()[-TRITON_LOG_LINES_ON_FAILURE:]
+        text += f"\nthe last {len(tail)} lines of {log.name}:\n" + "\n".join(tail)
+    report.sections.append(("Triton and machine at the failure", text))
 
 
 @dataclass(frozen=True)

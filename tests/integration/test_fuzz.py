@@ -165,8 +165,9 @@ def _generated(fuzz_deployment, run) -> None:
     with ThinkServeClient(address, timeout_s=120) as client:
         client.ingest(COLLECTION, FUZZ_DOCUMENT, "fuzz.md")
     assert summary["cases"] > 0
-    assert not summary["defect_examples"], summary["defect_examples"]
-    assert summary["health_checks"] == 0 or not summary["health_failures"], summary["health_failures"]
+    # as text: pytest shortens the repr of an object in an assertion, and the cause is in the details it cuts
+    assert not summary["defect_examples"], json.dumps(summary["defect_examples"], indent=1, default=str)
+    assert summary["health_checks"] == 0 or not summary["health_failures"], json.dumps(summary["health_failures"], default=str)
 
 
 def test_generated_messages_of_every_rpc_and_raw_bytes_get_results_or_client_errors(fuzz_deployment):

@@ -448,8 +448,6 @@ def _first(records: dict[str, dict], key: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # SIGTERM stops the run as Ctrl-C does, so the Triton started here is stopped too
-    signal.signal(signal.SIGTERM, _interrupt)
     parser = argparse.ArgumentParser(prog=f"python -m thinkserve_bench.scripts.{NAME}", description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="folder with documents/*.pdf")
     parser.add_argument("--documents", type=int, default=0, help="only the first N documents (by name)")
@@ -505,4 +503,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # SIGTERM stops the run as Ctrl-C does, so the Triton started here is stopped too
+    # (set here, not in main(): tests call main() in their own process)
+    signal.signal(signal.SIGTERM, _interrupt)
     raise SystemExit(main())

@@ -695,8 +695,6 @@ def _interrupt(signum, frame) -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    # SIGTERM stops the run as Ctrl-C does, so the deployment's own tritonserver (its own session) is stopped too
-    signal.signal(signal.SIGTERM, _interrupt)
     parser = argparse.ArgumentParser(prog=f"python -m thinkserve_bench.scripts.{NAME}", description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="folder with documents/ and questions.json")
     parser.add_argument("--documents", type=int, default=0, help="only the first N documents (by name) and their questions")
@@ -753,4 +751,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
+    # SIGTERM stops the run as Ctrl-C does, so the deployment's own tritonserver (its own session) is stopped too
+    # (set here, not in main(): tests call main() in their own process)
+    signal.signal(signal.SIGTERM, _interrupt)
     raise SystemExit(main())
