@@ -1,7 +1,7 @@
 """document_qa's side-by-side answerers and routers: scored per answerer on the same questions, and routers on
 MMLongBench-Doc's single-page / cross-page split."""
 
-from thinkserve_bench.scripts.answer_comparison import report_lines, score_answerers, score_routers
+from thinkserve_bench.scripts.answer_comparison import certainty_signal, report_lines, score_answerers, score_routers
 from thinkserve_bench.scripts.qa_dataset import Question
 
 QUESTIONS = [
@@ -50,3 +50,25 @@ def test_routers_are_scored_on_single_and_cross_page_evidence():
     assert (features["single_page_simple"], model["cross_page_not_simple"]) == (1.0, 1.0)
     assert scores["agreement"]["features / model"] == 1 / 3 and model["retrieve_ms_p50"] == 400.0
     assert "| model | complex 1, moderate 1, simple 1 | 0.500 |" in "\n".join(report_lines({}, scores))
+
+
+def test_a_generated_answers_certainty_is_scored_as_a_refusal_signal_by_document():
+    """Forty questions over ten documents, a quarter unanswerable: the answers to those are less certain (lower
+    log-probabilities), the served answerability probability says nothing. The certainty separates them, held out
+    by document; nothing is scored where nothing was generated."""
+    questions, answers, answerability = [], {}, {}
+    for i in range(40):
+        unanswerable = i % 4 == 0
+        questions.append(Question(i, f"doc{i % 10}.pdf", "q", "Not answerable" if unanswerable else "412", () if unanswerable else (1,), (), "Int"))
+        log_prob = (-3.0 if unanswerable else -0.5) - 0.01 * i
+        answers[i] = {"token_log_probs": [log_prob, log_prob - 0.2], "token_entropies": [0.5, 0.5]}
+        answerability[i] = 0.5
+    signal = certainty_signal(questions, answers, answerability)
+    assert signal["questions"] == 40 and signal["unanswerable"] == 10 and signal["documents"] == 10
+    assert signal["features"]["mean_log_prob"] == {"auc": 1.0, "unanswerable": "lower"}
+    assert signal["models"]["certainty"]["cv_auc"] > 0.95 and signal["models"]["certainty"]["best_f1"] > 0.9
+    assert signal["models"]["answerability"]["cv_auc"] <= 0.6  # a constant says nothing
+    assert certainty_signal(questions, {i: {"token_log_probs": []} for i in range(40)}, answerability) is None
+    lines = "\n".join(report_lines({**score_answerers(questions[:3], {i: {"llm": run("x")} for i in range(3)}),
+                                     "certainty_signal": {"llm": signal}}, {}))
+    assert "### What the llm answer's own certainty says of answerability" in lines and "| certainty | " in lines

@@ -90,10 +90,13 @@ def _plain(text: str) -> str:
     return _CITATION_MARK.sub(" ", text)
 
 
-def score_answerers(questions: list[Question], records: dict[int, dict[str, dict]]) -> dict[str, Any]:
+def score_answerers(questions: list[Question], records: dict[int, dict[str, dict]],
+                    answerability: Optional[dict[int, Optional[float]]] = None) -> dict[str, Any]:
     """Per answerer: containment (short-answer and all answerable questions; the answer and its short answer),
-    first citation on an evidence page, refusals (precision, recall, F1, false refusals), latency; and per pair of
-    answerers the questions one holds the expected value for and the other does not."""
+    first citation on an evidence page, refusals (precision, recall, F1, false refusals), latency; per pair of
+    answerers the questions one holds the expected value for and the other does not; and, for an answerer that
+    generates, what its tokens' certainty says of answerability (certainty_signal) beside `answerability` (the
+    served answerability probability per question)."""
     if not records:
         return {}
     names = list(next(iter(records.values())))
@@ -132,7 +135,75 @@ def score_answerers(questions: list[Question], records: dict[int, dict[str, dict
                 "both": sum(holds[a][q] and holds[b][q] for q in holds[a]),
             }
     out["short_answers"], out["answerable"], out["unanswerable"] = len(short), len(answerable), sum(unanswerable)
+    out["certainty_signal"] = {
+        name: signal for name in names
+        if (signal := certainty_signal(questions, {q.id: records[q.id][name] for q in questions}, answerability or {}))
+    }
     return out
+
+
+CERTAINTY_FEATURES = ("mean_log_prob", "least_log_prob", "mean_entropy")
+
+
+def certainty_signal(questions: list[Question], answers: dict[int, dict], answerability: dict[int, Optional[float]],
+                     folds: int = 5) -> Optional[dict[str, Any]]:
+    """Whether a generated answer's own certainty (its tokens' mean and least log-probability, their mean
+    normalised entropy) tells the unanswerable questions apart, alone and beside the served answerability
+    probability (issue 56: the LLM's answerability as a feature). Over the questions the model answered: each
+    feature's ROC AUC (0.5: no signal; the direction in which unanswerable questions lie is named), and logistic
+    regressions cross-validated by document (folds of whole documents), their pooled held-out AUC and the best
+    refusal F1 over thresholds on those scores (optimistic: the threshold is chosen on the scores it is read on).
+    None when nothing was generated or no unanswerable question was answered."""
+    from sklearn.impute import SimpleImputer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    rows, labels, documents = [], [], []
+    for q in questions:
+        log_probs = np.asarray(answers[q.id].get("token_log_probs") or [], dtype=float)
+        probability = answerability.get(q.id)
+        if not len(log_probs) or probability is None:
+            continue
+        entropies = np.asarray(answers[q.id].get("token_entropies") or [], dtype=float)
+        mean_entropy = float(np.nanmean(entropies)) if len(entropies) and not np.isnan(entropies).all() else np.nan
+        rows.append({"answerability": float(probability), "mean_log_prob": float(log_probs.mean()),
+                     "least_log_prob": float(log_probs.min()), "mean_entropy": mean_entropy})
+        labels.append(not q.answerable)
+        documents.append(q.document)
+    y = np.array(labels, dtype=bool)
+    if len(rows) < 20 or y.all() or not y.any():
+        return None
+    features: dict[str, Any] = {}
+    for name in ("answerability", *CERTAINTY_FEATURES):
+        x = np.array([row[name] for row in rows])
+        known = ~np.isnan(x)
+        if known.sum() < 20 or y[known].all() or not y[known].any():
+            continue
+        auc = float(roc_auc_score(y[known], x[known]))
+        features[name] = {"auc": max(auc, 1 - auc), "unanswerable": "higher" if auc >= 0.5 else "lower"}
+    names = sorted(set(documents))
+    fold_of = {document: i % folds for i, document in enumerate(names)}
+    models: dict[str, Any] = {}
+    for label, columns in (("answerability", ["answerability"]), ("certainty", list(CERTAINTY_FEATURES)),
+                           ("answerability + certainty", ["answerability", *CERTAINTY_FEATURES])):
+        x = np.array([[row[c] for c in columns] for row in rows])
+        scores = np.full(len(rows), np.nan)
+        for fold in range(folds):
+            held = np.array([fold_of[d] == fold for d in documents])
+            if held.all() or not held.any() or y[~held].all() or not y[~held].any():
+                continue
+            model = make_pipeline(SimpleImputer(), StandardScaler(), LogisticRegression(class_weight="balanced", max_iter=1000))
+            scores[held] = model.fit(x[~held], y[~held]).predict_proba(x[held])[:, 1]
+        scored = ~np.isnan(scores)
+        best = max(((refusal_scores(list(scores[scored] >= t), list(y[scored]))["f1"] or 0.0, float(t))
+                    for t in np.unique(scores[scored])), default=(0.0, 1.0))
+        refused = scores[scored] >= best[1]
+        models[label] = {"cv_auc": float(roc_auc_score(y[scored], scores[scored])), "best_f1": best[0],
+                         "false_refusals": float(refused[~y[scored]].mean())}
+    return {"questions": len(rows), "unanswerable": int(y.sum()), "documents": len(names), "folds": folds,
+            "features": features, "models": models}
 
 
 def score_routers(questions: list[Question], records: dict[int, dict[str, dict]]) -> dict[str, Any]:
@@ -194,6 +265,19 @@ def report_lines(answerers: dict[str, Any], routers: dict[str, Any]) -> list[str
                          + " (short-answer questions holding the value)")
         lines += ["- Sources: " + "; ".join(f"{name}: " + ", ".join(f"{s} {n}" for s, n in sorted(row["sources"].items()))
                                             for name, row in answerers["answerers"].items())]
+        for name, signal in (answerers.get("certainty_signal") or {}).items():
+            lines += [
+                "", f"### What the {name} answer's own certainty says of answerability", "",
+                f"Over the {signal['questions']} questions it answered ({signal['unanswerable']} unanswerable, "
+                f"{signal['documents']} documents): each signal's ROC AUC for the unanswerable ones (0.5: none), and "
+                f"logistic regressions cross-validated by document ({signal['folds']} folds), their held-out AUC and "
+                "best refusal F1 over thresholds on the held-out scores (optimistic: chosen where it is read).", "",
+                "| signal | AUC | unanswerable questions lie |", "|---|---:|---|",
+                *[f"| {feature} | {row['auc']:.3f} | {row['unanswerable']} |" for feature, row in signal["features"].items()],
+                "", "| model | CV AUC | best refusal F1 | false refusals there |", "|---|---:|---:|---:|",
+                *[f"| {label} | {row['cv_auc']:.3f} | {row['best_f1']:.3f} | {row['false_refusals']:.3f} |"
+                  for label, row in signal["models"].items()],
+            ]
     if routers:
         lines += [
             "", "## Routers compared (Retrieve once per router mode)", "",

@@ -428,7 +428,8 @@ async def evaluate(address: str, triton_url: str, settings: Settings, paths: lis
         "baselines": {str(k): v for k, v in rankings.items()},
         "scores": score(questions, runs, rankings, textless),
         "answerer_scores": answer_comparison.score_answerers(
-            questions, {q.id: runs[q.id]["answerers"] for q in questions}) if answerers else {},
+            questions, {q.id: runs[q.id]["answerers"] for q in questions},
+            {q.id: runs[q.id].get("answerability") for q in questions}) if answerers else {},
         "router_scores": answer_comparison.score_routers(
             questions, {q.id: runs[q.id]["routers"] for q in questions}) if routers else {},
     }
@@ -679,7 +680,8 @@ def rescore(path: Path, questions: list[Question], dataset: Path, command: str) 
     textless = {name: pages_without_text_layer(dataset / "documents" / name) for name in {q.document for q in questions}}
     stats = {**stats, "scores": score(questions, runs, rankings, textless)}
     if all("answerers" in runs[q.id] for q in questions) and questions:
-        stats["answerer_scores"] = answer_comparison.score_answerers(questions, {q.id: runs[q.id]["answerers"] for q in questions})
+        stats["answerer_scores"] = answer_comparison.score_answerers(
+            questions, {q.id: runs[q.id]["answerers"] for q in questions}, {q.id: runs[q.id].get("answerability") for q in questions})
     if all("routers" in runs[q.id] for q in questions) and questions:
         stats["router_scores"] = answer_comparison.score_routers(questions, {q.id: runs[q.id]["routers"] for q in questions})
     for name, document in stats["documents"].items():  # older runs did not record them
