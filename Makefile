@@ -92,7 +92,7 @@ docs: setup
 	$(BIN)/python docs/generate.py
 
 bench: models
-	$(BIN)/python -m thinkserve_bench.scripts.triton_overhead --rounds 10
+	$(BIN)/thinkserve-bench triton_overhead --rounds 10
 
 clean:
 	rm -rf $(VENV) $(MODEL_VENV) .thinkserve model_repository/*/ orchestrator/api/_generated

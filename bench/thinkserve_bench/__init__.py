@@ -5,8 +5,8 @@
   review can use. The measurement core (stats, timed_calls, machine, prices, query_costs, triton_stats) imports nothing
   heavy, so its arithmetic is unit-tested on synthetic timings; the modes (modes/) talk to the real orchestrator
   over gRPC and to Triton for its server-side statistics.
-- generated/: documents generated with known content, for the benchmarks and the tests.
-- scripts/: the benchmark scripts (`python -m thinkserve_bench.scripts.<name>`, from the checkout's root), which
-  write bench/results/.
+- catalogue.py: every benchmark behind the one command, `thinkserve-bench NAME` (modes and scripts).
+- corpora/: documents written on the fly with known content, for the benchmarks and the tests.
+- scripts/: the benchmark scripts (`thinkserve-bench <name>`, from the checkout's root), which write bench/results/.
 - gpu/: the GPU device runner (`PYTHONPATH=bench python3 -m thinkserve_bench.gpu.run_on_device` on the GPU machine).
 """

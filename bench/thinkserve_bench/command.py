@@ -18,8 +18,11 @@ Global options as `thinkserve`'s: --config FILE (the deployment's settings), --p
 Without --address the command starts its own deployment (Triton + orchestrator, --profile/--config) in a child
 process, ingests the documents (default: the sample report and generated PDFs) and stops it after.
 
-The benchmark scripts are scripts/ (`python -m thinkserve_bench.scripts.document_qa`, `.ingest`,
-`.query_latency`, ...): they run from a checkout's root; nothing here runs or imports them.
+    thinkserve-bench SCRIPT [its options]                 a benchmark script of scripts/ (document_qa, ingest, ...;
+                                                          catalogue.py), also `python -m thinkserve_bench.scripts.SCRIPT`
+
+`thinkserve-bench --help` lists every benchmark; the scripts run from a checkout's root (they read and write
+bench/results/).
 """
 
 from __future__ import annotations
@@ -35,18 +38,33 @@ from typing import Any, Optional
 
 from orchestrator.errors import ConfigurationError
 
-MODES = ("latency", "load", "cost", "ceiling", "ablations", "workload", "micro", "standins", "soak")
+MODE_SUMMARIES = {
+    "latency": "one query in flight, per configuration and route, with stage and Triton timings",
+    "load": "a closed-loop concurrency sweep to saturation and open-loop Poisson arrivals",
+    "cost": "cost per query, routed against always-Complex, on the same questions",
+    "ceiling": "the model-bound ceiling: the same model calls sent to Triton directly",
+    "ablations": "the pipeline's per-request switches: latency, cost and page recall of each",
+    "workload": "write the generated question mix for replay (--out-file)",
+    "micro": "FAISS index kinds and graph paths in process",
+    "standins": "a cost run's model calls timed on realistic-size stand-in models in PyTorch",
+    "soak": "hours of questions and document churn against a writer and a read replica",
+}
+MODES = tuple(MODE_SUMMARIES)
 MICRO_IN_PROCESS = ("faiss", "graph")
 DEFAULT_OUT = Path("bench/results/bench")
 DESCRIPTION = "latency, load, cost-per-query, model-bound ceiling and ablation benchmarks against a live deployment"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    bench = argparse.ArgumentParser(prog="thinkserve-bench", description=DESCRIPTION)
+    from .catalogue import listing, script_names
+
+    bench = argparse.ArgumentParser(prog="thinkserve-bench", description=DESCRIPTION, epilog=listing(MODE_SUMMARIES),
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     bench.add_argument("--config", type=Path, help="the deployment's settings file (TOML), as `thinkserve --config`")
     bench.add_argument("--profile", help="model profile (default tiny): serves model_repository/<profile> unless configured")
     bench.add_argument("-v", "--verbose", action="store_true", help="debug logs and tracebacks")
-    bench.add_argument("mode", choices=MODES)
+    bench.add_argument("mode", choices=MODES + tuple(script_names()), metavar="NAME",
+                       help="a mode or a benchmark script (listed below)")
     target = bench.add_argument_group("target")
     target.add_argument("--address", default="", help="a running orchestrator (default: start one here)")
     target.add_argument("--triton-url", dest="bench_triton_url", default="",
@@ -121,9 +139,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    """`thinkserve-bench`: errors are one line naming the cause, as `thinkserve`'s (-v: the traceback)."""
+    """`thinkserve-bench NAME`: a benchmark script when NAME is one (its own options follow), else a mode. A mode's
+    errors are one line naming the cause, as `thinkserve`'s (-v: the traceback)."""
     from orchestrator.cli.run import run_command
 
+    from .catalogue import run_script, script
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and script(argv[0]):
+        return run_script(script(argv[0]), argv[1:])
     return run_command("thinkserve-bench", build_parser().parse_args(argv), cmd_bench)
 
 
@@ -163,6 +187,10 @@ def parse_mix(text: Optional[str]) -> Optional[dict[str, float]]:
 
 def cmd_bench(args) -> int:
     from orchestrator.cli.settings import settings_from_args
+
+    if args.mode not in MODES:
+        raise ConfigurationError(f"{args.mode} is a benchmark script: its name comes first and its own options after "
+                                 f"(thinkserve-bench {args.mode} --help); the global options are the modes'")
 
     if args.mode == "micro":
         return run_micro(args, settings_from_args(args))

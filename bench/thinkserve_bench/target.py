@@ -88,7 +88,7 @@ def bench_settings_for(settings: Settings, data_dir: Path) -> Settings:
 
 def default_documents(folder: Path, quality_documents: int = 2, quality_pages: int = 4, seed: int = 7) -> list[Path]:
     """The sample report (Markdown), a three-page PDF with a table and a chart, and generated report PDFs
-    (bench/thinkserve_bench/generated/quality_corpus.py, one subject per page)."""
+    (bench/thinkserve_bench/corpora/quality_corpus.py, one subject per page)."""
     documents = [SAMPLE_DOCUMENT] if SAMPLE_DOCUMENT.is_file() else []
     folder.mkdir(parents=True, exist_ok=True)
     from .generated import pdf_factory, quality_corpus  # reportlab: the bench extra

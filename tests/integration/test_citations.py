@@ -7,7 +7,7 @@ import pytest
 
 from orchestrator.client import ThinkServeClient
 from orchestrator.server.deployment import Deployment
-from thinkserve_bench.generated import pdf_factory
+from thinkserve_bench.corpora import pdf_factory
 from tests.conftest import settings_with
 from tests.integration.conftest import BackgroundLoop, event_of
 

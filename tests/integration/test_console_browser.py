@@ -14,7 +14,7 @@ import httpx
 import pypdfium2
 import pytest
 
-from thinkserve_bench.generated import pdf_factory, slide_decks
+from thinkserve_bench.corpora import pdf_factory, slide_decks
 from orchestrator.server.deployment import Deployment
 from tests.conftest import ROOT, SAMPLE_DOCUMENT, settings_with
 from tests.integration.conftest import BackgroundLoop

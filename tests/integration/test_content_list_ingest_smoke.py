@@ -8,7 +8,7 @@ import json
 import pytest
 
 from thinkserve_bench.scripts import content_list_ingest
-from thinkserve_bench.generated import pdf_factory
+from thinkserve_bench.corpora import pdf_factory
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ import pytest
 from thinkserve_bench.scripts.document_qa import ABLATIONS, evaluate, parse_only, report, rescore, settings_record
 from thinkserve_bench.scripts.qa_dataset import load_questions
 from orchestrator.config import Settings
-from thinkserve_bench.generated import pdf_factory
+from thinkserve_bench.corpora import pdf_factory
 from tests.integration.test_ocr import scanned_pdf
 
 pytestmark = pytest.mark.integration

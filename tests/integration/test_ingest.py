@@ -20,7 +20,7 @@ from orchestrator.client.ingest_batch import ingest_paths
 from orchestrator.knowledge.graph.graph import BELONGS_TO
 from orchestrator.knowledge.storage.manifest import MANIFEST
 from orchestrator.knowledge.storage.registry import KnowledgeBase
-from thinkserve_bench.generated import pdf_factory, slide_decks
+from thinkserve_bench.corpora import pdf_factory, slide_decks
 from tests.integration.conftest import event_of
 from tests.integration.test_models import call, png
 

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from tests.conftest import ROOT
-from thinkserve_bench.generated import pdf_factory
+from thinkserve_bench.corpora import pdf_factory
 from thinkserve_bench.scripts import judger_measures
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,7 @@ from orchestrator.knowledge.parsing.mineru import (
     MineruTimeoutError,
 )
 from orchestrator.knowledge.parsing.pdf import inspect_pdf, render_pages
-from thinkserve_bench.generated.pdf_factory import (
+from thinkserve_bench.corpora.pdf_factory import (
     SampleReport,
     write_corrupt_pdf,
     write_empty_pdf,

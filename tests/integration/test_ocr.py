@@ -191,7 +191,7 @@ def test_a_page_the_parser_is_not_given_is_read_by_ocr(triton, tmp_path):
 def test_a_whole_parse_that_fails_is_done_again_in_ranges_by_the_real_mineru(triton, tmp_path):
     """The whole document's parse killed (a one-second limit), its pages parsed again as a range (each range gets
     at least two minutes): nothing is lost, and the warning says what happened."""
-    from thinkserve_bench.generated import pdf_factory
+    from thinkserve_bench.corpora import pdf_factory
     from orchestrator.config import IngestSettings
     from orchestrator.knowledge.ingest import Ingestor
     from tests.conftest import MODEL_REPOSITORY
@@ -266,7 +266,7 @@ def test_only_what_pays_is_read_on_a_generated_pdf_through_mineru_and_triton(tri
     is read (begun while MinerU parses); the blank page is never sent; the chart whose labels the parser took from
     the text layer is not read again; the photos (a figure and a whole page) are sent, the detector finds no line in
     them, and the recogniser reads only the scanned page's two lines."""
-    from thinkserve_bench.generated import pdf_factory
+    from thinkserve_bench.corpora import pdf_factory
     from orchestrator.config import IngestSettings
     from orchestrator.knowledge.ingest import Ingestor
     from tests.conftest import MODEL_REPOSITORY

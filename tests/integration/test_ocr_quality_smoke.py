@@ -10,7 +10,7 @@ import pytest
 from PIL import Image, ImageDraw, ImageFont
 
 from thinkserve_bench.scripts import ocr_quality
-from thinkserve_bench.generated import pdf_factory
+from thinkserve_bench.corpora import pdf_factory
 
 pytestmark = pytest.mark.integration
 

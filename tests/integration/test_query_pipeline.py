@@ -15,7 +15,7 @@ from orchestrator.client import ThinkServeClient
 from orchestrator.server.deployment import Deployment
 from orchestrator.models import contracts
 from orchestrator.triton.client import TritonClient
-from thinkserve_bench.generated import pdf_factory
+from thinkserve_bench.corpora import pdf_factory
 from tests.conftest import MODEL_REPOSITORY, settings_with
 from tests.integration.conftest import BackgroundLoop, event_of, repository_subset
 from thinkserve_build.model_config import parse

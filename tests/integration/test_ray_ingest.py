@@ -17,7 +17,7 @@ from orchestrator.client.ingest_batch import ingest_paths  # noqa: E402
 from orchestrator.knowledge.storage.registry import KnowledgeBase  # noqa: E402
 from orchestrator.knowledge.parsing.mineru import MineruOptions  # noqa: E402
 from orchestrator.client.ray_ingest import RayOptions, pack_parse  # noqa: E402
-from thinkserve_bench.generated import pdf_factory  # noqa: E402
+from thinkserve_bench.corpora import pdf_factory  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from orchestrator.api.security import new_token
-from thinkserve_bench.generated import pdf_factory
+from thinkserve_bench.corpora import pdf_factory
 from orchestrator.server.deployment import Deployment
 from tests.conftest import SAMPLE_DOCUMENT, settings_with
 from tests.integration.conftest import BackgroundLoop

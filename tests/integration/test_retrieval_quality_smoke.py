@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from thinkserve_bench.generated.quality_corpus import Question, write_quality_corpus
+from thinkserve_bench.corpora.quality_corpus import Question, write_quality_corpus
 from thinkserve_bench.scripts.retrieval_quality import CONFIGURATIONS, KS, TOP_K, evaluate
 
 pytestmark = pytest.mark.integration

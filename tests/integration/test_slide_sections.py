@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from thinkserve_bench.generated import slide_decks
+from thinkserve_bench.corpora import slide_decks
 from orchestrator.client import ThinkServeClient
 from orchestrator.knowledge.storage.registry import KnowledgeBase
 from tests.integration.conftest import event_of

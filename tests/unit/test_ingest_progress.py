@@ -11,7 +11,7 @@ import pytest
 from orchestrator.client.ingest_batch import estimated_pages
 from orchestrator.knowledge.ingest_progress import IngestProgress
 from orchestrator.observability.metrics import ServiceMetrics
-from thinkserve_bench.generated import pdf_factory
+from thinkserve_bench.corpora import pdf_factory
 
 
 class Clock:

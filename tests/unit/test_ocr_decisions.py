@@ -16,7 +16,7 @@ from orchestrator.knowledge.parsing.documents import Block, ParsedDocument
 from orchestrator.knowledge.parsing.page_ocr import DocumentOcr, OcrOptions
 from orchestrator.knowledge.parsing.pdf import render_page_png, text_layer_characters
 from orchestrator.models.protocol import PageText
-from thinkserve_bench.generated.pdf_factory import photo, write_ocr_cases
+from thinkserve_bench.corpora.pdf_factory import photo, write_ocr_cases
 from tests.model_double import InProcessModels
 
 

@@ -15,7 +15,7 @@ from orchestrator.knowledge.parsing import sources
 from orchestrator.knowledge.parsing.mineru import MineruOptions
 from orchestrator.knowledge.parsing.local_documents import zip_files
 from orchestrator.client.ray_ingest import RAY_MISSING, import_ray, parse_row, parsed_on_ray
-from thinkserve_bench.generated import pdf_factory
+from thinkserve_bench.corpora import pdf_factory
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
 

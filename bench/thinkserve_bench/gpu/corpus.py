@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parents[3]
 MANIFEST = "corpus.json"
 ZIP_MEDIA_TYPE = "application/zip"  # how `thinkserve ingest --ray` sends a parsed PDF under its own name
 # What the corpus is made from: a change to any of these makes it again
-SOURCES = (Path(__file__), ROOT / "bench/thinkserve_bench/target.py", ROOT / "bench/thinkserve_bench/generated/pdf_factory.py",
-           ROOT / "bench/thinkserve_bench/generated/quality_corpus.py", ROOT / "samples/northwind-2024-annual-report.md")
+SOURCES = (Path(__file__), ROOT / "bench/thinkserve_bench/target.py", ROOT / "bench/thinkserve_bench/corpora/pdf_factory.py",
+           ROOT / "bench/thinkserve_bench/corpora/quality_corpus.py", ROOT / "samples/northwind-2024-annual-report.md")
 
 Log = Callable[[str], None]
 

@@ -1,2 +1,3 @@
-"""The benchmark scripts: each module is runnable from the checkout's root (`python -m thinkserve_bench.scripts.<name>`)
-and writes bench/results/<name>.{json,md}."""
+"""The benchmark scripts: each module with a `main` runs from the checkout's root as `thinkserve-bench <name>` (also
+`python -m thinkserve_bench.scripts.<name>`) and writes bench/results/<name>.{json,md}; the others are parts they
+share (catalogue.py tells them apart)."""

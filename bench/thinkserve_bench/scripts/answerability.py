@@ -35,7 +35,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import RESULTS, invocation, read_json, write_and_show
+from thinkserve_bench.result_files import RESULTS, invocation, program, read_json, write_and_show
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
 from orchestrator.server.deployment import running
@@ -207,7 +207,7 @@ def report(payload: dict) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m thinkserve_bench.scripts.{NAME}", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
     parser.add_argument("--data-dir", type=Path, help="the collections (document_qa's), ingested here where missing")
     parser.add_argument("--max-false-refusals", type=float, default=0.10)

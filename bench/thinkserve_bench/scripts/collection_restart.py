@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import RESULTS, invocation, uncommitted_changes, write_results
+from thinkserve_bench.result_files import RESULTS, invocation, program, uncommitted_changes, write_results
 from orchestrator.knowledge.storage.indexes import IndexSpec
 
 from .synthetic_collection import CollectionShape, SyntheticCorpus, write_collection
@@ -125,8 +125,8 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n\n")[0])
     parser.add_argument("--documents", type=int, default=100)
     parser.add_argument("--chunks-per-document", type=int, default=10_000)
     parser.add_argument("--words", type=int, default=120, help="words per chunk")
@@ -134,7 +134,7 @@ def main() -> None:
     parser.add_argument("--restarts", type=int, default=2)
     parser.add_argument("--name", default=NAME)
     parser.add_argument("--output", type=Path, default=RESULTS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     shape = CollectionShape(documents=args.documents, chunks_per_document=args.chunks_per_document, words_per_chunk=args.words)
     spec = IndexSpec(kind=args.kind)
@@ -152,7 +152,7 @@ def main() -> None:
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
     result = {
-        "benchmark": NAME, "command": invocation(NAME, sys.argv[1:]), "machine": machine_facts(), "uncommitted_changes": uncommitted_changes(),
+        "benchmark": NAME, "command": invocation(NAME, sys.argv[1:] if argv is None else argv), "machine": machine_facts(), "uncommitted_changes": uncommitted_changes(),
         "shape": shape.__dict__, "spec": spec.__dict__, "written": written, "index_gib": index_bytes / 2**30,
         "entities": entities, "starts": [{k: v for k, v in run.items() if k != "rows"} for run in runs],
         "same_rows": all(run["rows"] == runs[0]["rows"] for run in runs[1:]),

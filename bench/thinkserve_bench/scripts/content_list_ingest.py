@@ -49,7 +49,7 @@ import faiss
 import numpy as np
 
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import RESULTS, invocation, uncommitted_changes, write_and_show
+from thinkserve_bench.result_files import RESULTS, invocation, program, uncommitted_changes, write_and_show
 from orchestrator.config import Settings
 from orchestrator.knowledge.parsing import sources
 from orchestrator.knowledge.parsing.content_list import read_content_list
@@ -448,7 +448,7 @@ def _first(records: dict[str, dict], key: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m thinkserve_bench.scripts.{NAME}", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="folder with documents/*.pdf")
     parser.add_argument("--documents", type=int, default=0, help="only the first N documents (by name)")
     parser.add_argument("--concurrency", type=int, default=2, help="documents in flight (as `thinkserve ingest`)")

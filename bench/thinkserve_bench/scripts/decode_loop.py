@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import invocation, uncommitted_changes, write_and_show
+from thinkserve_bench.result_files import invocation, program, uncommitted_changes, write_and_show
 from thinkserve_backend.decoding import GenerationParams, KVCacheDecoder, generate
 from thinkserve_backend.sessions import cpu_session
 
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> None:
     import sys
 
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=program('decode_loop'), description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--models", nargs="+", choices=["tiny", "large"], default=["tiny", "large"])

@@ -50,7 +50,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import RESULTS, invocation, read_json, uncommitted_changes, write_and_show
+from thinkserve_bench.result_files import RESULTS, invocation, program, read_json, uncommitted_changes, write_and_show
 from thinkserve_bench.stats import percentile
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
@@ -697,7 +697,7 @@ def _interrupt(signum, frame) -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m thinkserve_bench.scripts.{NAME}", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="folder with documents/ and questions.json")
     parser.add_argument("--documents", type=int, default=0, help="only the first N documents (by name) and their questions")
     parser.add_argument("--only", nargs="+", default=[], metavar="NAME",

@@ -24,7 +24,7 @@ from pathlib import Path
 from orchestrator.config import Settings
 from thinkserve_bench.fuzzing.runner import FileFuzzer, GrpcFuzzer, RestFuzzer, Tally, health_probe
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import RESULTS, invocation, uncommitted_changes, write_results
+from thinkserve_bench.result_files import RESULTS, invocation, program, uncommitted_changes, write_results
 from thinkserve_bench.target import own_deployment
 
 NAME = "fuzz"
@@ -44,8 +44,8 @@ def fuzz_settings(settings: Settings, data_dir: Path) -> Settings:
     })
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n\n")[0])
     parser.add_argument("--grpc", type=int, default=60, help="generated messages per RPC")
     parser.add_argument("--raw", type=int, default=300, help="raw-bytes cases over the unary RPCs")
     parser.add_argument("--rest", type=int, default=60, help="cases per HTTP operation and generation mode")
@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--config", type=Path, default=None)
     parser.add_argument("--name", default=NAME)
     parser.add_argument("--output", type=Path, default=RESULTS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     overrides = {"profile": args.profile} if args.profile else None
     settings = Settings.load(args.config, overrides)
@@ -89,7 +89,7 @@ def main() -> None:
         asyncio.run(_run_against(configured, run))
     summary = tally.summary()
     result = {
-        "benchmark": NAME, "command": invocation(NAME, sys.argv[1:]), "machine": machine_facts(),
+        "benchmark": NAME, "command": invocation(NAME, sys.argv[1:] if argv is None else argv), "machine": machine_facts(),
         "uncommitted_changes": uncommitted_changes(), "seed": args.seed, "upload_limit_bytes": UPLOAD_LIMIT,
         "seconds": seconds, "summary": summary,
     }

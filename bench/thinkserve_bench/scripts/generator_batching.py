@@ -37,7 +37,7 @@ from orchestrator.triton.launcher import TritonServer
 from orchestrator.triton.models import _chunks, _strings
 from thinkserve_bench.gpu.served_models import parameters, read_config, renamed_copy
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import RESULTS, invocation, uncommitted_changes, write_and_show
+from thinkserve_bench.result_files import RESULTS, invocation, program, uncommitted_changes, write_and_show
 from thinkserve_bench.stats import distribution, gaps_ms, ratio
 
 COPIES = {"batched": {}, "per_thread": {"inflight_batching": "false"}}
@@ -185,7 +185,7 @@ def model_shape(model: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=program('generator_batching'), description=__doc__.split("\n\n")[0])
     parser.add_argument("--repository", type=Path, default=Path("model_repository/tiny-torch"))
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--new-tokens", type=int, default=64)

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import RESULTS, invocation, uncommitted_changes, write_results
+from thinkserve_bench.result_files import RESULTS, invocation, program, uncommitted_changes, write_results
 from thinkserve_bench.stats import summarize
 from orchestrator.config import Settings
 from orchestrator.knowledge.storage.indexes import IndexSpec
@@ -124,8 +124,8 @@ def wait_warm(snapshot: Snapshot, limit_s: float = 600) -> float:
     return time.monotonic() - started
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n\n")[0])
     parser.add_argument("--documents", type=int, default=100)
     parser.add_argument("--chunks-per-document", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
@@ -133,7 +133,7 @@ def main() -> None:
     parser.add_argument("--bulk", type=int, default=10, help="documents committed back to back by two writers")
     parser.add_argument("--name", default=NAME)
     parser.add_argument("--output", type=Path, default=RESULTS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     shape = CollectionShape(documents=args.documents + 1 + 2 * args.bulk, chunks_per_document=args.chunks_per_document)
     corpus = SyntheticCorpus(shape)  # then the document added and deleted (80 chunks of it), then the bulk load's
@@ -202,7 +202,7 @@ def main() -> None:
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
     result = {
-        "benchmark": NAME, "command": invocation(NAME, sys.argv[1:]), "machine": machine_facts(),
+        "benchmark": NAME, "command": invocation(NAME, sys.argv[1:] if argv is None else argv), "machine": machine_facts(),
         "uncommitted_changes": uncommitted_changes(), "shape": {**shape.__dict__, "documents": args.documents},
         "evidence": evidence, "open_s": open_s, "warm_after_open_s": warm_after_open_s,
         "steady_query": summarize([ms / 1000 for ms in steady]), "cold_builds_s": cold_builds,

@@ -2,7 +2,7 @@
 
     python -m thinkserve_bench.scripts.ingest [--documents 8] [--pages 16] [--concurrency 2] [--triton-url HOST:PORT]
 
-Passes, in this order on the same generated corpus (bench/thinkserve_bench/generated/report_corpus.py):
+Passes, in this order on the same generated corpus (bench/thinkserve_bench/corpora/report_corpus.py):
   parse only (1)   MinerU (the configured tier, subprocess mode) on each PDF, `concurrency` documents at a time
   full ingest      the real ingest pipeline (parse, page renders, chunking, extraction, descriptions, every
                    embedding through Triton, atomic commits), `concurrency` documents at a time
@@ -25,9 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from thinkserve_bench.generated.report_corpus import write_corpus
+from thinkserve_bench.corpora.report_corpus import write_corpus
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import write_results
+from thinkserve_bench.result_files import invocation, program, write_results
 from orchestrator.config import Settings
 from orchestrator.knowledge.storage.indexes import index_spec
 from orchestrator.knowledge.ingest import Ingestor, mineru_options
@@ -205,7 +205,7 @@ def report(stats: dict, command: str, machine: dict, settings: Settings) -> tupl
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m thinkserve_bench.scripts.ingest", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n")[0])
     parser.add_argument("--triton-url", help="a running Triton serving the repository (default: start one)")
     parser.add_argument("--config", type=Path, help="settings file (TOML); default: the built-in tiny profile")
     parser.add_argument("--documents", type=int, default=8)
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=2, help="documents in flight (as `thinkserve ingest`)")
     parser.add_argument("--output", type=Path, default=None, help="results folder (default: bench/results)")
     args = parser.parse_args(argv)
-    command = "python -m thinkserve_bench.scripts.ingest " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = invocation(NAME, argv if argv is not None else sys.argv[1:])
     settings = Settings.load(args.config)
     server = None
     url = args.triton_url

@@ -34,7 +34,7 @@ from orchestrator.prompts import SYSTEM
 from thinkserve_backend.decoding import GenerationParams, generate
 from thinkserve_backend.generator_runtime import torch_generator
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import invocation, uncommitted_changes, write_and_show
+from thinkserve_bench.result_files import invocation, program, uncommitted_changes, write_and_show
 from thinkserve_build import calibration
 
 DATASET = Path("../shared/benchmarks/mmlongbench-dev")
@@ -276,7 +276,7 @@ def markdown(command: str, machine: dict, payload: dict, dirty: list[str]) -> st
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=program('judger_measures'), description=__doc__.splitlines()[0])
     parser.add_argument("--model-repository", type=Path, default=Path("model_repository/tiny-torch"))
     parser.add_argument("--dataset", type=Path, default=DATASET, help="MMLongBench-Doc's layout: questions.json, documents/")
     parser.add_argument("--questions", type=int, default=307, help="the first N questions")

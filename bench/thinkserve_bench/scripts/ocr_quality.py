@@ -51,7 +51,7 @@ from typing import Any, Optional
 import numpy as np
 
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import RESULTS, invocation, uncommitted_changes, write_and_show
+from thinkserve_bench.result_files import RESULTS, invocation, program, uncommitted_changes, write_and_show
 from orchestrator.config import Settings
 from orchestrator.knowledge.parsing.pdf import render_page_png
 from orchestrator.triton.client import TritonClient
@@ -454,7 +454,7 @@ def report(stats: dict[str, Any], command: str, wall_seconds: float) -> tuple[di
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m thinkserve_bench.scripts.{NAME}", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="folder with documents/*.pdf")
     parser.add_argument("--pages", type=int, default=60, help="pages with a text layer to read")
     parser.add_argument("--dpi", type=float, default=None, help="render resolution (default: ingest.ocr_dpi)")

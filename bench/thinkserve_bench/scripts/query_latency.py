@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from thinkserve_bench.generated.pdf_factory import write_sample_report
-from thinkserve_bench.generated.report_corpus import write_corpus
+from thinkserve_bench.corpora.pdf_factory import write_sample_report
+from thinkserve_bench.corpora.report_corpus import write_corpus
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import write_results
+from thinkserve_bench.result_files import invocation, program, write_results
 from thinkserve_bench.stats import summarize
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import ROUTE_NAMES, Settings
@@ -292,8 +292,8 @@ def markdown(command: str, machine: dict, retrieval: dict | None, pipeline: dict
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=("all", "retrieval", "pipeline"), default="all")
     parser.add_argument("--documents", type=int, default=100)
     parser.add_argument("--chunks-per-document", type=int, default=1000)
@@ -301,10 +301,10 @@ def main() -> None:
     parser.add_argument("--flat-queries", type=int, default=50, help="queries on the exact Flat index (slow at 100k)")
     parser.add_argument("--kinds", nargs="+", default=["hnsw", "flat"])
     parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
-    command = "python -m thinkserve_bench.scripts.query_latency " + " ".join(
+    args = parser.parse_args(argv)
+    command = invocation(NAME, [
         f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in vars(args).items()
-    )
+    ])
     machine = machine_facts()
     retrieval = pipeline = None
     if args.part in ("all", "retrieval"):

@@ -26,9 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from thinkserve_bench.generated.report_corpus import write_corpus
+from thinkserve_bench.corpora.report_corpus import write_corpus
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import write_results
+from thinkserve_bench.result_files import invocation, program, write_results
 from thinkserve_bench.target import own_deployment
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
@@ -118,7 +118,7 @@ def report(stats: dict, command: str, machine: dict, documents: int, pages_per_d
         f"Command: `{command}`  ",
         f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores, {machine['memory_gib']} GiB, GPU: {machine['gpu']}; "
         "Triton, the orchestrator, the Ray cluster and this client all share these cores.  ",
-        f"Corpus: {documents} generated PDFs x {pages_per_document} pages = {pages} pages (bench/thinkserve_bench/generated/report_corpus.py); "
+        f"Corpus: {documents} generated PDFs x {pages_per_document} pages = {pages} pages (bench/thinkserve_bench/corpora/report_corpus.py); "
         f"{concurrency} uploads in flight; MinerU tier `{settings.ingest.parser_tier}` ({settings.ingest.parser_mode}); "
         f"local Ray cluster with {ray.num_cpus or 'all'} CPUs, one CPU per parse; default ingest settings otherwise.",
         "",
@@ -153,7 +153,7 @@ def report(stats: dict, command: str, machine: dict, documents: int, pages_per_d
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m thinkserve_bench.scripts.ray_ingest", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n")[0])
     parser.add_argument("--address", help="a running orchestrator (default: start Triton + orchestrator here)")
     parser.add_argument("--config", type=Path, help="settings file (TOML); default: the built-in tiny profile")
     parser.add_argument("--documents", type=int, default=8)
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ray-cpus", type=int, default=2, help="CPUs of the local Ray cluster")
     parser.add_argument("--output", type=Path, default=None, help="results folder (default: bench/results)")
     args = parser.parse_args(argv)
-    command = "python -m thinkserve_bench.scripts.ray_ingest " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = invocation(NAME, argv if argv is not None else sys.argv[1:])
     settings = Settings.load(args.config)
     ray = RayOptions(num_cpus=args.ray_cpus, mineru=mineru_options(settings.ingest))
 

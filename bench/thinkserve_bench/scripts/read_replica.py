@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import RESULTS, invocation, uncommitted_changes, write_results
+from thinkserve_bench.result_files import RESULTS, invocation, program, uncommitted_changes, write_results
 from thinkserve_bench.stats import summarize
 from orchestrator.config import Settings
 from orchestrator.knowledge.storage.indexes import IndexSpec
@@ -73,8 +73,8 @@ def lock_cost_us(rounds: int = 200) -> float:
     return float(np.median(samples))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n\n")[0])
     parser.add_argument("--documents", type=int, default=20)
     parser.add_argument("--chunks-per-document", type=int, default=1000)
     parser.add_argument("--commits", type=int, default=100)
@@ -84,7 +84,7 @@ def main() -> None:
     parser.add_argument("--name", default=NAME)
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--replica", type=Path, help=argparse.SUPPRESS)  # run as the replica process
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.replica:
         return replica(args.replica, args.interval, args.index)
 
@@ -149,7 +149,7 @@ def main() -> None:
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
     result = {
-        "benchmark": NAME, "command": invocation(NAME, sys.argv[1:]), "machine": machine_facts(),
+        "benchmark": NAME, "command": invocation(NAME, sys.argv[1:] if argv is None else argv), "machine": machine_facts(),
         "uncommitted_changes": uncommitted_changes(), "shape": {**shape.__dict__, "documents": args.documents},
         "index": args.index, "interval_s": args.interval,
         "lag": {kind: summarize(samples) for kind, samples in lags.items()},

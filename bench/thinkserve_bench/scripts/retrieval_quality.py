@@ -5,7 +5,7 @@
 The project's claim is that hybrid retrieval (dense + BM25 over passages and pages + graph, fused) beats the
 best single signal. This measures it end to end: a full deployment (the real tritonserver with every model,
 the orchestrator's gRPC server) on a throw-away data folder ingests the generated corpus of
-bench/thinkserve_bench/generated/quality_corpus.py (generated PDFs, one subject per page; a regression check: the real-document
+bench/thinkserve_bench/corpora/quality_corpus.py (generated PDFs, one subject per page; a regression check: the real-document
 benchmark is bench/thinkserve_bench/scripts/document_qa.py), then every question is asked over gRPC, like any client, once per
 configuration:
   hybrid   the server's defaults: dense + BM25 over passages and pages + graph, fused
@@ -36,9 +36,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from thinkserve_bench.generated.quality_corpus import QUESTION_TYPES, Corpus, Question, write_quality_corpus
+from thinkserve_bench.corpora.quality_corpus import QUESTION_TYPES, Corpus, Question, write_quality_corpus
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import invocation, uncommitted_changes, write_results
+from thinkserve_bench.result_files import invocation, program, uncommitted_changes, write_results
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
 from orchestrator.server.deployment import running
@@ -202,7 +202,7 @@ def report(stats: dict, corpus: Corpus, command: str, machine: dict, settings: S
         f"Command: `{command}`  ",
         f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores, {machine['memory_gib']} GiB, GPU: {machine['gpu']}, "
         f"Python {machine['python']}  ",
-        f"Corpus (bench/thinkserve_bench/generated/quality_corpus.py, seed {corpus.seed}): {len(corpus.files)} generated PDFs, {corpus.pages} pages, "
+        f"Corpus (bench/thinkserve_bench/corpora/quality_corpus.py, seed {corpus.seed}): {len(corpus.files)} generated PDFs, {corpus.pages} pages, "
         f"{sum(d['chunks'] for d in stats['documents'])} chunks, {sum(d['units'] for d in stats['documents'])} tables; "
         f"{recall['all']['questions']} questions ("
         + ", ".join(f"{recall[t]['questions']} {t}" for t in QUESTION_TYPES if t in recall)
@@ -258,7 +258,7 @@ def report(stats: dict, corpus: Corpus, command: str, machine: dict, settings: S
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m thinkserve_bench.scripts.{NAME}", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n")[0])
     parser.add_argument("--config", type=Path, help="settings file (TOML); default: the built-in tiny profile")
     parser.add_argument("--documents", type=int, default=6)
     parser.add_argument("--pages", type=int, default=6, help="pages per generated document (one subject each)")

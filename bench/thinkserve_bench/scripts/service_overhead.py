@@ -28,7 +28,7 @@ from orchestrator.api.admission import AdmissionPool
 from orchestrator.api.gateway import Gateway
 from orchestrator.api.security import new_token
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import write_results
+from thinkserve_bench.result_files import invocation, program, write_results
 from thinkserve_bench.stats import summarize
 from thinkserve_bench.timed_calls import time_async_calls
 from orchestrator.client import AsyncThinkServeClient
@@ -150,12 +150,12 @@ def markdown(payload: dict, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--tokens", type=int, default=100, help="token grants configured on the guarded side")
     args = parser.parse_args(argv)
-    command = "python -m thinkserve_bench.scripts.service_overhead " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = invocation(NAME, argv if argv is not None else sys.argv[1:])
     load_before = os.getloadavg()
     payload = {
         "machine": machine_facts(),

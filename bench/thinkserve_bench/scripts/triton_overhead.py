@@ -28,7 +28,7 @@ from thinkserve_backend.tokenization import encode, load_tokenizer
 from tritonclient.grpc import model_config_pb2
 
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import write_results
+from thinkserve_bench.result_files import invocation, program, write_results
 from thinkserve_bench.stats import summarize
 from thinkserve_bench.timed_calls import time_async_calls, time_calls
 from orchestrator.config import TritonSettings
@@ -160,7 +160,7 @@ def report(stats: dict, command: str, machine: dict) -> tuple[dict, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m thinkserve_bench.scripts.triton_overhead", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n")[0])
     parser.add_argument("--triton-url", help="a running Triton serving the tiny repository (default: start one)")
     parser.add_argument("--repository", type=Path, default=Path("model_repository/tiny"))
     parser.add_argument("--model-environment", type=Path, default=Path(".venv-triton"))
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=10, help="calls per path per round")
     parser.add_argument("--output", type=Path, default=None, help="results folder (default: bench/results)")
     args = parser.parse_args(argv)
-    command = "python -m thinkserve_bench.scripts.triton_overhead " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = invocation(NAME, argv if argv is not None else sys.argv[1:])
     server = None
     url = args.triton_url
     if not url:

@@ -34,7 +34,7 @@ import grpc
 import numpy as np
 
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import write_results
+from thinkserve_bench.result_files import invocation, program, write_results
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
 from orchestrator.server.deployment import Deployment, running
@@ -337,8 +337,8 @@ def markdown(command: str, machine: dict, args, results: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n\n")[0])
     parser.add_argument("--server-kills", type=int, default=5)
     parser.add_argument("--stub-kills", type=int, default=3, help="per model")
     parser.add_argument("--rate", type=float, default=0.5, help="queries per second (open loop), well below capacity")
@@ -348,10 +348,10 @@ def main() -> None:
     parser.add_argument("--lexical-fallback", action=argparse.BooleanOptionalAction, default=True,
                         help="retrieval.lexical_fallback (off: the server as before lexical mode, for the comparison)")
     parser.add_argument("--name", default=NAME, help="result file name")
-    args = parser.parse_args()
-    command = "python -m thinkserve_bench.scripts.triton_recovery " + " ".join(
+    args = parser.parse_args(argv)
+    command = invocation(NAME, [
         f"--{k.replace('_', '-')}" if v is True else f"--no-{k.replace('_', '-')}" if v is False else f"--{k.replace('_', '-')} {v}"
-        for k, v in vars(args).items())
+        for k, v in vars(args).items()])
     machine = machine_facts()
     load_before = os.getloadavg()
     results = asyncio.run(run(args))
