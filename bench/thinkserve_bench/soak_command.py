@@ -4,9 +4,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.errors import ConfigurationError
@@ -14,7 +18,7 @@ from .machine import machine_info
 from .modes.soak import ChurnDocuments, SoakPlan, run_soak
 from .modes.soak_report import markdown, plot
 from .result_files import write
-from .soak_deployment import SoakDeployment, soak_deployment
+from .soak_deployment import SoakDeployment, soak_deployment, stop_servers
 from .target import default_documents, ingest
 from .workload import generate_mix, harvest
 
@@ -39,6 +43,7 @@ def run_soak_mode(args, settings, command: str, bench, options: dict) -> int:
         documents = list(args.documents) if args.documents else default_documents(work / "documents")
         churn = ChurnDocuments(_churn_pdfs(work / "churn"))
         with soak_deployment(work, global_args, args.follow_interval) as deployment:
+            stop_on_signals(lambda: stop_servers(deployment.replica, deployment.writer))
             payload = asyncio.run(_run(deployment, plan, documents, churn, args, command, machine, name))
     paths = []
     if not args.no_plots:
@@ -49,8 +54,25 @@ def run_soak_mode(args, settings, command: str, bench, options: dict) -> int:
     return 0
 
 
+def stop_on_signals(stop: Callable[[], None]) -> None:
+    """On SIGTERM or SIGINT, call `stop` (the writer, the replica and their Triton) and end the process; the partial
+    report of the last checkpoint stays. Seen before: SIGTERM ended this process at once and left the three running,
+    and SIGINT (asyncio cancelling the main task) did not end a running soak. Leaving through asyncio.run instead
+    waits on every task to finish its cancellation, which a task that outlives one never does."""
+
+    def interrupt(signum, frame):
+        print(f"soak: stopped by {signal.Signals(signum).name}; stopping the servers ...", file=sys.stderr, flush=True)
+        try:
+            stop()
+        finally:
+            os._exit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, interrupt)
+
+
 def _churn_pdfs(folder: Path) -> list[Path]:
-    from .generated.quality_corpus import write_quality_corpus
+    from .corpora.quality_corpus import write_quality_corpus
 
     return [path for seed in CHURN_PDF_SEEDS
             for path in write_quality_corpus(folder / str(seed), documents=6, pages=1, seed=seed).files]

@@ -131,6 +131,11 @@ def soak_deployment(work: Path, global_args: list[str], follow_interval_s: float
         progress(f"replica serving at {replica.address} (pid {replica.pid})")
         yield SoakDeployment(writer, replica, triton_url, data_dir)
     finally:
-        for server in (replica, writer):  # the replica first: it uses the writer's Triton
-            if server is not None:
-                _stop(server)
+        stop_servers(replica, writer)
+
+
+def stop_servers(*servers: Optional[Server]) -> None:
+    """Stop these servers in this order (the replica first: it uses the writer's Triton); None is skipped."""
+    for server in servers:
+        if server is not None:
+            _stop(server)

@@ -91,7 +91,7 @@ def default_documents(folder: Path, quality_documents: int = 2, quality_pages: i
     (bench/thinkserve_bench/corpora/quality_corpus.py, one subject per page)."""
     documents = [SAMPLE_DOCUMENT] if SAMPLE_DOCUMENT.is_file() else []
     folder.mkdir(parents=True, exist_ok=True)
-    from .generated import pdf_factory, quality_corpus  # reportlab: the bench extra
+    from .corpora import pdf_factory, quality_corpus  # reportlab: the bench extra
 
     documents.append(pdf_factory.write_sample_report(folder / "northwind-report.pdf").path)
     documents += quality_corpus.write_quality_corpus(folder / "quality", quality_documents, quality_pages, seed).files

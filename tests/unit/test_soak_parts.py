@@ -54,3 +54,38 @@ def test_the_gated_series_and_per_minute_figures_come_from_the_samples():
     assert [m["questions"] for m in minutes] == [2, 1, 0]
     assert minutes[0]["p50_ms"] == 200.0 and minutes[0]["max_lag_s"] == 0.5 and minutes[1]["codes"] == {"RESOURCE_EXHAUSTED": 1}
     assert [h["hour"] for h in lag_by_hour(operations)] == [0, 1]
+
+
+
+def test_a_stopped_soak_stops_its_servers_on_sigterm_and_sigint(tmp_path):
+    """SIGTERM (by default the end of the process, the writer, replica and Triton left running) and SIGINT stop the
+    servers and end the run, even while a task of the load outlives its cancellation."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    child = (
+        "import asyncio, pathlib, sys\n"
+        "from thinkserve_bench.soak_command import stop_on_signals\n"
+        "marker = pathlib.Path(sys.argv[1])\n"
+        "stop_on_signals(lambda: marker.write_text('servers stopped'))\n"
+        "async def load():\n"
+        "    marker.with_suffix('.running').write_text('')\n"
+        "    while True:\n"
+        "        try:\n"
+        "            await asyncio.sleep(3600)\n"
+        "        except asyncio.CancelledError:\n"
+        "            pass\n"
+        "asyncio.run(load())\n"
+    )
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        marker = tmp_path / f"{signum.name}.done"
+        process = subprocess.Popen([sys.executable, "-c", child, str(marker)], stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while not marker.with_suffix(".running").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        process.send_signal(signum)
+        assert process.wait(30) == 128 + signum
+        assert marker.read_text() == "servers stopped", signum.name
+        assert f"stopped by {signum.name}".encode() in process.stderr.read()

@@ -272,7 +272,7 @@ def _giant_pages():
 
 def _pdfs():
     def make(shape: str, pages: int) -> HostileFile:
-        from ..generated import pdf_factory
+        from ..corpora import pdf_factory
         import tempfile
         from pathlib import Path
 
