@@ -57,8 +57,9 @@ def run_soak_mode(args, settings, command: str, bench, options: dict) -> int:
 def stop_on_signals(stop: Callable[[], None]) -> None:
     """On SIGTERM or SIGINT, call `stop` (the writer, the replica and their Triton) and end the process; the partial
     report of the last checkpoint stays. Seen before: SIGTERM ended this process at once and left the three running,
-    and SIGINT (asyncio cancelling the main task) did not end a running soak. Leaving through asyncio.run instead
-    waits on every task to finish its cancellation, which a task that outlives one never does."""
+    and SIGINT (asyncio cancelling the main task) had not ended an overloaded soak a minute later: the cancelled run
+    waits for its load and churn tasks to wind down (queries up to 60 s, an ingest up to 900 s). Leaving through
+    asyncio.run would wait likewise, and for ever on a task that outlives its cancellation."""
 
     def interrupt(signum, frame):
         print(f"soak: stopped by {signal.Signals(signum).name}; stopping the servers ...", file=sys.stderr, flush=True)
