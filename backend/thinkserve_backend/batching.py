@@ -28,6 +28,19 @@ def pad_and_concatenate(arrays: Sequence[np.ndarray], pad_value: float | int = 0
     return np.concatenate(padded, axis=0)
 
 
+def equal_shape_groups(shapes: Sequence[tuple[int, ...]]) -> list[list[int]]:
+    """The requests of one `execute` (by the shapes of their inputs past the batch axis) in groups of one shape,
+    each group in request order, the groups in order of their first request: a network whose result padding
+    would change (PP-OCR's recogniser reads padded columns; its detector sees padded borders) runs a group at a
+    time. Triton batches such requests itself only when their shapes are equal, and then holds a request whose
+    shape differs from the batch being formed for up to 500 ms (measured: issue 52); letting them share an
+    `execute` and grouping here avoids that wait."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for index, shape in enumerate(shapes):
+        groups.setdefault(tuple(shape), []).append(index)
+    return list(groups.values())
+
+
 def split_rows(array: np.ndarray, row_counts: Sequence[int]) -> list[np.ndarray]:
     """Split a batched output back into per-request arrays, in request order."""
     if sum(row_counts) != array.shape[0]:

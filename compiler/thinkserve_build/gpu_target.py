@@ -31,7 +31,7 @@ from . import gpu_memory, trtllm_engines
 from .artifacts import Artifact
 from .model_config import PlannedModel, WarmupInput, add_tensor, python_model, schedule, set_parameters
 from .profiles import Profile, PromptRouterSpec, ServingOptions
-from .targets import BACKEND, OCR_FORMATS, OCR_ROLE, OcrShapes, TargetUnavailableError, queue_limits
+from .targets import BACKEND, OCR_FORMATS, OCR_ROLE, OcrNetwork, TargetUnavailableError, queue_limits
 
 # Sequence widths the tokenizers pad to (capped at each model's max_length).
 BUCKETS = (16, 32, 64, 128, 256, 512)
@@ -82,14 +82,12 @@ class GpuTarget:
         # not ragged: the tokenizer's buckets give every row one width
         return self._tensorrt_model(name, artifact.file(self.ONNX16_FILES[network]), inputs, outputs, serving.max_batch_size, shapes, serving)
 
-    def ocr_network(
-        self, name: str, onnx_file: Path, inputs: list[Tensor], outputs: list[Tensor], max_batch_size: int,
-        shapes: OcrShapes, serving: ServingOptions,
-    ) -> PlannedModel:
+    def ocr_network(self, network: OcrNetwork, serving: ServingOptions) -> PlannedModel:
         """One of PP-OCR's graphs (fp32 as PaddleOCR ships it; TensorRT builds FP16 engines from it) on the native
-        onnxruntime backend, one optimisation profile spanning the shapes the pipeline sends."""
-        bounds = {bound: {tensor: dims[i] for tensor, dims in shapes.items()} for i, bound in enumerate(("min", "opt", "max"))}
-        return self._tensorrt_model(name, onnx_file, inputs, outputs, max_batch_size, bounds, serving)
+        onnxruntime backend, one optimisation profile spanning the shapes the pipeline sends. Not measured: whether
+        Triton's wait on a request of another shape (500 ms on the python targets, issue 52) costs here too."""
+        bounds = {bound: {tensor: dims[i] for tensor, dims in network.shapes.items()} for i, bound in enumerate(("min", "opt", "max"))}
+        return self._tensorrt_model(network.name, network.onnx_file, network.inputs, network.outputs, network.max_batch_size, bounds, serving)
 
     def _tensorrt_model(
         self, name: str, model_file: Path, inputs: list[Tensor], outputs: list[Tensor], max_batch_size: int,

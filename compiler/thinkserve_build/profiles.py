@@ -84,6 +84,19 @@ class PageEncoderSpec:
 
 
 @dataclass(frozen=True)
+class OcrCpuServing:
+    """How the python targets serve PP-OCR's networks on the CPU. Pages in flight overlap one page's detection with
+    another's recognition, so each network runs one onnxruntime thread per instance and Triton's instances give
+    the parallelism; the detector reads a page per call (a batch of pages returns all of them when the last is done,
+    starving the recogniser). Measured on the 2-core machine (issue 52, 12 slides and 12 text pages, 4 in flight):
+    two threads per network fought over the cores (the detector's compute took 2-4x its time alone)."""
+
+    network_threads: int = 1
+    detector_instances: int = 1
+    recognizer_instances: int = 2  # text pages' long pole: ~90% of their OCR time
+
+
+@dataclass(frozen=True)
 class OcrSpec:
     """PP-OCR's text detector, 0/180-degree line classifier and CTC recogniser (ONNX files in the checkpoint
     folder, as PaddleOCR exports them), served behind the `ocr` contract; `reading` is how pages are read (sizes,
@@ -95,7 +108,11 @@ class OcrSpec:
     recognizer: str = "ch_PP-OCRv4_rec_infer.onnx"
     reading: OcrSettings = field(default_factory=OcrSettings)
     max_batch_size: int = 16  # pages per execute of the pipeline; crops per call of the classifier and recogniser
-    detector_batch: int = 4  # pages per call of the detector (each up to max_side x max_side pixels)
+    detector_batch: int = 4  # pages per call of the detector on a GPU (each up to max_side x max_side pixels)
+    # Instances of the `ocr` pipeline, a python model: Triton runs one `execute` of an instance at a time, so pages
+    # in flight overlap only on instances of their own (the orchestrator sends ingest.ocr_concurrency = 4).
+    pipeline_instances: int = 4
+    cpu: OcrCpuServing = field(default_factory=OcrCpuServing)
 
 
 # PP-OCRv4 (Chinese and English), trained weights, shipped inside the PyPI wheel rapidocr-onnxruntime (Apache-2.0):

@@ -18,7 +18,7 @@ from orchestrator.models.contracts import ModelContract, Tensor
 from .artifacts import Artifact
 from .model_config import PlannedModel, ensemble, python_model, to_text
 from .profiles import OcrSpec, Profile, PromptRouterSpec, ServingOptions
-from .targets import BACKEND, Target, queue_limits
+from .targets import BACKEND, OcrNetwork, Target, queue_limits
 
 def _ints(names: list[str]) -> list[Tensor]:
     return [Tensor(name, "INT64", (-1,)) for name in names]
@@ -120,20 +120,23 @@ def _ocr(spec: OcrSpec, artifact: Artifact, target: Target, serving: ServingOpti
     widths = reading.recognizer_widths
     # opt shapes: a portrait letter page at ingest's 150 dpi (1275 x 1650, to multiples of 32), crops of 640 pixels
     typical_line = next((w for w in widths if w >= 640), widths[-1])
+    cpu = spec.cpu
     networks = [
-        (OCR_DETECT, "detector_file", [Tensor(image, "FP32", (3, -1, -1))], [Tensor("probability", "FP32", (1, -1, -1))],
-         spec.detector_batch, ((1, 3, 32, 32), (1, 3, min(1664, side), min(1280, side)), (spec.detector_batch, 3, side, side))),
-        (OCR_CLASSIFY, "classifier_file", [Tensor(image, "FP32", (3, *CLASSIFIER_SHAPE))], [Tensor("probabilities", "FP32", (2,))],
-         batch, ((1, 3, *CLASSIFIER_SHAPE), (batch, 3, *CLASSIFIER_SHAPE), (batch, 3, *CLASSIFIER_SHAPE))),
-        (OCR_RECOGNIZE, "recognizer_file", [Tensor(image, "FP32", (3, RECOGNIZER_HEIGHT, -1))],
-         [Tensor("classes", "INT32", (-1,)), Tensor("probabilities", "FP32", (-1,)), Tensor("space_probability", "FP32", (-1,))],
-         batch, ((1, 3, RECOGNIZER_HEIGHT, widths[0]), (batch, 3, RECOGNIZER_HEIGHT, typical_line),
-                 (batch, 3, RECOGNIZER_HEIGHT, widths[-1]))),
+        OcrNetwork(OCR_DETECT, artifact.file("detector_file"), [Tensor(image, "FP32", (3, -1, -1))],
+                   [Tensor("probability", "FP32", (1, -1, -1))], spec.detector_batch,
+                   {image: ((1, 3, 32, 32), (1, 3, min(1664, side), min(1280, side)), (spec.detector_batch, 3, side, side))},
+                   cpu.detector_instances, 1, cpu.network_threads),
+        OcrNetwork(OCR_CLASSIFY, artifact.file("classifier_file"), [Tensor(image, "FP32", (3, *CLASSIFIER_SHAPE))],
+                   [Tensor("probabilities", "FP32", (2,))], batch,
+                   {image: ((1, 3, *CLASSIFIER_SHAPE), (batch, 3, *CLASSIFIER_SHAPE), (batch, 3, *CLASSIFIER_SHAPE))},
+                   1, batch, cpu.network_threads),
+        OcrNetwork(OCR_RECOGNIZE, artifact.file("recognizer_file"), [Tensor(image, "FP32", (3, RECOGNIZER_HEIGHT, -1))],
+                   [Tensor("classes", "INT32", (-1,)), Tensor("probabilities", "FP32", (-1,)), Tensor("space_probability", "FP32", (-1,))],
+                   batch, {image: ((1, 3, RECOGNIZER_HEIGHT, widths[0]), (batch, 3, RECOGNIZER_HEIGHT, typical_line),
+                                   (batch, 3, RECOGNIZER_HEIGHT, widths[-1]))},
+                   cpu.recognizer_instances, batch, cpu.network_threads),
     ]
-    models = [
-        target.ocr_network(name, artifact.file(key), inputs, outputs, rows, {image: shapes}, serving)
-        for name, key, inputs, outputs, rows, shapes in networks
-    ]
+    models = [target.ocr_network(network, serving) for network in networks]
     contract = contracts.OCR
     pipeline = python_model(
         contract.name, list(contract.inputs), list(contract.outputs),
@@ -145,7 +148,7 @@ def _ocr(spec: OcrSpec, artifact: Artifact, target: Target, serving: ServingOpti
             "recognizer_model": OCR_RECOGNIZE,
             "network_batch": batch,
         },
-        batch, serving.tokenizer_instances, serving.queue_delay_us, queue=queue_limits(serving),
+        batch, spec.pipeline_instances, serving.queue_delay_us, queue=queue_limits(serving),
     )
     files = {"alphabet.json": artifact.file("alphabet_file")}
     return models + [PlannedModel(pipeline, files, f"{BACKEND}.ocr_pipeline:OcrPipelineModel")]

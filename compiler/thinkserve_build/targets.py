@@ -14,6 +14,7 @@ and the python model classes are the same for cpu and torch (a `runtime` paramet
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -37,6 +38,22 @@ TARGET_NAMES = ("cpu", "torch", "gpu")
 OcrShapes = dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
 
 
+@dataclass(frozen=True)
+class OcrNetwork:
+    """One of PP-OCR's graphs as the `ocr` pipeline calls it: on a GPU `max_batch_size` rows a call within `shapes`;
+    on the CPU (the python targets) `cpu_instances` instances of `cpu_max_batch_size` rows, one thread each."""
+
+    name: str
+    onnx_file: Path
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+    max_batch_size: int
+    shapes: OcrShapes
+    cpu_instances: int
+    cpu_max_batch_size: int
+    cpu_threads: int
+
+
 class TargetUnavailableError(RuntimeError):
     """The machine cannot build or serve the target asked for (no GPU, no TensorRT): one line naming what is missing."""
 
@@ -54,8 +71,7 @@ class Target(Protocol):
     def generator(self, contract: ModelContract, artifact: Artifact, serving: ServingOptions) -> PlannedModel: ...
     def relevance(self, contract: ModelContract, artifact: Artifact, serving: ServingOptions) -> PlannedModel: ...
     def prompt_router(self, contract: ModelContract, llm: Artifact, spec: PromptRouterSpec, serving: ServingOptions) -> PlannedModel: ...
-    def ocr_network(self, name: str, onnx_file: Path, inputs: list[Tensor], outputs: list[Tensor], max_batch_size: int,
-                    shapes: OcrShapes, serving: ServingOptions) -> PlannedModel: ...
+    def ocr_network(self, network: OcrNetwork, serving: ServingOptions) -> PlannedModel: ...
     def engines(self, profile, artifacts: dict[str, Artifact]) -> list[PlannedModel]: ...
     def check_fits(self, models: list[PlannedModel], profile, artifacts: dict[str, Artifact]) -> list[str]: ...
     def write_extras(self, repository: Path, profile, artifacts: dict[str, Artifact]) -> list[str]: ...
@@ -197,19 +213,18 @@ class PythonTarget:
         )
         return PlannedModel(config, files, f"{BACKEND}.prompt_classifier:PromptClassifierModel")
 
-    def ocr_network(
-        self, name: str, onnx_file: Path, inputs: list[Tensor], outputs: list[Tensor], max_batch_size: int,
-        shapes: OcrShapes, serving: ServingOptions,
-    ) -> PlannedModel:
+    def ocr_network(self, network: OcrNetwork, serving: ServingOptions) -> PlannedModel:
         """One of PP-OCR's graphs in onnxruntime, on the CPU on both python targets (PaddleOCR ships no PyTorch
-        definition of them); Triton batches only requests of one shape, since padding changes what the recogniser
-        reads."""
-        parameters = {"onnx_file": onnx_file.name, "intra_op_threads": serving.intra_op_threads, "pad_values": {}}
+        definition of them). Padding changes what the recogniser reads, so requests of different shapes share an
+        `execute` (ragged) and run a call per shape: Triton batches unequal shapes only as ragged, and otherwise
+        holds a request whose shape differs from the batch being formed for up to 500 ms (measured, issue 52)."""
+        parameters = {"onnx_file": network.onnx_file.name, "intra_op_threads": network.cpu_threads, "pad_values": {},
+                      "batch": "equal_shapes"}
         config = python_model(
-            name, inputs, outputs, parameters, max_batch_size, serving.encoder_instances, serving.queue_delay_us,
-            queue=queue_limits(serving), ragged=False,
+            network.name, network.inputs, network.outputs, parameters, network.cpu_max_batch_size, network.cpu_instances,
+            serving.queue_delay_us, queue=queue_limits(serving),
         )
-        return PlannedModel(config, {onnx_file.name: onnx_file}, f"{BACKEND}.onnx_runner:OnnxRunnerModel")
+        return PlannedModel(config, {network.onnx_file.name: network.onnx_file}, f"{BACKEND}.onnx_runner:OnnxRunnerModel")
 
     def _decoder_with_tokenizer(self, artifact: Artifact) -> tuple[dict[str, Path], dict[str, object]]:
         files, parameters = self.decoder_parts(artifact)

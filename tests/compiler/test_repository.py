@@ -151,14 +151,24 @@ OCR_NETWORKS = ("ocr_detect", "ocr_classify", "ocr_recognize")
 @pytest.mark.parametrize("target", ["cpu", "torch"])
 def test_the_python_targets_run_the_ocr_graphs_in_onnxruntime_batching_equal_shapes_only(target, model_repository):
     """PaddleOCR ships no PyTorch definition of its networks: both python targets run its ONNX graphs; padding a
-    crop changes what the recogniser reads, so Triton batches only requests of one shape."""
+    crop changes what the recogniser reads, so requests of different shapes share an execute (ragged) and the
+    model runs a call per shape. Pages overlap on instances of their own, each network on one thread, the
+    detector a page per call."""
     parsed = configs(model_repository if target == "cpu" else TORCH_REPOSITORY)
+    spec = profiles.OcrSpec(profiles.PP_OCR_V4)
     for name in OCR_NETWORKS:
         config = parsed[name]
-        assert config.backend == "python" and not any(t.allow_ragged_batch for t in config.input), name
+        variable = [t for t in config.input if -1 in t.dims]
+        assert config.backend == "python" and all(t.allow_ragged_batch for t in variable), name
+        assert config.parameters["batch"].string_value == "equal_shapes", name
         assert config.parameters["onnx_file"].string_value.endswith(".onnx"), name
+        assert config.parameters["intra_op_threads"].string_value == str(spec.cpu.network_threads), name
+    assert parsed["ocr_detect"].max_batch_size == 1
+    assert parsed["ocr_detect"].instance_group[0].count == spec.cpu.detector_instances
+    assert parsed["ocr_recognize"].instance_group[0].count == spec.cpu.recognizer_instances
     pipeline = parsed["ocr"]
     assert pipeline.backend == "python" and [t.name for t in pipeline.output] == ["text", "boxes", "confidence"]
+    assert pipeline.instance_group[0].count == spec.pipeline_instances
     assert {pipeline.parameters[key].string_value for key in ("detector_model", "classifier_model", "recognizer_model")} == set(OCR_NETWORKS)
 
 

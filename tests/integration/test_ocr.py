@@ -84,6 +84,32 @@ def test_pages_sent_together_are_batched_and_read_as_alone(triton):
     assert any(int(entry["batch_size"]) > 1 for entry in batches)  # crops of several lines and pages per call
 
 
+def test_crops_of_different_widths_share_an_execute_and_read_as_alone(triton):
+    """The recogniser's requests of different widths are ragged: they share an execute, each width its own call
+    (padding would change what it reads), so none waits for Triton to give the batch it was formed for up."""
+    rng = np.random.default_rng(7)
+    crops = [rng.random((1, 3, 48, width), dtype=np.float32) for width in (64, 128, 64, 192, 128, 320, 64, 96)]
+    outputs = ["classes", "probabilities", "space_probability"]
+
+    async def work(models):
+        import asyncio
+
+        before = await models.client.model_statistics("ocr_recognize")
+        together = await asyncio.gather(*(models.client.infer("ocr_recognize", {"image": crop}, outputs) for crop in crops))
+        after = await models.client.model_statistics("ocr_recognize")
+        alone = [await models.client.infer("ocr_recognize", {"image": crop}, outputs) for crop in crops]
+        return together, alone, before, after
+
+    together, alone, before, after = call(triton, work)
+    for crop, shared, single in zip(crops, together, alone):
+        assert shared["classes"].shape == single["classes"].shape == (1, crop.shape[3] // 8)  # no padded columns
+        assert np.array_equal(shared["classes"], single["classes"])
+        assert np.allclose(shared["probabilities"], single["probabilities"], atol=1e-4)
+    executions = int(after["model_stats"][0].get("execution_count", 0)) - int(before["model_stats"][0].get("execution_count", 0))
+    # Triton alone batches equal shapes only, an execute per width at least: here several widths shared one
+    assert executions < len({crop.shape[3] for crop in crops})
+
+
 def test_blank_pages_read_as_nothing_and_bad_images_are_named(triton):
     blank = io.BytesIO()
     Image.new("RGB", (800, 600), "white").save(blank, "PNG")

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from thinkserve_backend.batching import pad_and_concatenate, split_rows
+from thinkserve_backend.batching import equal_shape_groups, pad_and_concatenate, split_rows
 
 
 def test_ragged_requests_are_right_padded_and_split_back():
@@ -16,6 +16,12 @@ def test_ragged_requests_are_right_padded_and_split_back():
 def test_equal_shapes_are_not_copied_into_padding():
     a = np.ones((2, 3, 4), dtype=np.float32)
     assert pad_and_concatenate([a, a]).shape == (4, 3, 4)
+
+
+def test_requests_of_one_shape_are_grouped_in_order():
+    shapes = [(3, 48, 64), (3, 48, 128), (3, 48, 64), (3, 48, 320), (3, 48, 128)]
+    assert equal_shape_groups(shapes) == [[0, 2], [1, 4], [3]]
+    assert equal_shape_groups([]) == []
 
 
 def test_mismatched_ranks_and_row_counts_are_errors():
