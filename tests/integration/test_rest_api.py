@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 import urllib.parse
 
 import httpx
@@ -152,6 +153,48 @@ def test_a_query_streams_its_events_and_the_citation_names_the_fact_page_with_st
         after = retrieval_starts if part == "sparse" else timings["embed"]["start_ms"] + timings["embed"]["milliseconds"]
         assert after <= timings[part]["start_ms"] < retrieval_ends, (part, timings)
     assert all(0 <= t["start_ms"] and t["start_ms"] + t["milliseconds"] <= total + 0.5 for t in timings.values()), timings
+
+
+def _first_words(response: httpx.Response, kind: str) -> str:
+    """Read a streamed answer until its first words: a REST `delta` event, or an OpenAI chunk with content."""
+    for line in response.iter_lines():
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        event = json.loads(line[len("data: "):])
+        words = event.get("delta", {}).get("text", "") if kind == "rest" else event["choices"][0]["delta"].get("content", "")
+        if words:
+            return words
+    raise AssertionError("the answer ended before its first words")
+
+
+@pytest.mark.parametrize("kind", ["rest", "openai"])
+def test_a_client_that_goes_away_mid_answer_cancels_its_generation_in_the_llm(served, report, triton, kind):
+    """A browser tab closed, or an OpenAI client dropped, while the answer streams: the server stops the LLM at
+    once, as for a cancelled gRPC call, instead of generating for nobody. (The client leaves while the server
+    waits for the next token; a client gone during a send, which EventStream covers, is not forced here.)"""
+    request_id = f"gone-{kind}-{time.time_ns()}"
+    options = {"answerer": "llm", "route": "simple", "perception": "off"}
+    if kind == "rest":
+        path, body = "/api/v1/collections/alpha/query", {"question": QUESTION, "options": {**options, "max_tokens": 400}}
+    else:
+        path, body = "/v1/chat/completions", {"model": "alpha", "stream": True, "max_tokens": 400, "thinkserve": options,
+                                              "messages": [{"role": "user", "content": QUESTION}]}
+    headers = {"authorization": f"Bearer {ALPHA}", "x-request-id": request_id}
+    with httpx.Client(base_url=served, headers=headers, timeout=120) as http:
+        with http.stream("POST", path, json=body) as response:
+            assert response.status_code == 200, response.read()
+            assert _first_words(response, kind)
+        # leaving the block closes the connection mid-answer
+    deadline = time.monotonic() + 20
+    line = ""
+    while time.monotonic() < deadline and not line:
+        line = next((logged for logged in triton.log_path.read_text().splitlines()
+                     if request_id in logged and "cancelled" in logged), "")
+        time.sleep(0.2)
+    assert line, "the LLM never saw the client go away"
+    assert int(line.split("cancelled after ")[1].split()[0]) < 400
+    with client(served) as alpha:  # and the server answers the next question
+        assert alpha.post("/collections/alpha/retrieve", json={"question": QUESTION}).status_code == 200
 
 
 def test_retrieve_answers_with_one_json_response(served, report):
