@@ -82,14 +82,13 @@ def python_model(
     kind: str = "cpu",
     queue: Optional[QueueLimits] = None,
     warmup: tuple[WarmupInput, ...] = (),
-    ragged: bool = True,
 ) -> mc.ModelConfig:
     """A python-backend model with dynamic batching. Variable-length inputs are ragged: requests of
-    different lengths still share a batch (the model pads them itself); without `ragged` Triton batches only
-    requests of one shape (a network that padding would change, such as PP-OCR's recogniser)."""
+    different lengths still share a batch (the model pads them itself, or runs a call per shape where padding
+    would change the result, as PP-OCR's networks do)."""
     config = mc.ModelConfig(name=name, backend="python", max_batch_size=max_batch_size)
     for tensor in inputs:
-        add_tensor(config.input, tensor, ragged=ragged and -1 in tensor.dims)
+        add_tensor(config.input, tensor, ragged=-1 in tensor.dims)
     for tensor in outputs:
         add_tensor(config.output, tensor)
     schedule(config, queue_delay_us, instances, kind, queue, warmup)

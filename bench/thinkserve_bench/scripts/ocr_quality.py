@@ -22,9 +22,8 @@ Speed, by page type: `--slides` pages of the documents without a text layer on a
 pictures: what "auto" reads), evenly spaced, and the text-layer pages above, each group read through Triton (pages in
 flight as ingest sends them) and in this process by the same code over the same ONNX graphs and reading settings
 (thinkserve_backend.ocr over onnxruntime sessions made as the served models make them, a page at a time, each
-network on every core), the two
-alternated in ABBA order over `--rounds`: pages/s of each and their ratio (what serving through Triton costs or
-gains); the recogniser's batches as Triton's statistics count them.
+network on every core), the two alternated in ABBA order over `--rounds`: pages/s of each and their ratio (what
+serving through Triton costs or gains); the recogniser's batches as Triton's statistics count them.
 
 Then the dataset's largest document without a text layer on any page (a slide deck exported as pictures) is
 ingested end to end through the same Triton (MinerU, OCR of every page, passages, embeddings, commit: the
