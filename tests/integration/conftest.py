@@ -11,8 +11,10 @@ import gc
 import os
 import shutil
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -122,3 +124,17 @@ def event_of(events, kind: str):
     found = [getattr(e, kind) for e in events if e.WhichOneof("event") == kind]
     assert len(found) == 1, f"expected one {kind} event, got {len(found)}"
     return found[0]
+
+
+def tokens_before_cancellation(triton, request_id: str, timeout_s: float = 20.0) -> Optional[int]:
+    """The tokens a generator had written when it logged `request_id` as cancelled (None if it did not within
+    `timeout_s`): how a test sees that a cancellation reached the model."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        line = next((logged for logged in triton.log_path.read_text().splitlines()
+                     if request_id in logged and "cancelled" in logged), "")
+        if line:
+            return int(line.split("cancelled after ")[1].split()[0])
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.2)

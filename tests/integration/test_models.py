@@ -14,6 +14,7 @@ from orchestrator.errors import InvalidRequestError, ModelExecutionError, ModelN
 from orchestrator.models import contracts
 from orchestrator.triton.client import TritonClient
 from orchestrator.triton.models import GenerationOptions, TritonModels
+from tests.integration.conftest import tokens_before_cancellation
 
 pytestmark = pytest.mark.integration
 
@@ -181,14 +182,8 @@ def test_cancelling_a_stream_stops_generation_in_the_model(triton):
 
     received, answered, next_latency = call(triton, work)
     assert received == 3 and answered[-1].finish_reason == "length"
-    deadline = time.monotonic() + 10
-    line = ""
-    while time.monotonic() < deadline and not line:
-        line = next((logged for logged in triton.log_path.read_text().splitlines()
-                     if request_id in logged and "cancelled" in logged), "")
-        time.sleep(0.2)
-    assert line, "the LLM never reported the cancellation"
-    produced = int(line.split("cancelled after ")[1].split()[0])
+    produced = tokens_before_cancellation(triton, request_id, timeout_s=10)
+    assert produced is not None, "the LLM never reported the cancellation"
     assert produced < 1900  # it stopped early instead of generating every requested token
 
 
