@@ -79,13 +79,14 @@ browser:
 test: lint models models-torch browser
 	$(BIN)/python -m pytest tests
 
+# Everything but the tests that need the built models and the real tritonserver (integration) or export models (compiler).
 test-unit: setup
-	$(BIN)/python -m pytest tests/unit
+	$(BIN)/python -m pytest tests --ignore=tests/integration --ignore=tests/compiler
 
 test-integration: models models-torch browser
 	$(BIN)/python -m pytest tests/integration
 
-# The generated parts of docs/ (every setting, every metric), written again from the code; tests/unit/test_docs.py
+# The generated parts of docs/ (every setting, every metric), written again from the code; tests/docs/test_docs.py
 # fails when a committed page differs from them.
 .PHONY: docs
 docs: setup

@@ -57,5 +57,5 @@ setup(
     packages=packages + ["thinkserve_build"] + bench_packages,
     package_dir={"thinkserve_build": "compiler/thinkserve_build", "thinkserve_bench": "bench/thinkserve_bench"},
     # the web console's static files; the answerability model the query pipeline ships with
-    package_data={"orchestrator.api": ["console/*"], "orchestrator.pipeline": ["answerability-v*.json"]},
+    package_data={"orchestrator.api": ["console/*"], "orchestrator.models": ["answerability-v*.json"]},
 )

@@ -6,7 +6,7 @@ Each generated part sits between a begin and an end marker in its page; the rest
 - docs/operations.md: every metric series, from the registry (orchestrator.observability.metrics).
 
     python docs/generate.py           rewrite the generated parts (`make docs`)
-    python docs/generate.py --check   exit 1, naming the page, when a committed page differs (tests/unit/test_docs.py)
+    python docs/generate.py --check   exit 1, naming the page, when a committed page differs (tests/docs/test_docs.py)
 """
 
 from __future__ import annotations

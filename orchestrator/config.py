@@ -190,7 +190,7 @@ class StorageSettings(_Section):
 
 RouteName = Literal["simple", "moderate", "complex"]
 # The router model's labels, in its output order (orchestrator.models.contracts.ROUTE_LABELS, which sits above
-# the settings and may not be imported here; tests/unit/test_config.py keeps the two equal).
+# the settings and may not be imported here; tests/orchestrator/test_config.py keeps the two equal).
 ROUTE_NAMES: tuple[str, ...] = get_args(RouteName)
 
 

@@ -3,6 +3,6 @@ that only has torch: `PYTHONPATH=bench python -m thinkserve_bench standins`)."""
 
 import sys
 
-from .command import main
+from .command import entry
 
-sys.exit(main())
+sys.exit(entry())

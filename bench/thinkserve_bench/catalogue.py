@@ -1,6 +1,7 @@
-"""Every benchmark behind the one front door, `thinkserve-bench NAME`: the modes that drive a live deployment
-(command.py) and the benchmark scripts (scripts/), found by their `main` and summarised from their docstrings
-without importing them (several import torch or start servers' clients at import)."""
+"""The benchmark scripts behind the one front door, `thinkserve-bench NAME` (command.py, beside the modes): a module
+of scripts/ is one when it declares its options (`declare_options(parser)`) and runs from them
+(`run_benchmark(args, command)`). Found and summarised from their source without importing them (several import
+torch or start servers' clients at import)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,12 @@ from typing import Optional
 
 SCRIPTS_PACKAGE = "thinkserve_bench.scripts"
 SCRIPTS_DIR = Path(__file__).parent / "scripts"
-# Modules of scripts/ with a `main` that are parts of another benchmark, not benchmarks of their own.
-HELPERS = {"grpc_query_timing": "own_time's client, run in a process of its own"}
+BENCHMARK_FUNCTIONS = {"declare_options", "run_benchmark"}
+
+
+class UsageError(Exception):
+    """Options that parse but do not fit together: the front door reports it under the benchmark's usage, as argparse
+    reports its own errors (status 2)."""
 
 
 def name_of(token: str) -> str:
@@ -26,22 +31,27 @@ def _parsed(name: str) -> ast.Module:
     return ast.parse((SCRIPTS_DIR / f"{name}.py").read_text())
 
 
-def script_names() -> list[str]:
-    """The benchmark scripts: the modules of scripts/ that define `main`, less the helpers."""
+@cache
+def script_names() -> tuple[str, ...]:
+    """The benchmark scripts: the modules of scripts/ that define both benchmark functions (the others are the
+    scripts' shared code, or a process one of them starts)."""
     names = []
     for path in sorted(SCRIPTS_DIR.glob("*.py")):
-        name = path.stem
-        if name.startswith("_") or name in HELPERS:
+        if path.stem.startswith("_"):
             continue
-        if any(isinstance(node, ast.FunctionDef) and node.name == "main" for node in _parsed(name).body):
-            names.append(name)
-    return names
+        defined = {node.name for node in _parsed(path.stem).body if isinstance(node, ast.FunctionDef)}
+        if BENCHMARK_FUNCTIONS <= defined:
+            names.append(path.stem)
+    return tuple(names)
 
 
-def summary(name: str, width: int = 96) -> str:
-    """The first sentence of the script's docstring, cut at a word within `width` characters."""
-    text = " ".join((ast.get_docstring(_parsed(name)) or "").split("\n\n")[0].split())
-    sentence = text.partition(". ")[0].rstrip(".")
+def summary(name: str, width: Optional[int] = 96) -> str:
+    """The first sentence of the script's docstring, cut at a word within `width` characters; the whole first
+    paragraph when `width` is None (the script's own --help)."""
+    paragraph = " ".join((ast.get_docstring(_parsed(name)) or "").split("\n\n")[0].split())
+    if width is None:
+        return paragraph
+    sentence = paragraph.partition(". ")[0].rstrip(".")
     return sentence if len(sentence) <= width else sentence[: width - 3].rsplit(" ", 1)[0].rstrip(",;:(") + "..."
 
 
@@ -51,17 +61,16 @@ def script(token: str) -> Optional[str]:
     return name if name in script_names() else None
 
 
-def run_script(name: str, argv: list[str]) -> int:
-    """Run script `name` with its own options, as `python -m thinkserve_bench.scripts.NAME ARGV` would."""
-    result = importlib.import_module(f"{SCRIPTS_PACKAGE}.{name}").main(argv)
-    return int(result or 0)
+def import_script(name: str):
+    """The module of benchmark script `name`."""
+    return importlib.import_module(f"{SCRIPTS_PACKAGE}.{name}")
 
 
 def listing(modes: dict[str, str]) -> str:
     """The --help epilog: every benchmark with its one-line summary."""
     width = max(map(len, [*modes, *script_names()])) + 2
-    lines = ["modes (a live deployment, the options above):"]
+    lines = ["modes (a live deployment or in process; their options: thinkserve-bench NAME --help):"]
     lines += [f"  {name:<{width}}{text}" for name, text in modes.items()]
-    lines += ["", "benchmark scripts (each with its own options: thinkserve-bench NAME --help):"]
+    lines += ["", "benchmark scripts (their options: thinkserve-bench NAME --help):"]
     lines += [f"  {name:<{width}}{summary(name)}" for name in script_names()]
     return "\n".join(lines)

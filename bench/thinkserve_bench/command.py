@@ -1,5 +1,5 @@
-"""`thinkserve-bench MODE` (also `python -m thinkserve_bench`): the argparse command and the glue from arguments to
-a mode's run and report.
+"""`thinkserve-bench NAME [its options]` (also `python -m thinkserve_bench`): every benchmark behind one command and
+one parser, each with the options it declares, and the glue from a mode's arguments to its run and report.
 
     thinkserve-bench latency|load|cost|ceiling|ablations [--address HOST:PORT --triton-url HOST:PORT]
                      [--collection NAME] [--documents PATH ...] [--workload FILE.jsonl | --questions N --seed S]
@@ -12,17 +12,16 @@ a mode's run and report.
     thinkserve-bench soak [--duration-minutes 120] [--rate Q/S]  hours of questions and document churn against a
                                                           writer and a read replica it starts (`serve`, `serve --read-only`):
                                                           memory, fds, threads, p99 and replica lag over time (modes/soak.py)
-
-Global options as `thinkserve`'s: --config FILE (the deployment's settings), --profile NAME, -v.
-
-Without --address the command starts its own deployment (Triton + orchestrator, --profile/--config) in a child
-process, ingests the documents (default: the sample report and generated PDFs) and stops it after.
-
     thinkserve-bench SCRIPT [its options]                 a benchmark script of scripts/ (document_qa, ingest, ...;
-                                                          catalogue.py), also `python -m thinkserve_bench.scripts.SCRIPT`
+                                                          catalogue.py)
 
-`thinkserve-bench --help` lists every benchmark; the scripts run from a checkout's root (they read and write
-bench/results/).
+Every mode takes `thinkserve`'s --config FILE (the deployment's settings), --profile NAME and -v; which other options
+a mode reads is declared in mode_options.py. Without --address a mode starts its own deployment (Triton +
+orchestrator, --profile/--config) in a child process, ingests the documents (default: the sample report and
+generated PDFs) and stops it after.
+
+`thinkserve-bench --help` lists every benchmark, `thinkserve-bench NAME --help` its options; the benchmarks run from
+a checkout's root (they read and write bench/results/).
 """
 
 from __future__ import annotations
@@ -32,123 +31,84 @@ import asyncio
 import json
 import os
 import shlex
+import signal
 import sys
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from orchestrator.errors import ConfigurationError
 
-MODE_SUMMARIES = {
-    "latency": "one query in flight, per configuration and route, with stage and Triton timings",
-    "load": "a closed-loop concurrency sweep to saturation and open-loop Poisson arrivals",
-    "cost": "cost per query, routed against always-Complex, on the same questions",
-    "ceiling": "the model-bound ceiling: the same model calls sent to Triton directly",
-    "ablations": "the pipeline's per-request switches: latency, cost and page recall of each",
-    "workload": "write the generated question mix for replay (--out-file)",
-    "micro": "FAISS index kinds and graph paths in process",
-    "standins": "a cost run's model calls timed on realistic-size stand-in models in PyTorch",
-    "soak": "hours of questions and document churn against a writer and a read replica",
-}
-MODES = tuple(MODE_SUMMARIES)
-MICRO_IN_PROCESS = ("faiss", "graph")
-DEFAULT_OUT = Path("bench/results/bench")
-DESCRIPTION = "latency, load, cost-per-query, model-bound ceiling and ablation benchmarks against a live deployment"
+from .mode_options import MICRO_IN_PROCESS, MODE_SUMMARIES, MODES, declare_mode_options
+
+DESCRIPTION = "ThinkServe's benchmarks: modes against a live deployment, and benchmark scripts"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from .catalogue import listing, script_names
+@dataclass
+class FrontDoor:
+    """The one parser of `thinkserve-bench`, and each benchmark's own (to report its errors under its usage)."""
 
-    bench = argparse.ArgumentParser(prog="thinkserve-bench", description=DESCRIPTION, epilog=listing(MODE_SUMMARIES),
-                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-    bench.add_argument("--config", type=Path, help="the deployment's settings file (TOML), as `thinkserve --config`")
-    bench.add_argument("--profile", help="model profile (default tiny): serves model_repository/<profile> unless configured")
-    bench.add_argument("-v", "--verbose", action="store_true", help="debug logs and tracebacks")
-    bench.add_argument("mode", choices=MODES + tuple(script_names()), metavar="NAME",
-                       help="a mode or a benchmark script (listed below)")
-    target = bench.add_argument_group("target")
-    target.add_argument("--address", default="", help="a running orchestrator (default: start one here)")
-    target.add_argument("--triton-url", dest="bench_triton_url", default="",
-                        help="its Triton's gRPC address, for server-side statistics (automatic when started here)")
-    target.add_argument("--token", dest="bench_token", default="", help="bearer token (default: $THINKSERVE_TOKEN)")
-    target.add_argument("--collection", default="bench")
-    target.add_argument("--documents", nargs="+", type=Path, help="ingest these first (default when started here: "
-                        "the sample report and generated PDFs)")
-    work = bench.add_argument_group("workload")
-    work.add_argument("--workload", type=Path, help="replay questions from a JSONL file (see bench/thinkserve_bench/workload.py)")
-    work.add_argument("--questions", type=int, default=24, help="questions in the generated mix")
-    work.add_argument("--seed", type=int, default=7)
-    work.add_argument("--mix", help="question types and weights, e.g. lookup=3,comparison=1,unanswerable=1")
-    work.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                      help="a QueryOptions field sent with every query, e.g. answerer=llm (repeatable)")
-    work.add_argument("--rounds", type=int, default=1, help="passes over the questions (sequential modes)")
-    work.add_argument("--out-file", type=Path, help="workload mode: where to write the JSONL")
-    run = bench.add_argument_group("run")
-    run.add_argument("--bench-config", type=Path, help="bench settings TOML: prices, SLO, load levels (bench/thinkserve_bench/prices.py)")
-    run.add_argument("--slo-ms", type=float)
-    run.add_argument("--concurrency", type=int, nargs="+", help="load/ceiling: these levels instead of the sweep")
-    run.add_argument("--concurrency-max", type=int)
-    run.add_argument("--ceiling-concurrency-max", type=int, help="load/ceiling: cap of the ceiling's own sweep (default 64)")
-    run.add_argument("--qps", type=float, nargs="+", help="load: open-loop target rates (default: fractions of the best closed loop)")
-    run.add_argument("--level-seconds", type=float)
-    run.add_argument("--warmup-seconds", type=float)
-    run.add_argument("--no-open-loop", action="store_true")
-    run.add_argument("--no-ceiling", action="store_true", help="load: skip the model-bound ceiling run")
-    run.add_argument("--ablations", nargs="+", help="ablations: run only these (default: all, with the deployment "
-                     "variants 'dynamic batching off' and 'int8 embedder' when the command starts the deployment)")
-    run.add_argument("--int8-repository", type=Path, help="ablations: the int8-embedder build (default: "
-                     "model_repository/<profile>-int8, built with thinkserve_build when missing)")
-    run.add_argument("--throughput-concurrency", type=int, default=4,
-                     help="ablations: closed-loop throughput windows of the baseline and deployment variants (0: none)")
-    run.add_argument("--configs", nargs="+", choices=("routed", "simple", "moderate", "complex"),
-                     help="latency: these configurations only (default: routed and each forced route)")
-    run.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results folder")
-    run.add_argument("--name", help="base name of the result files (default: bench-MODE)")
-    run.add_argument("--no-plots", action="store_true")
-    micro = bench.add_argument_group("micro")
-    micro.add_argument("--micro", nargs="+", choices=MICRO_IN_PROCESS,
-                       help="micro: which benchmarks (default: faiss graph)")
-    micro.add_argument("--vectors", type=int, nargs="+", default=[10_000, 100_000, 1_000_000], help="micro faiss: collection sizes")
-    micro.add_argument("--index-kinds", nargs="+", default=["flat", "ivf", "hnsw"], choices=("flat", "ivf", "hnsw"))
-    micro.add_argument("--micro-queries", type=int, default=1000, help="micro faiss: questions for recall (300 of them timed)")
-    micro.add_argument("--graph-chunks", type=int, nargs="+", default=[10_000, 100_000], help="micro graph: chunks per graph")
-    micro.add_argument("--seed-sets", type=int, default=20, help="micro graph: seed sets timed per graph")
-    standins = bench.add_argument_group("standins")
-    standins.add_argument("--from-cost", type=Path, default=DEFAULT_OUT / "bench-cost.json",
-                          help="standins: the cost run whose model calls are replayed")
-    standins.add_argument("--standin-concurrency", type=int, nargs="+", default=[1],
-                          help="standins: queries whose calls are batched together (1: each query alone)")
-    standins.add_argument("--device", default="auto", help="standins: torch device (auto: cuda when present)")
-    standins.add_argument("--deployment", help="standins: price-table deployment (default: the GPU's kind, else the table's)")
-    standins.add_argument("--source-image-tokens", type=int,
-                          help="standins: prompt positions per image of the cost run's VLM (default: read from "
-                               "model_repository/<profile>/vlm/config.pbtxt)")
-    standins.add_argument("--repeats", type=int, default=3, help="standins: timed calls per shape (median)")
-    standins.add_argument("--preset", choices=("hf", "test"), default="hf",
-                          help="standins: hf = the hf profile's architectures; test = toy sizes (smoke tests)")
-    soak = bench.add_argument_group("soak")
-    soak.add_argument("--duration-minutes", type=float, default=120.0, help="soak: the whole run, warm-up included")
-    soak.add_argument("--warmup-minutes", type=float, default=10.0, help="soak: left out of the growth fits")
-    soak.add_argument("--rate", type=float, help="soak: questions per second (default: --knee-fraction of the "
-                      "closed-loop throughput measured first)")
-    soak.add_argument("--knee-fraction", type=float, default=0.6)
-    soak.add_argument("--churn-interval", type=float, default=30.0, help="soak: mean seconds between document operations")
-    soak.add_argument("--churn-slots", type=int, default=4, help="soak: documents that come and go (PDFs and Markdown)")
-    soak.add_argument("--sample-interval", type=float, default=10.0, help="soak: seconds between process samples")
-    soak.add_argument("--follow-interval", type=float, default=1.0, help="soak: the replica's storage.follow_interval_s")
-    return bench
+    parser: argparse.ArgumentParser
+    benchmarks: dict[str, argparse.ArgumentParser]
+
+
+def build_parser(selected: Optional[str] = None) -> FrontDoor:
+    """A sub-command per benchmark, its options declared by the benchmark: the modes' from mode_options, a script's
+    by its `declare_options`. Only the `selected` script is imported (several import torch or start clients)."""
+    from .catalogue import import_script, listing, script_names, summary
+
+    parser = argparse.ArgumentParser(prog="thinkserve-bench", description=DESCRIPTION, epilog=listing(MODE_SUMMARIES),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    names = parser.add_subparsers(dest="benchmark", metavar="NAME", required=True,
+                                  help="a mode or a benchmark script (listed below), then its own options")
+    benchmarks = {}
+    for mode, text in MODE_SUMMARIES.items():
+        benchmarks[mode] = names.add_parser(mode, description=text)
+        declare_mode_options(benchmarks[mode], mode)
+    for name in script_names():
+        if name != selected:
+            benchmarks[name] = names.add_parser(name, add_help=False)  # listed; parsed only when it is the one named
+            continue
+        module = import_script(name)
+        benchmarks[name] = names.add_parser(name, description=summary(name, width=None),
+                                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.declare_options(benchmarks[name])
+    return FrontDoor(parser, benchmarks)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    """`thinkserve-bench NAME`: a benchmark script when NAME is one (its own options follow), else a mode. A mode's
-    errors are one line naming the cause, as `thinkserve`'s (-v: the traceback)."""
+    """`thinkserve-bench NAME [its options]`: a mode (errors are one line naming the cause, as `thinkserve`'s; -v:
+    the traceback) or a benchmark script (errors in its options are reported under its usage)."""
     from orchestrator.cli.run import run_command
 
-    from .catalogue import run_script, script
+    from .catalogue import UsageError, import_script, name_of, script
+    from .result_files import invocation
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and script(argv[0]):
-        return run_script(script(argv[0]), argv[1:])
-    return run_command("thinkserve-bench", build_parser().parse_args(argv), cmd_bench)
+    if argv and not argv[0].startswith("-"):
+        argv[0] = name_of(argv[0])
+    door = build_parser(selected=argv[0] if argv else None)
+    if argv and argv[0] not in ("-h", "--help") and argv[0].startswith("-"):
+        door.parser.error(f"the benchmark's name comes first, then its options: thinkserve-bench NAME {' '.join(argv)}")
+    args = door.parser.parse_args(argv)
+    if args.benchmark in MODES:
+        return run_command("thinkserve-bench", args, cmd_bench)
+    name = script(args.benchmark)
+    try:
+        result = import_script(name).run_benchmark(args, invocation(name, argv[1:]))
+    except UsageError as error:
+        door.benchmarks[name].error(str(error))
+    return int(result or 0)
+
+
+def entry() -> int:
+    """The installed command: SIGTERM stops a benchmark as Ctrl-C does, so a deployment it started (tritonserver in
+    its own session) is stopped too. Not in main(): tests call main() in their own process."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    return main()
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def parse_options(pairs: list[str]) -> dict[str, Any]:
@@ -187,10 +147,6 @@ def parse_mix(text: Optional[str]) -> Optional[dict[str, float]]:
 
 def cmd_bench(args) -> int:
     from orchestrator.cli.settings import settings_from_args
-
-    if args.mode not in MODES:
-        raise ConfigurationError(f"{args.mode} is a benchmark script: its name comes first and its own options after "
-                                 f"(thinkserve-bench {args.mode} --help); the global options are the modes'")
 
     if args.mode == "micro":
         return run_micro(args, settings_from_args(args))

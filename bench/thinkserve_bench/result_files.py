@@ -64,21 +64,14 @@ def uncommitted_changes() -> list[str]:
     return status.stdout.splitlines()
 
 
-def program(name: str) -> str:
-    """The name a benchmark script's options are shown under: the front door's (`thinkserve-bench NAME`)."""
-    return f"thinkserve-bench {name}"
-
-
 def invocation(name: str, argv: list[str]) -> str:
     """How benchmark `name` was run, as typed from the repository root: `thinkserve-bench NAME ...`, or the
-    interpreter (path and PYTHONPATH included) and module when it ran as `python -m` of the package or the script."""
+    interpreter (path and PYTHONPATH included) when it ran as `python -m thinkserve_bench`."""
     launched = Path(sys.argv[0])
-    as_package = launched.name == "__main__.py" and launched.parent.name == "thinkserve_bench"
-    if launched.name != f"{name}.py" and not as_package:
+    if not (launched.name == "__main__.py" and launched.parent.name == "thinkserve_bench"):
         return f"thinkserve-bench {name} {' '.join(argv)}".strip()
     interpreter = Path(sys.executable)
     if interpreter.is_relative_to(Path.cwd()):
         interpreter = interpreter.relative_to(Path.cwd())
     prefix = f"PYTHONPATH={os.environ['PYTHONPATH']} " if os.environ.get("PYTHONPATH") else ""
-    module = f"thinkserve_bench {name}" if as_package else f"thinkserve_bench.scripts.{name}"
-    return f"{prefix}{interpreter} -m {module} {' '.join(argv)}".strip()
+    return f"{prefix}{interpreter} -m thinkserve_bench {name} {' '.join(argv)}".strip()

@@ -1,7 +1,10 @@
 """`thinkserve-build`: compile a profile's models into a Triton model repository.
 
+The trained artefacts the service ships or serves are trained here too:
 `thinkserve-build train-router --questions labelled.jsonl --base CHECKPOINT --output FOLDER` fine-tunes a router
-classifier from labelled questions; `--router-checkpoint FOLDER` then serves it in place of asking the LLM.
+classifier from labelled questions (`--router-checkpoint FOLDER` then serves it in place of asking the LLM);
+`thinkserve-build train-answerability --examples RESULTS.json.gz` fits the answerability model and writes the file
+the service ships, from the examples `thinkserve-bench answerability` collected.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["train-router"]:
         return _train_router(argv[1:])
+    if argv[:1] == ["train-answerability"]:
+        return _train_answerability(argv[1:])
     parser = argparse.ArgumentParser(prog="thinkserve-build", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="tiny", choices=sorted(PROFILES))
     parser.add_argument("--output", type=Path, help="repository folder (default: model_repository/<profile>)")
@@ -94,3 +99,25 @@ def _train_router(argv: list[str]) -> int:
         args.base, train_router.read_questions(args.questions), args.output, epochs=args.epochs,
         learning_rate=args.learning_rate, head_only=args.head_only,
     ))
+
+
+def _train_answerability(argv: list[str]) -> int:
+    from . import train_answerability  # scikit-learn only here
+    from orchestrator.models.answerability import MODEL_FILE
+
+    parser = argparse.ArgumentParser(prog="thinkserve-build train-answerability", description=train_answerability.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--examples", type=Path, required=True,
+                        help="a `thinkserve-bench answerability` results file (JSON, or .json.gz) with its examples")
+    parser.add_argument("--output", type=Path, default=MODEL_FILE, help="the file written (default: the one the service ships)")
+    parser.add_argument("--max-false-refusals", type=float, default=0.10)
+    parser.add_argument("--verbose", action="store_true", help="show tracebacks")
+    args = parser.parse_args(argv)
+    command = "thinkserve-build train-answerability " + " ".join(argv)
+
+    def train() -> None:
+        shipped = train_answerability.train_answerability(train_answerability.read_examples(args.examples), args.output,
+                                                          args.max_false_refusals, command)
+        print(f"wrote {args.output}: version {shipped['version']}, trained on {shipped['training']}")
+
+    return _reported("thinkserve-build train-answerability", args.verbose, train)

@@ -8,7 +8,7 @@ which converts each checkpoint with TensorRT-LLM's `from_hugging_face` and runs 
 It stays outside the model repository: Triton would take any folder there for a model.
 
 The tensors follow the TensorRT-LLM backend's documented config (all_models/inflight_batcher_llm/tensorrt_llm),
-transcribed in tests/unit/trtllm_recorded/tensorrt_llm_config.json, which the adapter's tests check too.
+transcribed in tests/backend/trtllm_recorded/tensorrt_llm_config.json, which the adapter's tests check too.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def engine_parameters(spec: EngineSpec, engines_mount: str) -> dict[str, object]
         "cancellation_check_period_ms": 10,
         "executor_worker_path": EXECUTOR_WORKER,
         # The backend reads these three without a fallback (getGuidedDecodingConfigFromParams): a config without them
-        # fails to load. Empty: no guided decoding (tests/unit/trtllm_recorded/backend_parameters.json).
+        # fails to load. Empty: no guided decoding (tests/backend/trtllm_recorded/backend_parameters.json).
         "tokenizer_dir": "",
         "xgrammar_tokenizer_info_path": "",
         "guided_decoding_backend": "",
@@ -162,7 +162,7 @@ def trtllm_class(model_type: str) -> str:
 # top-level `rope_theta`. The converter of the pinned container (TensorRT-LLM 0.20 on transformers 4.x:
 # QWenConfig.from_hugging_face reads getattr(hf_config, "rope_theta") and "rope_scaling") then gets transformers 4.x's
 # default, 10,000, instead of Qwen's 1,000,000: the engine builds and generates garbage
-# (tests/unit/trtllm_recorded/converter_reads.json). The checkpoint handed over carries them at the top level.
+# (tests/backend/trtllm_recorded/converter_reads.json). The checkpoint handed over carries them at the top level.
 ROPE_SCALING_FIELDS = ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor",
                        "beta_fast", "beta_slow", "attention_factor", "mrope_section", "short_factor", "long_factor")
 

@@ -10,7 +10,7 @@ queries after a start paid (bench/results/own_time.md).
 These structures live as long as their snapshot and make no reference cycles, so once a snapshot is built they
 are moved to the permanent generation (gc.freeze), which collections never walk. Reference counting still frees
 them when their snapshot goes. The price: garbage cycles pending at that moment (a few from other work in the
-process) are never collected; tests/unit/test_collector.py bounds what a snapshot's life leaves.
+process) are never collected; tests/orchestrator/knowledge/test_collector.py bounds what a snapshot's life leaves.
 """
 
 from __future__ import annotations

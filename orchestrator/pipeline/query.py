@@ -39,7 +39,8 @@ from ..models.chat_template import chat_template_of
 from ..models.protocol import GenerationOptions, Models
 from .accounting import QueryLedger, StageModels, own_time_by_stage
 from .answer_types import expected_type
-from .answerability import answerability_features, load_models
+from ..models.answerability import load_models
+from .answerability import answerability_features
 from .events import (
     AnswerabilityReport,
     AnswerDeltaEvent,

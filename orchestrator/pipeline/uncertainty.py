@@ -15,7 +15,7 @@ needs no logits at all: the probe is sampled at temperature 1 with a fixed seed 
 of its tokens (each chosen token's log-probability, 4 bytes a token). Its expectation at each step is that step's
 entropy (E[-log p(x)] = H(p) for x drawn from p), so it estimates HKRAG's measure along a sampled path instead of
 reading it along the greedy one; its threshold is calibrated the same way on the same questions. How often the
-two decide alike is measured on recorded generations (thinkserve_bench.scripts.judger_measures): not often enough
+two decide alike is measured on recorded generations (`thinkserve-bench judger_measures`): not often enough
 to be the default.
 """
 

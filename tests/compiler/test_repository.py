@@ -224,7 +224,7 @@ def test_the_gpu_repository_serves_fp16_encoders_on_onnxruntime_with_tensorrt(gp
 
 
 def test_the_gpu_repository_declares_the_engine_tensors_the_adapter_sends(gpu_repository):
-    recorded = json.loads((ROOT / "tests" / "unit" / "trtllm_recorded" / "tensorrt_llm_config.json").read_text())
+    recorded = json.loads((ROOT / "tests" / "backend" / "trtllm_recorded" / "tensorrt_llm_config.json").read_text())
     parsed = configs(gpu_repository)
     for engine in ("llm_engine", "vlm_engine"):
         config = parsed[engine]
@@ -259,7 +259,7 @@ def test_the_gpu_repository_declares_the_engine_tensors_the_adapter_sends(gpu_re
     assert features.parameters["runtime"].string_value == "torch" and features.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
 
 
-BACKEND_PARAMETERS = json.loads((ROOT / "tests" / "unit" / "trtllm_recorded" / "backend_parameters.json").read_text())
+BACKEND_PARAMETERS = json.loads((ROOT / "tests" / "backend" / "trtllm_recorded" / "backend_parameters.json").read_text())
 
 
 def test_the_engine_configs_set_what_the_tensorrtllm_backend_requires_and_only_what_it_reads(gpu_repository):

@@ -2,7 +2,7 @@
 the build puts in `<repository>.engines/`, and the checks build_engines.sh runs inside that container.
 
 Nothing here runs TensorRT-LLM (it cannot be installed on these machines): the converter's reads are transcribed
-from its sources (tests/unit/trtllm_recorded/converter_reads.json), and build_engines.sh's checks run here on
+from its sources (tests/backend/trtllm_recorded/converter_reads.json), and build_engines.sh's checks run here on
 files shaped as the container's are."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tests.conftest import ROOT
 from thinkserve_build import recipes, trtllm_engines
 from thinkserve_build.trtllm_engines import EngineSpec
 
-RECORDED = json.loads((ROOT / "tests" / "unit" / "trtllm_recorded" / "converter_reads.json").read_text())
+RECORDED = json.loads((ROOT / "tests" / "backend" / "trtllm_recorded" / "converter_reads.json").read_text())
 
 
 def converter_reads(config: dict) -> dict:
@@ -133,5 +133,5 @@ def test_the_recorded_converter_is_the_pinned_images():
     means checking them again (and the build step checks the names in the container itself)."""
     pinned = re.search(r"^ARG TRITON_RELEASE=(\S+)$", (ROOT / "Dockerfile").read_text(), re.M).group(1)
     assert RECORDED["pinned_release"]["triton"] == pinned
-    parameters = json.loads((ROOT / "tests" / "unit" / "trtllm_recorded" / "backend_parameters.json").read_text())
+    parameters = json.loads((ROOT / "tests" / "backend" / "trtllm_recorded" / "backend_parameters.json").read_text())
     assert parameters["pinned_release"] == RECORDED["pinned_release"]

@@ -3,7 +3,7 @@
 backend under backends/, the stub beside the python backend; its files linked from the wheel), and the paths the
 image mounts (/models, /data, the grants secret) moved to a temporary folder by the same THINKSERVE_SECTION__KEY
 variables an operator would use. Only the listeners stay on loopback here; the unit tests check the image's
-0.0.0.0 listeners against its grants (tests/unit/test_deploy_artefacts.py)."""
+0.0.0.0 listeners against its grants (tests/deploy/test_deploy_artefacts.py)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from orchestrator.client import ThinkServeClient
 from tests.conftest import MODEL_ENVIRONMENT, MODEL_REPOSITORY, ROOT
 from tests.integration.conftest import repository_subset
 from tests.integration.test_bench_interrupt import _lines_until, _tritonservers_of
-from tests.unit.test_deploy_artefacts import CONTAINER_CONFIG, token_file
-from tests.unit.test_triton_installation import container_layout, write_model
+from tests.deploy.test_deploy_artefacts import CONTAINER_CONFIG, token_file
+from tests.orchestrator.triton.test_triton_installation import container_layout, write_model
 
 pytestmark = pytest.mark.integration
 

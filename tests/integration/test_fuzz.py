@@ -1,6 +1,6 @@
 """Fuzzing the API of a real deployment: generated Query, Retrieve and Ingest messages over gRPC and generated
 bodies for the OpenAI-compatible endpoint; then, with the benchmark's generators (thinkserve_bench.fuzzing, a few
-examples each here; `python -m thinkserve_bench.scripts.fuzz` runs thousands), messages of every RPC built from
+examples each here; `thinkserve-bench fuzz` runs thousands), messages of every RPC built from
 the .proto and raw bytes that are none, every HTTP operation of the OpenAPI description through Schemathesis, and
 hostile files through both upload paths. Whatever arrives, the answer is a result or a client error with a
 cause; never INTERNAL/UNKNOWN, never an HTTP 500, and the server keeps serving."""

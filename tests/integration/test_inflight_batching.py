@@ -256,9 +256,9 @@ def test_the_batching_benchmark_runs_and_finds_the_same_tokens(tmp_path, triton_
     """bench/thinkserve_bench/scripts/generator_batching.py, small: both copies served, every stream's tokens
     compared with the same prompt generated alone."""
     from thinkserve_bench.result_files import read_json
-    from thinkserve_bench.scripts import generator_batching
+    from thinkserve_bench.command import main as benchmark
 
-    generator_batching.main([
+    benchmark(["generator_batching",
         "--streams", "1", "3", "--rounds", "1", "--new-tokens", "8", "--prompt-tokens", "16",
         "--model-environment", str(triton_settings.model_environment), "--output", str(tmp_path), "--name", "smoke",
     ])

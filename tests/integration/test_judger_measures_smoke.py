@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import ROOT
 from thinkserve_bench.corpora import pdf_factory
-from thinkserve_bench.scripts import judger_measures
+from thinkserve_bench.command import main as benchmark
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +31,7 @@ def test_the_benchmark_compares_the_judgers_and_counts_the_bytes(tmp_path):
         {"doc_id": "report.pdf", "question": "What is the head office's phone number?", "evidence_pages": "[]"},
     ]
     (tmp_path / "dataset" / "questions.json").write_text(json.dumps(questions))
-    judger_measures.main([
+    benchmark(["judger_measures", 
         "--model-repository", str(TORCH_REPOSITORY), "--dataset", str(tmp_path / "dataset"), "--seeds", "0", "1",
         "--transfer-prompts", "2", "--transfer-tokens", "5", "--transfer-repeat", "1", "--out", str(tmp_path / "out"),
     ])

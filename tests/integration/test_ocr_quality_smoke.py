@@ -9,6 +9,7 @@ import json
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
+from thinkserve_bench.command import main as benchmark
 from thinkserve_bench.scripts import ocr_quality
 from thinkserve_bench.corpora import pdf_factory
 
@@ -36,7 +37,7 @@ def test_the_ocr_benchmark_scores_both_engines_and_ingests_a_deck(model_reposito
     documents.mkdir(parents=True)
     pdf_factory.write_sample_report(documents / "report.pdf")
     _deck(documents / "slides.pdf")
-    assert ocr_quality.main(["--dataset", str(tmp_path / "dataset"), "--pages", "2", "--output", str(tmp_path / "out"),
+    assert benchmark(["ocr_quality", "--dataset", str(tmp_path / "dataset"), "--pages", "2", "--output", str(tmp_path / "out"),
                              "--set", f"triton.model_repository={model_repository}"]) == 0
     result = json.loads((tmp_path / "out" / "ocr_quality.json").read_text())
     pages = result["stats"]["pages"]

@@ -387,7 +387,7 @@ def test_request_ids_metrics_and_spans(secured):
     assert _sample(metrics, "thinkserve_triton_retries_total") >= 0
     for series, kind, _, _ in catalogue():  # every series the README lists (generated from the registry) is served
         assert f"# TYPE {series} {kind}" in metrics, series
-    ours, _ = queried_families()  # what the dashboard and alerts query of ours (Triton's: tests/unit/test_deploy_artefacts.py)
+    ours, _ = queried_families()  # what the dashboard and alerts query of ours (Triton's: tests/deploy/test_deploy_artefacts.py)
     for family in ours:
         assert f"# TYPE {family} " in metrics, family
     external = httpx.get(f"{secured.http}/metrics/triton", timeout=10)  # this deployment did not launch its Triton

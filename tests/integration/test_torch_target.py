@@ -15,7 +15,7 @@ from orchestrator.triton.models import GenerationOptions
 from tests.conftest import ROOT
 from tests.integration import test_models, test_ocr
 from tests.integration.test_models import TEXTS, call, png
-from tests.unit.test_images import page
+from tests.backend.test_images import page
 
 pytestmark = pytest.mark.integration
 

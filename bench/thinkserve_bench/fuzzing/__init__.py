@@ -1,3 +1,3 @@
 """Generated hostile input for a live deployment: gRPC messages from the .proto's descriptors, HTTP requests from
 the service's OpenAPI description (Schemathesis), and hostile files. Used by the fuzz tests (a few examples, CI)
-and by `python -m thinkserve_bench.scripts.fuzz` (thousands, a committed report)."""
+and by `thinkserve-bench fuzz` (thousands, a committed report)."""

@@ -1,6 +1,6 @@
 """Restart of a large collection: how long until it can answer, with its vector indexes stored or built anew.
 
-    python -m thinkserve_bench.scripts.collection_restart [--documents 100] [--chunks-per-document 10000] [--kind hnsw]
+    thinkserve-bench collection_restart [--documents 100] [--chunks-per-document 10000] [--kind hnsw]
 
 A synthetic collection (bench/thinkserve_bench/scripts/synthetic_collection.py: documents x chunks, 384-d vectors, entities and
 relations) is written straight to disk as segments and a manifest (no models). Then, each in a fresh process:
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import RESULTS, invocation, program, uncommitted_changes, write_results
+from thinkserve_bench.result_files import RESULTS, uncommitted_changes, write_results
 from orchestrator.knowledge.storage.indexes import IndexSpec
 
 from .synthetic_collection import CollectionShape, SyntheticCorpus, write_collection
@@ -125,8 +125,7 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n\n")[0])
+def declare_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--documents", type=int, default=100)
     parser.add_argument("--chunks-per-document", type=int, default=10_000)
     parser.add_argument("--words", type=int, default=120, help="words per chunk")
@@ -134,8 +133,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--restarts", type=int, default=2)
     parser.add_argument("--name", default=NAME)
     parser.add_argument("--output", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
 
+
+def run_benchmark(args: argparse.Namespace, command: str) -> None:
     shape = CollectionShape(documents=args.documents, chunks_per_document=args.chunks_per_document, words_per_chunk=args.words)
     spec = IndexSpec(kind=args.kind)
     data_dir = Path(tempfile.mkdtemp(prefix="collection-restart-"))
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
     result = {
-        "benchmark": NAME, "command": invocation(NAME, sys.argv[1:] if argv is None else argv), "machine": machine_facts(), "uncommitted_changes": uncommitted_changes(),
+        "benchmark": NAME, "command": command, "machine": machine_facts(), "uncommitted_changes": uncommitted_changes(),
         "shape": shape.__dict__, "spec": spec.__dict__, "written": written, "index_gib": index_bytes / 2**30,
         "entities": entities, "starts": [{k: v for k, v in run.items() if k != "rows"} for run in runs],
         "same_rows": all(run["rows"] == runs[0]["rows"] for run in runs[1:]),
@@ -161,7 +161,3 @@ def main(argv: list[str] | None = None) -> None:
     json_path, md_path = write_results(args.name, result, markdown(result), args.output)
     print(markdown(result))
     print(f"wrote {json_path} and {md_path}")
-
-
-if __name__ == "__main__":
-    main()

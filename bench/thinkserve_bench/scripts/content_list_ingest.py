@@ -1,6 +1,6 @@
 """Content-list ingest against a plain chunk-and-embed loop over the same pages, with the same embedder, in one run.
 
-    python -m thinkserve_bench.scripts.content_list_ingest [--dataset ../shared/benchmarks/mmlongbench-dev] [--documents N]
+    thinkserve-bench content_list_ingest [--dataset ../shared/benchmarks/mmlongbench-dev] [--documents N]
         [--concurrency 2] [--rounds 2] [--origin] [--triton-url HOST:PORT] [--config FILE] [--output DIR] [--name NAME]
 
 The dataset's PDFs are parsed once with MinerU (the settings' tier, in a subprocess, one document at a time, as the
@@ -34,7 +34,6 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -49,7 +48,8 @@ import faiss
 import numpy as np
 
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import RESULTS, invocation, program, uncommitted_changes, write_and_show
+from thinkserve_bench.catalogue import UsageError
+from thinkserve_bench.result_files import RESULTS, uncommitted_changes, write_and_show
 from orchestrator.config import Settings
 from orchestrator.knowledge.parsing import sources
 from orchestrator.knowledge.parsing.content_list import read_content_list
@@ -67,7 +67,7 @@ from orchestrator.models.contracts import all_contracts
 from orchestrator.triton.launcher import TritonServer
 from orchestrator.triton.models import TritonModels
 
-from .document_qa import DEFAULT_DATASET, _interrupt
+from .document_qa import DEFAULT_DATASET
 from .ingest import _LOAD_PROBE, BATCHED_MODELS, batch_histogram, compute_seconds
 from .page_baselines import page_texts, windows
 
@@ -447,8 +447,7 @@ def _first(records: dict[str, dict], key: str) -> str:
     return ", ".join(sorted({str(record[key]) for record in records.values()}))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n")[0])
+def declare_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="folder with documents/*.pdf")
     parser.add_argument("--documents", type=int, default=0, help="only the first N documents (by name)")
     parser.add_argument("--concurrency", type=int, default=2, help="documents in flight (as `thinkserve ingest`)")
@@ -461,10 +460,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=None,
                         help="results folder (default: bench/results/<the dataset folder's name>)")
     parser.add_argument("--name", default=NAME, help="result file name")
-    args = parser.parse_args(argv)
+
+
+def run_benchmark(args: argparse.Namespace, command: str) -> int:
     if args.rounds < 1 or args.concurrency < 1:
-        parser.error("--rounds and --concurrency must be at least 1")
-    command = invocation(NAME, argv if argv is not None else sys.argv[1:])
+        raise UsageError("--rounds and --concurrency must be at least 1")
     machine = machine_facts()  # before the run: its load average is the other work on the machine
     settings = Settings.load(args.config)
 
@@ -475,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.documents:
         pdfs = pdfs[: args.documents]
     if not pdfs:
-        parser.error(f"{args.dataset / 'documents'} holds no PDF")
+        raise UsageError(f"{args.dataset / 'documents'} holds no PDF")
     cache = args.cache or CACHE / args.dataset.resolve().name / settings.ingest.parser_tier
     parse = cached_content_lists(settings, pdfs, cache, progress)
     server = None
@@ -500,10 +500,3 @@ def main(argv: list[str] | None = None) -> int:
                                args.origin)
     write_and_show(args.name, payload, markdown, args.output or RESULTS / args.dataset.resolve().name)
     return 0
-
-
-if __name__ == "__main__":
-    # SIGTERM stops the run as Ctrl-C does, so the Triton started here is stopped too
-    # (set here, not in main(): tests call main() in their own process)
-    signal.signal(signal.SIGTERM, _interrupt)
-    raise SystemExit(main())

@@ -1,7 +1,7 @@
 """Tokens/s of the CPU decode loop (thinkserve_backend.decoding.generate), in process, at 64 / 256 / 1024 tokens,
 before and after issue 16 (the KV cache kept in buffers the graph reads where they lie, never copied).
 
-    python -m thinkserve_bench.scripts.decode_loop [--tokens 64 256 1024] [--repeat 2] [--models tiny large] [--name decode_loop]
+    thinkserve-bench decode_loop [--tokens 64 256 1024] [--repeat 2] [--models tiny large] [--name decode_loop]
 
 Three loops, all driven by the same generate() (sampling, text stream), on graphs exported from the same weights:
   before  the graph that grows the cache by concatenation (exported here as thinkserve_build exported it before
@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import invocation, program, uncommitted_changes, write_and_show
+from thinkserve_bench.result_files import uncommitted_changes, write_and_show
 from thinkserve_backend.decoding import GenerationParams, KVCacheDecoder, generate
 from thinkserve_backend.sessions import cpu_session
 
@@ -267,17 +267,14 @@ def markdown(command: str, machine: dict, results: dict, token_counts: list[int]
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> None:
-    import sys
-
-    argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog=program('decode_loop'), description=__doc__.split("\n")[0])
+def declare_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--models", nargs="+", choices=["tiny", "large"], default=["tiny", "large"])
     parser.add_argument("--name", default="decode_loop", help="result files bench/results/NAME.{json,md}")
-    args = parser.parse_args(argv)
 
+
+def run_benchmark(args: argparse.Namespace, command: str) -> None:
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(TINY / "tokenizer.json"))
@@ -291,10 +288,5 @@ def main(argv: list[str] | None = None) -> None:
     results = {label: measure(label, paths[label], args.tokens, args.repeat, decode, vocab) for label in args.models}
     machine = machine_facts()
     dirty = uncommitted_changes()
-    command = invocation("decode_loop", argv)
     payload = {"command": command, "machine": machine, "uncommitted": dirty, "large_config": LARGE, "results": results}
     write_and_show(args.name, payload, markdown(command, machine, results, args.tokens, dirty), Path("bench/results"))
-
-
-if __name__ == "__main__":
-    main()

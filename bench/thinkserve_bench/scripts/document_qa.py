@@ -1,9 +1,9 @@
 """Retrieval, citations, answers and refusals on real PDFs, through the real service, against plain baselines.
 
-    python -m thinkserve_bench.scripts.document_qa [--dataset ../shared/benchmarks/mmlongbench-dev] [--documents N]
+    thinkserve-bench document_qa [--dataset ../shared/benchmarks/mmlongbench-dev] [--documents N]
                                      [--top-k 20] [--ablations] [--config FILE] [--data-dir DIR]
                                      [--set KEY=VALUE ...] [--output DIR] [--name NAME]
-    python -m thinkserve_bench.scripts.document_qa --rescore bench/results/mmlongbench-dev/document_qa.json   # score a run again
+    thinkserve-bench document_qa --rescore bench/results/mmlongbench-dev/document_qa.json   # score a run again
 
 The dataset is a folder in MMLongBench-Doc's layout (bench/thinkserve_bench/scripts/qa_dataset.py): real PDFs and questions with
 1-based evidence pages. In one run, on this machine:
@@ -40,7 +40,6 @@ import argparse
 import asyncio
 import collections
 import re
-import signal
 import sys
 import tempfile
 import time
@@ -50,7 +49,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import RESULTS, invocation, program, read_json, uncommitted_changes, write_and_show
+from thinkserve_bench.catalogue import UsageError
+from thinkserve_bench.result_files import RESULTS, read_json, uncommitted_changes, write_and_show
 from thinkserve_bench.stats import percentile
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
@@ -692,12 +692,7 @@ def rescore(path: Path, questions: list[Question], dataset: Path, command: str) 
                   previous["top_k"], concurrency, previous["wall_seconds"], previous.get("overrides") or {})
 
 
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n")[0])
+def declare_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="folder with documents/ and questions.json")
     parser.add_argument("--documents", type=int, default=0, help="only the first N documents (by name) and their questions")
     parser.add_argument("--only", nargs="+", default=[], metavar="NAME",
@@ -718,20 +713,21 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--output", type=Path, default=None,
                         help="results folder (default: bench/results/<the dataset folder's name>)")
     parser.add_argument("--name", default=NAME, help="result file name")
-    args = parser.parse_args(argv)
+
+
+def run_benchmark(args: argparse.Namespace, command: str) -> int:
     malformed = [item for item in args.set if "=" not in item]
     if malformed:
-        parser.error(f"--set takes KEY=VALUE, got {', '.join(malformed)}")
+        raise UsageError(f"--set takes KEY=VALUE, got {', '.join(malformed)}")
     overrides = dict(item.split("=", 1) for item in args.set)
     if args.rescore and (overrides or args.config or args.data_dir or args.ablations):
-        parser.error("--rescore measures nothing: --set, --config, --data-dir and --ablations belong to the run it scores")
-    command = invocation(NAME, argv if argv is not None else sys.argv[1:])
+        raise UsageError("--rescore measures nothing: --set, --config, --data-dir and --ablations belong to the run it scores")
     questions = load_questions(args.dataset)
     names = sorted({q.document for q in questions})
     if args.only:
         unknown = sorted(set(args.only) - set(names))
         if unknown:
-            parser.error(f"--only: no questions about {', '.join(unknown)}")
+            raise UsageError(f"--only: no questions about {', '.join(unknown)}")
         names = [name for name in names if name in set(args.only)]
     if args.documents:
         names = names[: args.documents]
@@ -750,10 +746,3 @@ def main(argv: Optional[list[str]] = None) -> int:
                                    args.ingest_concurrency, time.monotonic() - started, overrides)
     write_and_show(args.name, payload, markdown, args.output or RESULTS / args.dataset.resolve().name)
     return 0
-
-
-if __name__ == "__main__":
-    # SIGTERM stops the run as Ctrl-C does, so the deployment's own tritonserver (its own session) is stopped too
-    # (set here, not in main(): tests call main() in their own process)
-    signal.signal(signal.SIGTERM, _interrupt)
-    raise SystemExit(main())

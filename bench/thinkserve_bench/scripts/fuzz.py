@@ -2,7 +2,7 @@
 the .proto, and raw bytes that are no message), every HTTP operation of the OpenAPI description (Schemathesis,
 valid and invalid by the schema) and hostile files through both upload paths.
 
-    python -m thinkserve_bench.scripts.fuzz [--grpc 60] [--raw 300] [--rest 60] [--files 1500] [--seed 54]
+    thinkserve-bench fuzz [--grpc 60] [--raw 300] [--rest 60] [--files 1500] [--seed 54]
 
 --grpc: cases per RPC; --raw: raw-bytes cases over the unary RPCs; --rest: cases per HTTP operation and mode
 (positive, negative); --files: hostile documents. The deployment (Triton + orchestrator, tiny profile unless
@@ -24,7 +24,7 @@ from pathlib import Path
 from orchestrator.config import Settings
 from thinkserve_bench.fuzzing.runner import FileFuzzer, GrpcFuzzer, RestFuzzer, Tally, health_probe
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import RESULTS, invocation, program, uncommitted_changes, write_results
+from thinkserve_bench.result_files import RESULTS, uncommitted_changes, write_results
 from thinkserve_bench.target import own_deployment
 
 NAME = "fuzz"
@@ -44,8 +44,7 @@ def fuzz_settings(settings: Settings, data_dir: Path) -> Settings:
     })
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n\n")[0])
+def declare_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grpc", type=int, default=60, help="generated messages per RPC")
     parser.add_argument("--raw", type=int, default=300, help="raw-bytes cases over the unary RPCs")
     parser.add_argument("--rest", type=int, default=60, help="cases per HTTP operation and generation mode")
@@ -55,8 +54,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", type=Path, default=None)
     parser.add_argument("--name", default=NAME)
     parser.add_argument("--output", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
 
+
+def run_benchmark(args: argparse.Namespace, command: str) -> None:
     overrides = {"profile": args.profile} if args.profile else None
     settings = Settings.load(args.config, overrides)
     tally = Tally()
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(_run_against(configured, run))
     summary = tally.summary()
     result = {
-        "benchmark": NAME, "command": invocation(NAME, sys.argv[1:] if argv is None else argv), "machine": machine_facts(),
+        "benchmark": NAME, "command": command, "machine": machine_facts(),
         "uncommitted_changes": uncommitted_changes(), "seed": args.seed, "upload_limit_bytes": UPLOAD_LIMIT,
         "seconds": seconds, "summary": summary,
     }
@@ -169,7 +169,3 @@ def markdown(result: dict) -> str:
         lines += ["", "First of each:", "", *(f"- {e}" for e in summary["conformance_examples"])]
     lines += ["", f"Time: {', '.join(f'{k} {v:.0f} s' for k, v in result['seconds'].items())}.", ""]
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,7 @@
 """Tokens/s of the torch target's LLM served by the real tritonserver, with in-flight batching against one
 generation per worker thread (the loop it replaced), at 1, 8 and 32 concurrent streams (issue 50).
 
-    python -m thinkserve_bench.scripts.generator_batching [--repository model_repository/tiny-torch]
+    thinkserve-bench generator_batching [--repository model_repository/tiny-torch]
         [--streams 1 8 32] [--new-tokens 64] [--prompt-tokens 64] [--rounds 3] [--name generator_batching] [--output DIR]
 
 One Triton serves two copies of the repository's `llm` (hard links; only their scheduling parameters differ):
@@ -37,7 +37,7 @@ from orchestrator.triton.launcher import TritonServer
 from orchestrator.triton.models import _chunks, _strings
 from thinkserve_bench.gpu.served_models import parameters, read_config, renamed_copy
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import RESULTS, invocation, program, uncommitted_changes, write_and_show
+from thinkserve_bench.result_files import RESULTS, uncommitted_changes, write_and_show
 from thinkserve_bench.stats import distribution, gaps_ms, ratio
 
 COPIES = {"batched": {}, "per_thread": {"inflight_batching": "false"}}
@@ -184,8 +184,7 @@ def model_shape(model: dict) -> str:
             f"{model['num_attention_heads']} heads / {model['num_key_value_heads']} KV heads, vocabulary {model['vocab_size']:,}")
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog=program('generator_batching'), description=__doc__.split("\n\n")[0])
+def declare_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repository", type=Path, default=Path("model_repository/tiny-torch"))
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--new-tokens", type=int, default=64)
@@ -194,8 +193,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--name", default="generator_batching")
     parser.add_argument("--output", type=Path, default=RESULTS / "generator_batching")
     parser.add_argument("--model-environment", type=Path, default=Path(".venv-triton"))
-    options = parser.parse_args(argv)
 
+
+def run_benchmark(options: argparse.Namespace, command: str) -> None:
     built = parameters(read_config(options.repository, contracts.LLM.name))
     shape = json.loads((options.repository / contracts.LLM.name / "1" / built["config_file"]).read_text())
     with tempfile.TemporaryDirectory(prefix="generator-batching-") as folder:
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
         with TritonServer(settings, required=()) as server:
             result = asyncio.run(measure(server.endpoints.grpc, options))
     payload = {
-        "command": invocation("generator_batching", sys.argv[1:] if argv is None else argv),
+        "command": command,
         "machine": machine_facts(),
         "uncommitted": uncommitted_changes(),
         "options": {**vars(options), **{key: str(getattr(options, key)) for key in ("repository", "model_environment", "output")}},
@@ -217,7 +217,3 @@ def main(argv: list[str] | None = None) -> None:
         "result": result,
     }
     write_and_show(options.name, payload, report(payload), options.output)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Adding and deleting one document in a large collection: the commit, its publication, the queries around it.
 
-    python -m thinkserve_bench.scripts.incremental_commit [--documents 100] [--chunks-per-document 1000] [--rounds 3]
+    thinkserve-bench incremental_commit [--documents 100] [--chunks-per-document 1000] [--rounds 3]
 
 A synthetic collection (bench/thinkserve_bench/scripts/synthetic_collection.py, 100 x 1,000 chunks by default, no models) is
 written to disk and opened as a server opens it (KnowledgeBase with warm=True). Measured, in one run:
@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import RESULTS, invocation, program, uncommitted_changes, write_results
+from thinkserve_bench.result_files import RESULTS, uncommitted_changes, write_results
 from thinkserve_bench.stats import summarize
 from orchestrator.config import Settings
 from orchestrator.knowledge.storage.indexes import IndexSpec
@@ -124,8 +124,7 @@ def wait_warm(snapshot: Snapshot, limit_s: float = 600) -> float:
     return time.monotonic() - started
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n\n")[0])
+def declare_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--documents", type=int, default=100)
     parser.add_argument("--chunks-per-document", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
@@ -133,8 +132,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bulk", type=int, default=10, help="documents committed back to back by two writers")
     parser.add_argument("--name", default=NAME)
     parser.add_argument("--output", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
 
+
+def run_benchmark(args: argparse.Namespace, command: str) -> None:
     shape = CollectionShape(documents=args.documents + 1 + 2 * args.bulk, chunks_per_document=args.chunks_per_document)
     corpus = SyntheticCorpus(shape)  # then the document added and deleted (80 chunks of it), then the bulk load's
     segments = corpus.segments()
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
     result = {
-        "benchmark": NAME, "command": invocation(NAME, sys.argv[1:] if argv is None else argv), "machine": machine_facts(),
+        "benchmark": NAME, "command": command, "machine": machine_facts(),
         "uncommitted_changes": uncommitted_changes(), "shape": {**shape.__dict__, "documents": args.documents},
         "evidence": evidence, "open_s": open_s, "warm_after_open_s": warm_after_open_s,
         "steady_query": summarize([ms / 1000 for ms in steady]), "cold_builds_s": cold_builds,
@@ -270,7 +270,3 @@ def markdown(result: dict) -> str:
         "",
     ]
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Ingest throughput against MinerU's own parse-only throughput on the same files, in one run.
 
-    python -m thinkserve_bench.scripts.ingest [--documents 8] [--pages 16] [--concurrency 2] [--triton-url HOST:PORT]
+    thinkserve-bench ingest [--documents 8] [--pages 16] [--concurrency 2] [--triton-url HOST:PORT]
 
 Passes, in this order on the same generated corpus (bench/thinkserve_bench/corpora/report_corpus.py):
   parse only (1)   MinerU (the configured tier, subprocess mode) on each PDF, `concurrency` documents at a time
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from thinkserve_bench.corpora.report_corpus import write_corpus
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import invocation, program, write_results
+from thinkserve_bench.result_files import write_results
 from orchestrator.config import Settings
 from orchestrator.knowledge.storage.indexes import index_spec
 from orchestrator.knowledge.ingest import Ingestor, mineru_options
@@ -204,16 +204,16 @@ def report(stats: dict, command: str, machine: dict, settings: Settings) -> tupl
     return payload, "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n")[0])
+def declare_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--triton-url", help="a running Triton serving the repository (default: start one)")
     parser.add_argument("--config", type=Path, help="settings file (TOML); default: the built-in tiny profile")
     parser.add_argument("--documents", type=int, default=8)
     parser.add_argument("--pages", type=int, default=16, help="pages per generated document")
     parser.add_argument("--concurrency", type=int, default=2, help="documents in flight (as `thinkserve ingest`)")
     parser.add_argument("--output", type=Path, default=None, help="results folder (default: bench/results)")
-    args = parser.parse_args(argv)
-    command = invocation(NAME, argv if argv is not None else sys.argv[1:])
+
+
+def run_benchmark(args: argparse.Namespace, command: str) -> int:
     settings = Settings.load(args.config)
     server = None
     url = args.triton_url
@@ -233,7 +233,3 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown)
     print(f"written: {', '.join(map(str, paths))}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

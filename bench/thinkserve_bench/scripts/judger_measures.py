@@ -14,14 +14,13 @@ It also measures what crosses from the model's device to the Python that builds 
 (the step's logits handed over as numpy, log-softmaxed there) and after (torch_decoding.DeviceLogits: the token,
 its log-probability and the entropy computed where the logits are), with the decode time per token of each.
 
-    python -m thinkserve_bench.scripts.judger_measures --model-repository model_repository/tiny-torch
+    thinkserve-bench judger_measures --model-repository model_repository/tiny-torch
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ from orchestrator.prompts import SYSTEM
 from thinkserve_backend.decoding import GenerationParams, generate
 from thinkserve_backend.generator_runtime import torch_generator
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import invocation, program, uncommitted_changes, write_and_show
+from thinkserve_bench.result_files import uncommitted_changes, write_and_show
 from thinkserve_build import calibration
 
 DATASET = Path("../shared/benchmarks/mmlongbench-dev")
@@ -259,7 +258,7 @@ def markdown(command: str, machine: dict, payload: dict, dirty: list[str]) -> st
         lines.append(f"| {label} | {row['bytes_per_token']:,.0f} | {row['ms_per_token_median']:.2f} |")
     lines += [
         "",
-        "Both loops compute the same token, log-probability and entropy (tests/unit/test_sampling.py checks it to "
+        "Both loops compute the same token, log-probability and entropy (tests/backend/test_sampling.py checks it to "
         "1e-9), so the entropy judger decides exactly as before on the torch target. Per token, a stream's response "
         "to the orchestrator is the same before and after: token id, log-probability and normalised entropy (4 bytes "
         "each) and the text delta.",
@@ -275,8 +274,7 @@ def markdown(command: str, machine: dict, payload: dict, dirty: list[str]) -> st
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog=program('judger_measures'), description=__doc__.splitlines()[0])
+def declare_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-repository", type=Path, default=Path("model_repository/tiny-torch"))
     parser.add_argument("--dataset", type=Path, default=DATASET, help="MMLongBench-Doc's layout: questions.json, documents/")
     parser.add_argument("--questions", type=int, default=307, help="the first N questions")
@@ -287,9 +285,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--transfer-repeat", type=int, default=3)
     parser.add_argument("--name", default="judger_measures")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
-    args = parser.parse_args(argv)
-    raw_argv = argv if argv is not None else sys.argv[1:]
 
+
+def run_benchmark(args: argparse.Namespace, command: str) -> None:
     served = load_llm(args.model_repository)
     calibration_prompts = calibration.probe_prompts(served.chat)
     prompts = dataset_prompts(served, args.dataset, args.questions)
@@ -312,8 +310,4 @@ def main(argv: list[str] | None = None) -> None:
     }
     machine, dirty = machine_facts(), uncommitted_changes()
     payload["machine"], payload["uncommitted"] = machine, dirty
-    write_and_show(args.name, payload, markdown(invocation("judger_measures", raw_argv), machine, payload, dirty), args.out)
-
-
-if __name__ == "__main__":
-    main()
+    write_and_show(args.name, payload, markdown(command, machine, payload, dirty), args.out)

@@ -1,7 +1,7 @@
 """OCR through Triton on real PDF pages that have a text layer: how right it reads, and how fast, against RapidOCR;
 and pages/s through Triton against the same models in process, on slides and on text pages.
 
-    python -m thinkserve_bench.scripts.ocr_quality [--dataset ../shared/benchmarks/mmlongbench-dev] [--pages 60] [--dpi 150]
+    thinkserve-bench ocr_quality [--dataset ../shared/benchmarks/mmlongbench-dev] [--pages 60] [--dpi 150]
                                      [--slides 24] [--rounds 1] [--concurrency 4] [--config FILE] [--set KEY=VALUE ...]
                                      [--output DIR] [--name NAME]
 
@@ -52,7 +52,8 @@ from typing import Any, Optional
 import numpy as np
 
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import RESULTS, invocation, program, uncommitted_changes, write_and_show
+from thinkserve_bench.catalogue import UsageError
+from thinkserve_bench.result_files import RESULTS, uncommitted_changes, write_and_show
 from orchestrator.config import Settings
 from orchestrator.knowledge.parsing.pdf import render_page_png
 from orchestrator.triton.client import TritonClient
@@ -456,8 +457,7 @@ def report(stats: dict[str, Any], command: str, wall_seconds: float) -> tuple[di
     return payload, "\n".join(lines)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n")[0])
+def declare_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="folder with documents/*.pdf")
     parser.add_argument("--pages", type=int, default=60, help="pages with a text layer to read")
     parser.add_argument("--dpi", type=float, default=None, help="render resolution (default: ingest.ocr_dpi)")
@@ -468,19 +468,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a setting over the config (repeatable)")
     parser.add_argument("--output", type=Path, default=RESULTS, help="results folder")
     parser.add_argument("--name", default=NAME, help="result file name")
-    args = parser.parse_args(argv)
+
+
+def run_benchmark(args: argparse.Namespace, command: str) -> int:
     if any("=" not in item for item in args.set):
-        parser.error("--set takes KEY=VALUE")
+        raise UsageError("--set takes KEY=VALUE")
     settings = Settings.load(args.config, dict(item.split("=", 1) for item in args.set))
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="thinkserve-ocr-") as work:
         stats = measure(settings, args.dataset, args.pages, args.dpi or settings.ingest.ocr_dpi,
                         args.concurrency or settings.ingest.ocr_concurrency, Path(work),
                         lambda m: print(f"* {m}", file=sys.stderr, flush=True), args.slides, args.rounds)
-    payload, markdown = report(stats, invocation(NAME, argv if argv is not None else sys.argv[1:]), time.monotonic() - started)
+    payload, markdown = report(stats, command, time.monotonic() - started)
     write_and_show(args.name, payload, markdown, args.output)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """The orchestrator's own time per query on a large collection: everything but waiting on a model.
 
-    python -m thinkserve_bench.scripts.own_time [--documents 100 --chunks-per-document 1000] [--queries 200] [--index hnsw]
+    thinkserve-bench own_time [--documents 100 --chunks-per-document 1000] [--queries 200] [--index hnsw]
                                   [--model-ms 1.0] [--commits 3] [--profile]
 
 A synthetic collection (bench/thinkserve_bench/scripts/synthetic_collection.py, 100 x 1,000 chunks by default) is written to disk
@@ -57,7 +57,7 @@ import numpy as np
 
 from orchestrator.api.convert import query_event
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import RESULTS, invocation, program, uncommitted_changes, write_results
+from thinkserve_bench.result_files import RESULTS, uncommitted_changes, write_results
 from thinkserve_bench.stats import summarize
 from orchestrator.config import Settings
 from orchestrator.knowledge.graph import pagerank as graph_engines
@@ -380,8 +380,7 @@ async def measure_queries(
     result["first_after_commit_stages_ms"] = middle["first_after_commit_stages_ms"]
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n\n")[0])
+def declare_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--documents", type=int, default=100)
     parser.add_argument("--chunks-per-document", type=int, default=1000)
     parser.add_argument("--queries", type=int, default=200)
@@ -392,8 +391,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile-route", default="simple", choices=ROUTES, help="the route --profile samples")
     parser.add_argument("--name", default=NAME)
     parser.add_argument("--output", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
 
+
+def run_benchmark(args: argparse.Namespace, command: str) -> None:
     shape = CollectionShape(documents=args.documents + args.commits, chunks_per_document=args.chunks_per_document)
     corpus = SyntheticCorpus(shape)  # its last documents are the ones committed during the run
     segments = corpus.segments()
@@ -405,7 +405,7 @@ def main(argv: list[str] | None = None) -> None:
     models = InstantModels(shape.dimension, args.model_ms / 1000)
     data_dir = Path(tempfile.mkdtemp(prefix="own-time-"))
     result: dict = {
-        "benchmark": NAME, "command": invocation(NAME, sys.argv[1:] if argv is None else argv), "machine": machine_facts(),
+        "benchmark": NAME, "command": command, "machine": machine_facts(),
         "uncommitted_changes": uncommitted_changes(), "shape": {**shape.__dict__, "documents": args.documents},
         "index": args.index, "model_ms": args.model_ms, "routes": {},
     }
@@ -509,7 +509,3 @@ def markdown(result: dict) -> str:
         lines += ["", f"pyinstrument over the steady {result.get('profile_route', 'simple').title()} queries (models at once), {where} (share of the sampled time, frames under 2% "
                   "left out):", "", "```", text.strip(), "```"]
     return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Query latency: retrieval + graph + fusion on a large synthetic collection, and the whole pipeline per route.
 
-    python -m thinkserve_bench.scripts.query_latency [--documents 100 --chunks-per-document 1000] [--queries 200]
+    thinkserve-bench query_latency [--documents 100 --chunks-per-document 1000] [--queries 200]
                                        [--rounds 5] [--part all|retrieval|pipeline]
 
 Part `retrieval` (no models): a synthetic collection of documents x chunks (bench/thinkserve_bench/scripts/synthetic_collection.py)
@@ -30,7 +30,7 @@ import numpy as np
 from thinkserve_bench.corpora.pdf_factory import write_sample_report
 from thinkserve_bench.corpora.report_corpus import write_corpus
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import invocation, program, write_results
+from thinkserve_bench.result_files import invocation, write_results
 from thinkserve_bench.stats import summarize
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import ROUTE_NAMES, Settings
@@ -292,8 +292,7 @@ def markdown(command: str, machine: dict, retrieval: dict | None, pipeline: dict
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n\n")[0])
+def declare_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--part", choices=("all", "retrieval", "pipeline"), default="all")
     parser.add_argument("--documents", type=int, default=100)
     parser.add_argument("--chunks-per-document", type=int, default=1000)
@@ -301,7 +300,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--flat-queries", type=int, default=50, help="queries on the exact Flat index (slow at 100k)")
     parser.add_argument("--kinds", nargs="+", default=["hnsw", "flat"])
     parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args(argv)
+
+
+def run_benchmark(args: argparse.Namespace, command: str) -> None:
     command = invocation(NAME, [
         f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in vars(args).items()
     ])
@@ -316,7 +317,3 @@ def main(argv: list[str] | None = None) -> None:
     json_path, md_path = write_results(NAME, payload, markdown(command, machine, retrieval, pipeline))
     print(md_path.read_text())
     print(f"results: {json_path}, {md_path}")
-
-
-if __name__ == "__main__":
-    main()

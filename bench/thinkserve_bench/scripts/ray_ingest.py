@@ -1,6 +1,6 @@
 """`thinkserve ingest` with and without --ray on the same generated corpus: does the Ray fan-out path pay off here?
 
-    python -m thinkserve_bench.scripts.ray_ingest [--documents 8] [--pages 16] [--concurrency 2] [--ray-cpus 2] [--address HOST:PORT]
+    thinkserve-bench ray_ingest [--documents 8] [--pages 16] [--concurrency 2] [--ray-cpus 2] [--address HOST:PORT]
 
 Runs against a real orchestrator (started here in a child process with Triton, default ingest settings, unless
 --address names one) through the same code as the CLI (orchestrator/client/ingest_batch.ingest_paths). After a warm-up
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from thinkserve_bench.corpora.report_corpus import write_corpus
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import invocation, program, write_results
+from thinkserve_bench.result_files import write_results
 from thinkserve_bench.target import own_deployment
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
@@ -152,8 +152,7 @@ def report(stats: dict, command: str, machine: dict, documents: int, pages_per_d
     return payload, "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n")[0])
+def declare_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--address", help="a running orchestrator (default: start Triton + orchestrator here)")
     parser.add_argument("--config", type=Path, help="settings file (TOML); default: the built-in tiny profile")
     parser.add_argument("--documents", type=int, default=8)
@@ -161,8 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=2, help="uploads in flight (as `thinkserve ingest`)")
     parser.add_argument("--ray-cpus", type=int, default=2, help="CPUs of the local Ray cluster")
     parser.add_argument("--output", type=Path, default=None, help="results folder (default: bench/results)")
-    args = parser.parse_args(argv)
-    command = invocation(NAME, argv if argv is not None else sys.argv[1:])
+
+
+def run_benchmark(args: argparse.Namespace, command: str) -> int:
     settings = Settings.load(args.config)
     ray = RayOptions(num_cpus=args.ray_cpus, mineru=mineru_options(settings.ingest))
 
@@ -181,7 +181,3 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown)
     print(f"written: {', '.join(map(str, paths))}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Read replicas: how far behind the writer a replica serves, and what the writer's lock and following cost.
 
-    python -m thinkserve_bench.scripts.read_replica [--documents 20] [--chunks-per-document 1000] [--commits 100] [--interval 1.0]
+    thinkserve-bench read_replica [--documents 20] [--chunks-per-document 1000] [--commits 100] [--interval 1.0]
 
 A synthetic collection (bench/thinkserve_bench/scripts/synthetic_collection.py, no models) is written to disk. This process is the
 writer (KnowledgeBase with warm=True, as `serve` runs it: it holds the folder's lock and builds its own
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import RESULTS, invocation, program, uncommitted_changes, write_results
+from thinkserve_bench.result_files import RESULTS, uncommitted_changes, write_results
 from thinkserve_bench.stats import summarize
 from orchestrator.config import Settings
 from orchestrator.knowledge.storage.indexes import IndexSpec
@@ -73,8 +73,7 @@ def lock_cost_us(rounds: int = 200) -> float:
     return float(np.median(samples))
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n\n")[0])
+def declare_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--documents", type=int, default=20)
     parser.add_argument("--chunks-per-document", type=int, default=1000)
     parser.add_argument("--commits", type=int, default=100)
@@ -84,7 +83,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--name", default=NAME)
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--replica", type=Path, help=argparse.SUPPRESS)  # run as the replica process
-    args = parser.parse_args(argv)
+
+
+def run_benchmark(args: argparse.Namespace, command: str) -> None:
     if args.replica:
         return replica(args.replica, args.interval, args.index)
 
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
         collection = writer.collection(COLLECTION)
         wait_warm(collection.snapshot)
         follower = subprocess.Popen(
-            [sys.executable, "-m", "thinkserve_bench.scripts.read_replica", "--replica", str(data_dir), "--interval", str(args.interval),
+            [sys.executable, "-m", "thinkserve_bench", "read_replica", "--replica", str(data_dir), "--interval", str(args.interval),
              "--index", args.index],
             stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[3],
         )
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
     result = {
-        "benchmark": NAME, "command": invocation(NAME, sys.argv[1:] if argv is None else argv), "machine": machine_facts(),
+        "benchmark": NAME, "command": command, "machine": machine_facts(),
         "uncommitted_changes": uncommitted_changes(), "shape": {**shape.__dict__, "documents": args.documents},
         "index": args.index, "interval_s": args.interval,
         "lag": {kind: summarize(samples) for kind, samples in lags.items()},
@@ -197,7 +198,3 @@ def markdown(result: dict) -> str:
         "nothing per query.",
         "",
     ])
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Page-level retrieval quality of the query pipeline: hybrid retrieval against each single signal, in one run.
 
-    python -m thinkserve_bench.scripts.retrieval_quality [--documents 6] [--pages 6] [--seed 7] [--ablations] [--config FILE]
+    thinkserve-bench retrieval_quality [--documents 6] [--pages 6] [--seed 7] [--ablations] [--config FILE]
 
 The project's claim is that hybrid retrieval (dense + BM25 over passages and pages + graph, fused) beats the
 best single signal. This measures it end to end: a full deployment (the real tritonserver with every model,
@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 from thinkserve_bench.corpora.quality_corpus import QUESTION_TYPES, Corpus, Question, write_quality_corpus
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import invocation, program, uncommitted_changes, write_results
+from thinkserve_bench.result_files import uncommitted_changes, write_results
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
 from orchestrator.server.deployment import running
@@ -257,16 +257,16 @@ def report(stats: dict, corpus: Corpus, command: str, machine: dict, settings: S
     return payload, "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n")[0])
+def declare_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="settings file (TOML); default: the built-in tiny profile")
     parser.add_argument("--documents", type=int, default=6)
     parser.add_argument("--pages", type=int, default=6, help="pages per generated document (one subject each)")
     parser.add_argument("--seed", type=int, default=7, help="the corpus generator's seed")
     parser.add_argument("--ablations", action="store_true", help="also run dense+bm25 and dense+graph")
     parser.add_argument("--output", type=Path, default=None, help="results folder (default: bench/results)")
-    args = parser.parse_args(argv)
-    command = invocation(NAME, argv if argv is not None else sys.argv[1:])
+
+
+def run_benchmark(args: argparse.Namespace, command: str) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="thinkserve-quality-") as scratch:
         work = Path(scratch)
@@ -287,7 +287,3 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown)
     print(f"written: {', '.join(map(str, paths))}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """What auth, admission and metrics add to a request (issue 5's goal: under 1 ms p50).
 
-    python -m thinkserve_bench.scripts.service_overhead [--rounds 300] [--tokens 100]
+    thinkserve-bench service_overhead [--rounds 300] [--tokens 100]
 
 Two measurements in one run:
 1. End to end, A/B on one Triton: a "guarded" deployment (bearer tokens, `--tokens` grants configured,
@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,7 +27,7 @@ from orchestrator.api.admission import AdmissionPool
 from orchestrator.api.gateway import Gateway
 from orchestrator.api.security import new_token
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import invocation, program, write_results
+from thinkserve_bench.result_files import write_results
 from thinkserve_bench.stats import summarize
 from thinkserve_bench.timed_calls import time_async_calls
 from orchestrator.client import AsyncThinkServeClient
@@ -150,12 +149,12 @@ def markdown(payload: dict, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n\n")[0])
+def declare_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--tokens", type=int, default=100, help="token grants configured on the guarded side")
-    args = parser.parse_args(argv)
-    command = invocation(NAME, argv if argv is not None else sys.argv[1:])
+
+
+def run_benchmark(args: argparse.Namespace, command: str) -> int:
     load_before = os.getloadavg()
     payload = {
         "machine": machine_facts(),
@@ -168,7 +167,3 @@ def main(argv: list[str] | None = None) -> int:
     json_path, md_path = write_results(NAME, payload, markdown(payload, command.strip()))
     print(md_path.read_text())
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,7 +3,7 @@
 Same tokenizer.json, same ONNX file, same onnxruntime session options and thread count as the Triton models;
 all paths measured in one run, interleaved round by round so machine noise hits them alike.
 
-    python -m thinkserve_bench.scripts.triton_overhead [--triton-url HOST:PORT] [--rounds 6] [--repeat 10]
+    thinkserve-bench triton_overhead [--triton-url HOST:PORT] [--rounds 6] [--repeat 10]
 
 Reports, per client batch size (1, 8, 32): sentences/s and latency percentiles for
   in-process          tokenizer + onnxruntime in this process (no Triton)
@@ -28,7 +28,7 @@ from thinkserve_backend.tokenization import encode, load_tokenizer
 from tritonclient.grpc import model_config_pb2
 
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import invocation, program, write_results
+from thinkserve_bench.result_files import write_results
 from thinkserve_bench.stats import summarize
 from thinkserve_bench.timed_calls import time_async_calls, time_calls
 from orchestrator.config import TritonSettings
@@ -159,16 +159,16 @@ def report(stats: dict, command: str, machine: dict) -> tuple[dict, str]:
     return payload, "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n")[0])
+def declare_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--triton-url", help="a running Triton serving the tiny repository (default: start one)")
     parser.add_argument("--repository", type=Path, default=Path("model_repository/tiny"))
     parser.add_argument("--model-environment", type=Path, default=Path(".venv-triton"))
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--repeat", type=int, default=10, help="calls per path per round")
     parser.add_argument("--output", type=Path, default=None, help="results folder (default: bench/results)")
-    args = parser.parse_args(argv)
-    command = invocation(NAME, argv if argv is not None else sys.argv[1:])
+
+
+def run_benchmark(args: argparse.Namespace, command: str) -> int:
     server = None
     url = args.triton_url
     if not url:
@@ -184,7 +184,3 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown)
     print(f"written: {', '.join(map(str, paths))}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

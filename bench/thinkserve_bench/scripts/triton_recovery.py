@@ -1,6 +1,6 @@
 """Recovery after Triton is killed: kill -9 of tritonserver, and of one model's python stub, under steady load.
 
-    python -m thinkserve_bench.scripts.triton_recovery [--server-kills 5] [--stub-kills 3] [--rate 2] [--deadline 10]
+    thinkserve-bench triton_recovery [--server-kills 5] [--stub-kills 3] [--rate 2] [--deadline 10]
 
 A real deployment (the tiny profile, its whole model repository, launched and supervised by the orchestrator
 as `serve` does) answers the sample report's questions at a steady open-loop rate (`rate` queries per second,
@@ -34,7 +34,7 @@ import grpc
 import numpy as np
 
 from thinkserve_bench.machine import machine_facts
-from thinkserve_bench.result_files import invocation, program, write_results
+from thinkserve_bench.result_files import invocation, write_results
 from orchestrator.client import AsyncThinkServeClient
 from orchestrator.config import Settings
 from orchestrator.server.deployment import Deployment, running
@@ -337,8 +337,7 @@ def markdown(command: str, machine: dict, args, results: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog=program(NAME), description=__doc__.split("\n\n")[0])
+def declare_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server-kills", type=int, default=5)
     parser.add_argument("--stub-kills", type=int, default=3, help="per model")
     parser.add_argument("--rate", type=float, default=0.5, help="queries per second (open loop), well below capacity")
@@ -348,7 +347,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lexical-fallback", action=argparse.BooleanOptionalAction, default=True,
                         help="retrieval.lexical_fallback (off: the server as before lexical mode, for the comparison)")
     parser.add_argument("--name", default=NAME, help="result file name")
-    args = parser.parse_args(argv)
+
+
+def run_benchmark(args: argparse.Namespace, command: str) -> None:
     command = invocation(NAME, [
         f"--{k.replace('_', '-')}" if v is True else f"--no-{k.replace('_', '-')}" if v is False else f"--{k.replace('_', '-')} {v}"
         for k, v in vars(args).items()])
@@ -360,7 +361,3 @@ def main(argv: list[str] | None = None) -> None:
     json_path, md_path = write_results(args.name, payload, markdown(command, machine, args, results))
     print(md_path.read_text())
     print(f"results: {json_path}, {md_path}")
-
-
-if __name__ == "__main__":
-    main()

@@ -14,7 +14,7 @@ computed once per document and stored with its segment):
   over the runs at query time for the question's few words, and the term weights are computed then, so a run
   never depends on the documents beside it and is shared by every snapshot that holds it.
 
-Scores equal those of an index built from scratch over the same texts (tests/unit/test_incremental_lexical.py,
+Scores equal those of an index built from scratch over the same texts (tests/orchestrator/knowledge/test_incremental_lexical.py,
 a property test over any sequence of adds, replacements and deletes). No library fitted this commit model:
 `bm25s` precomputes weights against the corpus statistics and rebuilds to add a text; `tantivy` keeps its own
 segment files and commit point beside ours, which the manifest switch could no longer make atomic.

@@ -18,7 +18,7 @@ from orchestrator.knowledge.storage.snapshot import Snapshot
 from orchestrator.pipeline.plan import QueryOptions
 from orchestrator.pipeline.query import QueryInput
 from tests.segment_factory import commit, make_segment
-from tests.unit.test_recorded_answers import COLLECTION, SHAPE, InstantModels, SyntheticCorpus, _pipeline
+from tests.orchestrator.pipeline.test_recorded_answers import COLLECTION, SHAPE, InstantModels, SyntheticCorpus, _pipeline
 
 
 def tracked(obj) -> bool:

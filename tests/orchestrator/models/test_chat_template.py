@@ -10,7 +10,7 @@ from orchestrator.errors import TritonUnavailableError
 from orchestrator.models.chat_template import ChatTemplate, chat_template_of
 from orchestrator.models.protocol import GeneratorFacts
 from tests.model_double import CHATML_TEMPLATE
-from tests.unit.test_query_control_flow import LLAMA3_TEMPLATE
+from tests.orchestrator.pipeline.test_query_control_flow import LLAMA3_TEMPLATE
 
 # Mistral's v0.1 format: no system role (it raises), bos_token read from the variables.
 MISTRAL_TEMPLATE = (

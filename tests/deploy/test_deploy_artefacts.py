@@ -86,7 +86,7 @@ def test_every_metric_the_dashboard_and_alerts_query_is_exported():
     ours, triton = queried_families()
     assert len(ours) >= 15 and len(triton) >= 5  # the parse found the metrics, not nothing
     assert ours <= exported, sorted(ours - exported)
-    recorded = json.loads((ROOT / "tests" / "unit" / "trtllm_recorded" / "triton_metric_families.json").read_text())
+    recorded = json.loads((ROOT / "tests" / "backend" / "trtllm_recorded" / "triton_metric_families.json").read_text())
     assert triton <= set(recorded["families"]), sorted(triton - set(recorded["families"]))
 
 

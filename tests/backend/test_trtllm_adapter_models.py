@@ -1,5 +1,5 @@
 """The TensorRT-LLM adapter models' wiring (models/trtllm_adapter.py), against an engine replaying the recorded
-responses (tests/unit/trtllm_recorded): what reaches the engine, what the client is sent, cancellation, errors.
+responses (tests/backend/trtllm_recorded): what reaches the engine, what the client is sent, cancellation, errors.
 
 No TensorRT-LLM runs anywhere here, and Triton's python API exists only inside its stub: this module gives the
 adapter a stand-in of that API (`triton_python_backend_utils`), with a BLS call that plays a recording. The
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-from tests.unit.test_trtllm_adapter import EOS, RECORDED, VOCAB, VOCAB_SIZE, array, load
+from tests.backend.test_trtllm_adapter import EOS, RECORDED, VOCAB, VOCAB_SIZE, array, load
 
 FINAL = 1
 

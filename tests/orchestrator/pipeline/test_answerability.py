@@ -15,15 +15,8 @@ from orchestrator.api.convert import final_answer
 from orchestrator.config import Settings
 from orchestrator.knowledge.ingest import Ingestor
 from orchestrator.knowledge.storage.registry import KnowledgeBase
-from orchestrator.pipeline.answerability import (
-    FEATURES,
-    LEXICAL_FEATURES,
-    MODEL_FILE,
-    SEMANTIC_FEATURES,
-    AnswerabilityModel,
-    answerability_features,
-    load_models,
-)
+from orchestrator.models.answerability import FEATURES, LEXICAL_FEATURES, MODEL_FILE, SEMANTIC_FEATURES, AnswerabilityModel, load_models
+from orchestrator.pipeline.answerability import answerability_features
 from orchestrator.pipeline.events import EvidenceEvent, FinalAnswerEvent
 from orchestrator.pipeline.fusion import ScoredCandidate
 from orchestrator.pipeline.plan import QueryOptions

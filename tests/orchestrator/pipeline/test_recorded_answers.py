@@ -3,13 +3,13 @@
 A small synthetic collection (bench/thinkserve_bench/scripts/synthetic_collection.py, exact Flat indexes) is asked 20 questions on
 each route through the query pipeline the server runs, with the own-time benchmark's stand-in models
 (deterministic vectors, no time). The evidence list of each (ids, order, every signal to 6 decimals) and the
-extractive answer with its citations must equal what tests/unit/recorded_answers.json holds: it was recorded
+extractive answer with its citations must equal what tests/orchestrator/pipeline/recorded_answers.json holds: it was recorded
 before the own-time work of issue 21 (from commit 3c80897) and is rewritten only on purpose. Once so far: when
 the Simple route stopped expanding the graph, its 20 entries lost the "graph" in `found_by` and their
 structural signal (weight 0), and nothing else changed (same evidence, order, other signals, answers, citations).
 To rewrite it:
 
-    THINKSERVE_RECORD_ANSWERS=1 .venv/bin/python -m pytest tests/unit/test_recorded_answers.py
+    THINKSERVE_RECORD_ANSWERS=1 .venv/bin/python -m pytest tests/orchestrator/pipeline/test_recorded_answers.py
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from tests.conftest import ROOT
 
 def run(module: str, tmp_path, *args: str) -> dict:
     done = subprocess.run(
-        [sys.executable, "-m", f"thinkserve_bench.scripts.{module}", *args, "--output", str(tmp_path), "--name", "smoke"],
+        [sys.executable, "-m", "thinkserve_bench", module, *args, "--output", str(tmp_path), "--name", "smoke"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
