@@ -4,7 +4,7 @@
    before package discovery, so the modules always match the grpcio-tools/protobuf pins in pyproject's
    build requirements.
 2. The model compiler's package, thinkserve_build, lives in compiler/ (its name cannot shadow PyPA's `build`); the
-   benchmarks' package, thinkserve_bench, lives in bench/ beside its results (bench/results/, not installed).
+   benchmarks' package, thinkserve_bench, lives in benchmarks/ beside its results (benchmarks/results/, not installed).
 """
 
 import re
@@ -51,11 +51,11 @@ packages = find_packages(include=["orchestrator", "orchestrator.*"])
 if "orchestrator.api._generated" not in packages:
     packages.append("orchestrator.api._generated")
 
-bench_packages = ["thinkserve_bench"] + [f"thinkserve_bench.{name}" for name in find_packages("bench/thinkserve_bench")]
+bench_packages = ["thinkserve_bench"] + [f"thinkserve_bench.{name}" for name in find_packages("benchmarks/thinkserve_bench")]
 
 setup(
     packages=packages + ["thinkserve_build"] + bench_packages,
-    package_dir={"thinkserve_build": "compiler/thinkserve_build", "thinkserve_bench": "bench/thinkserve_bench"},
+    package_dir={"thinkserve_build": "compiler/thinkserve_build", "thinkserve_bench": "benchmarks/thinkserve_bench"},
     # the web console's static files; the answerability model the query pipeline ships with
     package_data={"orchestrator.api": ["console/*"], "orchestrator.models": ["answerability-v*.json"]},
 )

@@ -1,5 +1,5 @@
 """`python -m orchestrator ...` is `thinkserve ...`, for a checkout that is not pip-installed (the benchmarks'
-command likewise: `PYTHONPATH=bench python -m thinkserve_bench ...`)."""
+command likewise: `PYTHONPATH=benchmarks python -m thinkserve_bench ...`)."""
 
 import sys
 

@@ -177,12 +177,12 @@ class StorageSettings(_Section):
     # HNSW / IVF indexes are stored (so a restart need not build them) once the documents appended since the last
     # write hold this many vectors, and after a delete or replacement: at a million vectors a write is 3 GB, and a
     # restart adds what was appended since (about 4 s for 20,000 HNSW vectors on 2 cores, estimated from the
-    # build rate of bench/results/collection_restart.md). 0: at every commit.
+    # build rate of benchmarks/results/collection_restart.md). 0: at every commit.
     index_write_vectors: int = Field(20_000, ge=0)
     # With warm_snapshots, a snapshot holding at least this many passages and units whose graph is built from
     # every document (where it cannot be made from the previous graph: an append extends it and a delete cuts it
     # down, at about the cost of the document) is published before its graph is built (3.9 s at 100,000 chunks,
-    # bench/results/incremental_commit.md); until it is there its queries go without the graph, saying so
+    # benchmarks/results/incremental_commit.md); until it is there its queries go without the graph, saying so
     # in degraded_reason. Smaller collections build it first: it takes well under a second there. 0: always
     # publish first.
     publish_before_graph_rows: int = Field(20_000, ge=0)
@@ -267,7 +267,7 @@ class RetrievalSettings(_Section):
     # Fusion (pipeline/fusion.py): "weighted" is the weighted mean of the signals' values (the lexical ones raised
     # to lexical_exponent); "rrf" sums weight / (rrf_k + rank) over the signals that found a candidate. Every signal
     # is in [0, 1] and reported either way. The weights and exponent were chosen on the dev PDFs and the generated
-    # corpus together (bench/results/mmlongbench-dev/document_qa.md, retrieval_quality.md): the lexical signals together weigh
+    # corpus together (benchmarks/results/mmlongbench-dev/document_qa.md, retrieval_quality.md): the lexical signals together weigh
     # as much as the semantic one; squared, a partial match counts little.
     fusion: Literal["weighted", "rrf"] = "weighted"
     rrf_k: float = Field(60.0, gt=0)  # the usual constant of reciprocal rank fusion: a top rank is not a landslide
@@ -276,7 +276,7 @@ class RetrievalSettings(_Section):
     lexical_weight: float = Field(0.5, ge=0)  # BM25 over the question's IDF mass (how much of it a passage matches)
     page_lexical_weight: float = Field(0.5, ge=0)  # the same for the candidate's whole page
     # Graph score (mean PageRank of the entities extracted from it). 0: on the real-document benchmark a weight of
-    # 0.5 gave page R@1/R@5 0.400/0.664 against 0.404/0.664 at 0 (bench/results/mmlongbench-dev/document_qa-structural.md);
+    # 0.5 gave page R@1/R@5 0.400/0.664 against 0.404/0.664 at 0 (benchmarks/results/mmlongbench-dev/document_qa-structural.md);
     # the graph still runs, brings candidates and is reported.
     structural_weight: float = Field(0.0, ge=0)
     modality_weight: float = Field(0.2, ge=0)  # match with the question's preferred block types
@@ -347,7 +347,7 @@ class UncertaintySettings(_Section):
     # What the judger reads of a probe answer (orchestrator/pipeline/uncertainty.py): "entropy", the mean token
     # entropy of a greedy probe (the paper's; on the gpu target the probe alone streams the logits it needs);
     # "surprisal", the mean -log p of a probe sampled at temperature 1, which needs only the chosen tokens'
-    # log-probabilities (never any logits), at the cost of decisions that differ (bench/results/judger_measures.md).
+    # log-probabilities (never any logits), at the cost of decisions that differ (benchmarks/results/judger_measures.md).
     measure: Literal["entropy", "surprisal"] = "entropy"
     probe_seed: int = 0  # the surprisal probe's sampling seed: one question, one decision
     # The measure's value (nats) above which a probe answer is uncertain; None: the LLM's own threshold for the
@@ -375,7 +375,7 @@ class AnswerSettings(_Section):
     extractive_candidates: int = Field(16, ge=1)  # sentences embedded per answer (most shared words first)
     # The short answer (FinalAnswer.short_answer: the asked-for value alone). Off by default: on the dev PDFs a
     # short answer was given for 53% of the short-answer questions and held the expected value for 2.5% of them
-    # (bench/results/mmlongbench-dev/document_qa-answers.md), too often wrong to show a user unasked.
+    # (benchmarks/results/mmlongbench-dev/document_qa-answers.md), too often wrong to show a user unasked.
     short_answer: bool = False
     # With less time than this left before the deadline the LLM is not started: the extractive answer is
     # given instead, flagged as degraded. The same answer replaces an LLM that fails or runs out of time.

@@ -231,7 +231,7 @@ def hf() -> Profile:
 def standin() -> Profile:
     """The hf profile's architectures at their published sizes with random weights, built offline (the `standin-*`
     recipes, dimensions from thinkserve_build.standins): what a GPU machine without hub access serves to measure
-    the hf deployment's costs (bench/thinkserve_bench/gpu). Lengths, contexts and serving options are hf's; the answers are noise."""
+    the hf deployment's costs (benchmarks/thinkserve_bench/gpu). Lengths, contexts and serving options are hf's; the answers are noise."""
     real = hf()
     recipe = {"embedder": "standin-embedder", "reranker": "standin-reranker", "llm": "standin-llm", "vlm": "standin-vlm"}
     return replace(

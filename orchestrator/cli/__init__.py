@@ -218,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--samples", type=Path, nargs="+", default=[Path("samples/northwind-2024-annual-report.md")])
     demo.add_argument("--questions", type=Path, default=Path("samples/questions.txt"))
     demo.set_defaults(run=cmd_demo)
-    # The benchmarks are a command of their own, `thinkserve-bench` (bench/thinkserve_bench/), which imports this
+    # The benchmarks are a command of their own, `thinkserve-bench` (benchmarks/thinkserve_bench/), which imports this
     # package; nothing here imports it.
     return parser
 

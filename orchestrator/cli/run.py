@@ -1,6 +1,6 @@
 """How a command line runs one command: its logging, and errors as one line naming the cause (never a traceback
 wall; -v shows it), Ctrl-C as status 130. Shared by `thinkserve` (orchestrator/cli/) and the benchmarks' command
-`thinkserve-bench` (bench/thinkserve_bench/command.py), which imports it: neither imports the other."""
+`thinkserve-bench` (benchmarks/thinkserve_bench/command.py), which imports it: neither imports the other."""
 
 from __future__ import annotations
 

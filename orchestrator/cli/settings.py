@@ -1,6 +1,6 @@
 """The settings a `thinkserve` command runs with: its --config file, the global options that override it, and the
 THINKSERVE_SECTION__KEY environment variables. Shared by the CLI (orchestrator/cli/) and the benchmarks' command
-`thinkserve-bench` (bench/thinkserve_bench/command.py): neither imports the other for it."""
+`thinkserve-bench` (benchmarks/thinkserve_bench/command.py): neither imports the other for it."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ relation mentions, lists). A collection of a generation walks every object in it
 meanwhile: a full collection took 1.4-1.5 s on the 2-vCPU development VM, and no query of the process ran
 during it. Built with the collector paused (graph builds), they all sat in the youngest generation, so the first
 three collections after (youngest, middle, full) each walked all of them: stalls of 1.2-1.6 s that the first
-queries after a start paid (bench/results/own_time.md).
+queries after a start paid (benchmarks/results/own_time.md).
 
 These structures live as long as their snapshot and make no reference cycles, so once a snapshot is built they
 are moved to the permanent generation (gc.freeze), which collections never walk. Reference counting still frees

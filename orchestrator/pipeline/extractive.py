@@ -9,7 +9,7 @@ its citation names that block's page and bbox. The short answer is the value of 
 span in that sentence. It is the tiny profile's answer, and every profile's fallback when the LLM is down or the
 deadline is near; without the embedder it ranks by the shared words alone, and says so.
 
-Measured and not kept (bench/results/mmlongbench-dev/document_qa-answers-tried.md): scoring by the
+Measured and not kept (benchmarks/results/mmlongbench-dev/document_qa-answers-tried.md): scoring by the
 question's words weighted by the collection's idf, its numbers and the asked-for type, keeping the best sentence
 and a second only for the missing type. On the dev PDFs the answer then held the expected answer for 0.105 of
 the short-answer questions against 0.150, and its first citation was on an evidence page for 0.506 against 0.553.

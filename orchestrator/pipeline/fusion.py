@@ -14,8 +14,8 @@ Two ways to combine them (retrieval.fusion):
   scores the weighted sum of 1 / (rrf_k + rank); modality adds its weight times the preference at rank 1. It
   needs no common scale, but it gives the best of weak matches a full first rank: on the generated corpus a
   paraphrase sharing one word with a wrong page was answered from that page (hybrid Recall@1 0.62 against
-  0.89 weighted, bench/results/retrieval_quality-rrf/), while on the real PDFs the two are within noise
-  of each other (R@1/R@5 0.416/0.652 against 0.404/0.664, bench/results/mmlongbench-dev/document_qa-rrf.md).
+  0.89 weighted, benchmarks/results/retrieval_quality-rrf/), while on the real PDFs the two are within noise
+  of each other (R@1/R@5 0.416/0.652 against 0.404/0.664, benchmarks/results/mmlongbench-dev/document_qa-rrf.md).
 Either way the fused score is divided by the most a candidate could score, so it lies in [0, 1] whatever is
 switched off, and the final score blends in the cross-encoder when it ran.
 """

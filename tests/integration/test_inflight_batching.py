@@ -253,7 +253,7 @@ def test_the_torch_target_serves_its_generators_batched():
 
 
 def test_the_batching_benchmark_runs_and_finds_the_same_tokens(tmp_path, triton_settings):
-    """bench/thinkserve_bench/scripts/generator_batching.py, small: both copies served, every stream's tokens
+    """benchmarks/thinkserve_bench/scripts/generator_batching.py, small: both copies served, every stream's tokens
     compared with the same prompt generated alone."""
     from thinkserve_bench.result_files import read_json
     from thinkserve_bench.command import main as benchmark

@@ -20,10 +20,10 @@ Offline and private by construction:
   parse). In subprocess mode the worker process also installs an audit hook that refuses every non-loopback
   lookup and connection, so neither telemetry nor a model download can leave the machine from it.
 
-Modes, measured on the 2-core machine with the 3-page test report (bench/thinkserve_bench/corpora/pdf_factory.py):
+Modes, measured on the 2-core machine with the 3-page test report (benchmarks/thinkserve_bench/corpora/pdf_factory.py):
 - "subprocess" (default): a fresh `python -m orchestrator.knowledge.parsing.mineru` per document, 2.2-3.2 s wall
   (imports, then the first parse in a process ~1.8 s), peak RSS ~140 MB, freed when it exits. 2,000 pages
-  (bench/thinkserve_bench/corpora/pdf_factory.write_long_pdf): 23 s and a peak RSS of 1.05 GB, which grows with the page count.
+  (benchmarks/thinkserve_bench/corpora/pdf_factory.write_long_pdf): 23 s and a peak RSS of 1.05 GB, which grows with the page count.
   A crash, a leak or a hang costs only that child; `timeout_s` kills its whole process group; settings apply
   per call through the child's environment.
 - "inprocess": the first parse ~1.8 s, later ones ~0.1 s, but MinerU then lives in the caller's process:

@@ -2,7 +2,7 @@
 
 The extractive answer reads the sentences of the evidence a query returns. Splitting them, normalising their
 spaces, finding their BM25 terms and counting their embedder tokens depend on the record alone, and took about a
-fifth of a Simple query's own time (bench/results/own_time.md), so the ingest cuts them with the segment
+fifth of a Simple query's own time (benchmarks/results/own_time.md), so the ingest cuts them with the segment
 (`sentences-v<N>.jsonl`, one line per evidence row) and a query reads the lines of the rows it cites. A segment
 written before the file existed, or whose file cannot be read, has its records' sentences cut when a query
 reads them, as here but without token counts (counted then, as before).

@@ -204,7 +204,7 @@ class VectorIndex:
     Appending (a commit adding a document) does not copy the index: the new one shares it and keeps the vectors
     appended since in an exact Flat *tail*, searched beside it, until the tail reaches tail_limit and is merged
     in (a copy of the index, once per tenth of its size). Copying the index per commit cost 0.5 s of a 1 s
-    commit at 100,000 chunks (bench/results/incremental_commit.md).
+    commit at 100,000 chunks (benchmarks/results/incremental_commit.md).
 
     Removing rows (a deleted or replaced document's) does not rebuild it either: the new index shares the old
     one and skips the removed ids in its searches (a FAISS ID selector), the rows after them moving up; past

@@ -1,7 +1,7 @@
 """The BM25 lexical index, kept as a log-structured merge of runs so that a commit costs about its own document.
 
 A collection's BM25 index covers every text of its documents, in manifest order. Rebuilding it per commit cost
-0.56 s at 100,000 chunks (bench/results/incremental_commit.md), paid again after every ingest. Here an
+0.56 s at 100,000 chunks (benchmarks/results/incremental_commit.md), paid again after every ingest. Here an
 index is a sequence of immutable *runs*, each the merged token counts of consecutive documents (`TermCounts`,
 computed once per document and stored with its segment):
 

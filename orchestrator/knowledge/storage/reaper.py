@@ -9,7 +9,7 @@ Only what nothing else holds is emptied (sys.getrefcount): a newer graph that ex
 its containers, and a running query may still hold the snapshot (it is then retried later, or left to its last
 holder). A collection hands it only snapshots whose graph the new one does not extend (deletes, replacements):
 after an append the replaced snapshot shares most of its graph and is freed where it is dropped, quickly; emptying
-it here cost the next queries more (bench/results/incremental_commit.md, measured both ways).
+it here cost the next queries more (benchmarks/results/incremental_commit.md, measured both ways).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Recorded answers: work moved off the query path must not change what a query returns.
 
-A small synthetic collection (bench/thinkserve_bench/scripts/synthetic_collection.py, exact Flat indexes) is asked 20 questions on
+A small synthetic collection (benchmarks/thinkserve_bench/scripts/synthetic_collection.py, exact Flat indexes) is asked 20 questions on
 each route through the query pipeline the server runs, with the own-time benchmark's stand-in models
 (deterministic vectors, no time). The evidence list of each (ids, order, every signal to 6 decimals) and the
 extractive answer with its citations must equal what tests/orchestrator/pipeline/recorded_answers.json holds: it was recorded
