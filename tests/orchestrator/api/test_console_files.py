@@ -24,7 +24,10 @@ def test_the_console_is_served_with_its_own_origin_policy():
         policy = page.headers["content-security-policy"]
         assert "default-src 'self'" in policy and "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
         assert page.headers["x-content-type-options"] == "nosniff"
-        for asset, kind in (("console.js", "javascript"), ("console.css", "text/css")):
+        assert '<script type="module" src="console.js">' in page.text  # the entry; it imports the other modules
+        scripts = sorted(path.name for path in CONSOLE_FILES.glob("*.js"))
+        assert len(scripts) > 1
+        for asset, kind in [*((name, "javascript") for name in scripts), ("console.css", "text/css")]:
             response = http.get(f"/console/{asset}")
             assert response.status_code == 200 and kind in response.headers["content-type"]
         assert http.get("/", follow_redirects=False).headers["location"] == "/console/"
