@@ -14,6 +14,10 @@ from typing import Optional
 SCRIPTS_PACKAGE = "thinkserve_bench.scripts"
 SCRIPTS_DIR = Path(__file__).parent / "scripts"
 BENCHMARK_FUNCTIONS = {"declare_options", "run_benchmark"}
+# The GPU machine's tools keep their own entry: they start on its bare python3 (PYTHONPATH=benchmarks), before the
+# pack that holds the front door's dependencies is on the path (gpu/README.md). Listed in --help all the same.
+GPU_DIR = Path(__file__).parent / "gpu"
+GPU_TOOLS = ("pack", "run_on_device", "measurements", "gpu_report", "graph_pagerank", "corpus")
 
 
 class UsageError(Exception):
@@ -27,8 +31,8 @@ def name_of(token: str) -> str:
 
 
 @cache
-def _parsed(name: str) -> ast.Module:
-    return ast.parse((SCRIPTS_DIR / f"{name}.py").read_text())
+def _parsed(name: str, folder: Path = SCRIPTS_DIR) -> ast.Module:
+    return ast.parse((folder / f"{name}.py").read_text())
 
 
 @cache
@@ -45,10 +49,10 @@ def script_names() -> tuple[str, ...]:
     return tuple(names)
 
 
-def summary(name: str, width: Optional[int] = 96) -> str:
+def summary(name: str, width: Optional[int] = 96, folder: Path = SCRIPTS_DIR) -> str:
     """The first sentence of the script's docstring, cut at a word within `width` characters; the whole first
     paragraph when `width` is None (the script's own --help)."""
-    paragraph = " ".join((ast.get_docstring(_parsed(name)) or "").split("\n\n")[0].split())
+    paragraph = " ".join((ast.get_docstring(_parsed(name, folder)) or "").split("\n\n")[0].split())
     if width is None:
         return paragraph
     sentence = paragraph.partition(". ")[0].rstrip(".")
@@ -73,4 +77,7 @@ def listing(modes: dict[str, str]) -> str:
     lines += [f"  {name:<{width}}{text}" for name, text in modes.items()]
     lines += ["", "benchmark scripts (their options: thinkserve-bench NAME --help):"]
     lines += [f"  {name:<{width}}{summary(name)}" for name in script_names()]
+    lines += ["", "the GPU machine's tools (their own entry, run there; gpu/README.md):",
+              "  PYTHONPATH=benchmarks python3 -m thinkserve_bench.gpu.NAME --help"]
+    lines += [f"  {name:<{width}}{summary(name, folder=GPU_DIR)}" for name in GPU_TOOLS]
     return "\n".join(lines)
