@@ -93,6 +93,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.benchmark in MODES:
         return run_command("thinkserve-bench", args, cmd_bench)
     name = script(args.benchmark)
+    del args.benchmark  # a script sees its own options only (some record vars(args) as their command)
     try:
         result = import_script(name).run_benchmark(args, invocation(name, argv[1:]))
     except UsageError as error:

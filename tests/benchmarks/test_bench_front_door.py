@@ -87,3 +87,12 @@ def test_the_old_second_door_names_the_front_door_instead_of_doing_nothing():
                           capture_output=True, text=True)
     assert done.returncode == 1
     assert "thinkserve-bench ingest --documents 3" in done.stderr
+
+
+def test_a_script_is_handed_its_own_options_only(monkeypatch):
+    from thinkserve_bench.scripts import service_overhead
+
+    seen = {}
+    monkeypatch.setattr(service_overhead, "run_benchmark", lambda args, command: seen.update(vars(args), command=command))
+    assert command.main(["service-overhead", "--rounds", "3"]) == 0
+    assert seen == {"rounds": 3, "tokens": 100, "command": "thinkserve-bench service_overhead --rounds 3"}
