@@ -94,6 +94,27 @@ def test_a_replay_gives_the_logits_the_in_process_stream_chose_from(batched, tmp
         model.close()
 
 
+@needs_tiny_torch
+def test_the_in_process_side_falls_back_as_the_served_model_does(monkeypatch):
+    """A batch decoder that fails its check at load (a transformers whose attention ignores the cache it is handed)
+    makes the served model generate one sequence per thread (models.generator); the in-process side does the same
+    and says why, instead of failing the whole generators part on the GPU machine's transformers."""
+    from thinkserve_backend.torch_batch_decoding import BatchDecoder
+
+    def failing_check(self):
+        raise RuntimeError("the batch decoder's check at load failed: batched logits differ")
+
+    monkeypatch.setattr(BatchDecoder, "self_check", failing_check)
+    model = generator_measurements.InProcessGenerator(TINY_TORCH, contracts.LLM.name, "cpu")
+    try:
+        assert model.batcher is None and model.scheduling == "one generation per thread"
+        assert "batched logits differ" in model.no_batching_reason
+        (stream,) = model.level(["revenue growth quarter region margin report"], [], 4)
+        assert stream.tokens >= 1 and not stream.error
+    finally:
+        model.close()
+
+
 # ---------------------------------------------------------------- rounds until precise
 
 

@@ -177,15 +177,21 @@ class InProcessGenerator:
         self.runtime = torch_generator(folder, self.vision, self.max_context, self.device, self.dtype)
         self.pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="in-process")
         self.batcher = None
+        self.no_batching_reason = ""
         if params.get("inflight_batching", "false").lower() == "true":
             from thinkserve_backend.inflight_batching import InflightBatcher
             from thinkserve_backend.torch_batch_decoding import BatchDecoder
 
             rows = int(params.get("max_batch_sequences", "8"))
-            decoder = BatchDecoder(self.runtime.decoder.modules, rows, self.max_context, self.device, self.dtype)
-            decoder.self_check()
-            self.batcher = InflightBatcher(decoder, max_waiting=1_000_000, max_prefill_tokens=int(params.get("max_prefill_tokens", "8192")),
-                                           name=f"in-process-{model}")
+            try:
+                decoder = BatchDecoder(self.runtime.decoder.modules, rows, self.max_context, self.device, self.dtype)
+                decoder.self_check()
+            except Exception as error:  # noqa: BLE001 - as the served model (models.generator): one per thread
+                self.no_batching_reason = f"the batch decoder failed its check at load ({error})"
+            else:
+                self.batcher = InflightBatcher(decoder, max_waiting=1_000_000,
+                                               max_prefill_tokens=int(params.get("max_prefill_tokens", "8192")),
+                                               name=f"in-process-{model}")
         self.scheduling = "in-flight batching" if self.batcher is not None else "one generation per thread"
         if self.vision:
             self.image_token = params["image_token"]
@@ -380,7 +386,7 @@ async def measure_generators(client: TritonClient, repository: Path, options: Op
             await triton_level(models, prompts[:warm], images, 4)
             rate = None  # tokens/s of the slower path at the last level: how long the next one will take
             for streams in options.streams:
-                needed = 20 + (2.4 * streams * options.new_tokens / rate if rate else 0)
+                needed = 20 + (4.4 * streams * options.new_tokens / rate if rate else 0)  # the warm round and one more, both paths
                 if options.left() < needed:
                     progress(f"  {name} {streams} streams: skipped, out of time")
                     record({"model": name, "streams": streams, "skipped": "out of time"})
@@ -388,7 +394,7 @@ async def measure_generators(client: TritonClient, repository: Path, options: Op
                 row = await _level(model, models, prompts[:streams], images, options, replays, progress)
                 row.update(model=name, streams=streams, prompt_positions=positions, new_tokens=options.new_tokens,
                            image_tokens=facts.image_tokens if images else 0, served_threads=model.workers,
-                           scheduling=model.scheduling,
+                           scheduling=model.scheduling, no_batching_reason=model.no_batching_reason or None,
                            batch_rows=model.batcher.decoder.slots if model.batcher else None)
                 rates = [r for r in (row["triton"].get("tokens_per_s"), row["in_process"].get("tokens_per_s")) if r]
                 rate = min(rates) if rates else rate
@@ -407,12 +413,17 @@ async def measure_generators(client: TritonClient, repository: Path, options: Op
 
 async def _level(model: InProcessGenerator, models: TritonModels, prompts: Sequence[str], images: Sequence[bytes],
                  options: Options, replays: dict, progress: Callable[[str], None]) -> dict:
-    """One level: rounds of both paths (alternating which goes first) until both tokens/s are known within
+    """One level: an untimed round of both paths, then rounds of both (alternating which goes first) until both tokens/s are known within
     `generator_precision` over at least `generator_min_rounds` rounds and `generator_min_tokens` tokens a path, or
     `generator_max_rounds` rounds ran, or the next round would not end in time; then where the tokens part."""
     local_rounds: list[list[Stream]] = []
     remote_rounds: list[list[Stream]] = []
     reason = "rounds"
+    # One untimed round of both paths at this level's streams and lengths first: on the H200 (2026-11-29) every
+    # level's first in-process round ran 2-4x slower than its later ones (new batch and sequence shapes), which
+    # left the in-process tokens/s known only to +-30-40% after six rounds.
+    model.level(prompts, images, options.new_tokens, options.deadline - 10)
+    await triton_level(models, prompts, images, options.new_tokens, options.deadline - 10)
     while True:
         began = time.monotonic()
         until = options.deadline - 10  # a round running into the deadline is cut there, not waited for

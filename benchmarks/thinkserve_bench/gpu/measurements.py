@@ -159,27 +159,21 @@ async def run(args, options: Options, progress: Callable[[str], None]) -> int:
             progress(f"round trip (text through the ensemble vs the network vs in-process): {check}")
             if not check["ok"]:
                 raise RuntimeError("the round-trip check failed: Triton's answers are wrong, nothing else is measured")
-        for part in options.parts:
-            began = time.monotonic()
-            progress(f"{part}:")
-            observer.begin()
-            if part == "encoders":
-                await measure_encoders(client, serving, options, lambda row: (results.data["encoders"].append(observed(row)), results.save()), progress)
-            elif part == "generators":
-                await measure_generators(client, serving, options, lambda row: (results.data["generators"].append(observed(row)), results.save()), progress)
-            elif part == "mix":
-                await measure_mix(client, serving, options, lambda key, value: (results.data["mix"].__setitem__(key, value), results.save()), progress,
-                                  observer)
-            elif part == "e2e":
-                await measure_end_to_end(server.endpoints.grpc, serving, results.data["profile"], args.work, options,
-                                         lambda key, value: (results.data["e2e"].__setitem__(key, value), results.save()), progress,
-                                         observer)
-            results.data.setdefault("part_seconds", {})[part] = round(time.monotonic() - began, 1)
-            results.save()
     except Exception as error:  # noqa: BLE001 - what was measured is kept; the error is reported with it
         results.data["error"] = f"{type(error).__name__}: {error}"
         progress(f"error: {results.data['error']}")
         status = 1
+    try:
+        for part in options.parts if status == 0 else ():
+            try:
+                await _measure_part(part, args, options, client, server, serving, results, observed, observer, progress)
+            except Exception as error:  # noqa: BLE001 - one part's failure leaves the next parts their time
+                message = f"{type(error).__name__}: {error}"
+                results.data.setdefault("part_errors", {})[part] = message
+                results.data.setdefault("error", f"{part}: {message}")
+                results.save()
+                progress(f"error in {part}: {message}")
+                status = 1
     finally:
         await client.close()
         server.stop()
@@ -188,6 +182,28 @@ async def run(args, options: Options, progress: Callable[[str], None]) -> int:
         results.data["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
         results.save()
     return status
+
+
+async def _measure_part(part: str, args, options: Options, client: TritonClient, server: TritonServer, serving: Path,
+                        results: Results, observed: Callable[[dict], dict], observer: UnitObserver,
+                        progress: Callable[[str], None]) -> None:
+    """One part, its rows recorded (and the results written) as they come, its seconds recorded at the end."""
+    began = time.monotonic()
+    progress(f"{part}:")
+    observer.begin()
+    if part == "encoders":
+        await measure_encoders(client, serving, options, lambda row: (results.data["encoders"].append(observed(row)), results.save()), progress)
+    elif part == "generators":
+        await measure_generators(client, serving, options, lambda row: (results.data["generators"].append(observed(row)), results.save()), progress)
+    elif part == "mix":
+        await measure_mix(client, serving, options, lambda key, value: (results.data["mix"].__setitem__(key, value), results.save()), progress,
+                          observer)
+    elif part == "e2e":
+        await measure_end_to_end(server.endpoints.grpc, serving, results.data["profile"], args.work, options,
+                                 lambda key, value: (results.data["e2e"].__setitem__(key, value), results.save()), progress,
+                                 observer)
+    results.data.setdefault("part_seconds", {})[part] = round(time.monotonic() - began, 1)
+    results.save()
 
 
 def main(argv: Optional[list[str]] = None) -> int:
