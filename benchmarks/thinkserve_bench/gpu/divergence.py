@@ -27,7 +27,8 @@ def logits_after(decoder, prompt: np.ndarray, tokens: Sequence[int],
                  embed: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> np.ndarray:
     """The next-token logits after `prompt` and `tokens`, stepped as decoding.generate steps (the prompt in one
     step, then one token a step, each through `embed` for a decoder fed embeddings), on the caller's thread's cache:
-    the same kernels and shapes as the in-process stream that produced `tokens`."""
+    the same kernels and shapes as an in-process stream generated one per thread. A stream of the in-flight batcher
+    ran batched: its replay is the same model alone, so near-ties may fall the other way (on the H200, 24 of 41)."""
     sequence = decoder.sequence()
     logits = sequence.step(prompt)
     for token in tokens:
