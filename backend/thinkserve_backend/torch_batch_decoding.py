@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from .sampling import RowSampling, TokenChoice
+from .torch_decode_graphs import BucketedSteps, DecodeGraphs
 from .torch_decoding import DeviceLogits
 from .torch_modules import GeneratorModules
 
@@ -97,6 +98,7 @@ class BatchDecoder:
         self.vocab_size = int(modules.lm_head.out_features)
         self.cache = SlotKVCache(modules.text_config, slots, capacity, device, dtype)
         self._min = torch.finfo(dtype).min
+        self._steps: Optional[BucketedSteps] = None  # None: each step eagerly at its exact shapes
 
     @property
     def slots(self) -> int:
@@ -131,15 +133,54 @@ class BatchDecoder:
     @torch.inference_mode()
     def decode(self, token_ids: Sequence[int], positions: Sequence[int]) -> torch.Tensor:
         """One token for each running row 0..n-1 (row i's last token at positions[i]); the next logits [n, vocab]."""
-        ids = torch.tensor(token_ids, dtype=torch.long, device=self.device)[:, None]
-        inputs = self.modules.embeddings(ids).to(self.dtype) if self.takes_embeddings else ids
+        if self._steps is not None:  # bucketed shapes: CUDA graphs replayed, or (tests) the same shapes eagerly
+            return self._steps(token_ids, positions)
+        ids = torch.tensor(token_ids, dtype=torch.long, device=self.device)
         where = torch.tensor(positions, dtype=torch.long, device=self.device)
-        length = max(positions) + 1
+        return self._step(ids, where, max(positions) + 1)
+
+    def _step(self, ids: torch.Tensor, where: torch.Tensor, length: int) -> torch.Tensor:
+        """The decode step on device tensors alone (ids [n], positions [n]; attends over `length` positions): what a
+        CUDA graph captures, so nothing here reads a value back to the host."""
+        inputs = self.modules.embeddings(ids[:, None]).to(self.dtype) if self.takes_embeddings else ids[:, None]
         visible = torch.arange(length, device=self.device)[None, :] <= where[:, None]
         mask = torch.zeros(visible.shape, dtype=self.dtype, device=self.device).masked_fill_(~visible, self._min)
         self.cache.writing_decode(where, length)
         hidden = self._forward(inputs, where[:, None], mask[:, None, None])
         return self.modules.lm_head(hidden[:, -1]).float()
+
+    @property
+    def decode_mode(self) -> str:
+        """How a decode step runs: "cuda graphs (N)", "bucketed" (eagerly, at the graphs' shapes) or "eager"."""
+        if isinstance(self._steps, DecodeGraphs):
+            return f"cuda graphs ({len(self._steps)})"
+        return "bucketed" if self._steps is not None else "eager"
+
+    @torch.inference_mode()
+    def use_bucketed_steps(self, min_length: int = 256) -> None:
+        """Decode at the shapes the CUDA graphs use, eagerly (on the CPU, where there are no graphs: the tests)."""
+        self._steps = BucketedSteps(self._step, self.slots, self.cache.capacity, self.device, min_length)
+
+    @torch.inference_mode()
+    def use_cuda_graphs(self, min_length: int = 256) -> str:
+        """Capture the decode step's graphs and check their logits against whole sequences (self_check); on any
+        failure keep the eager step. Returns "" when the graphs serve, else why not (for the model's log)."""
+        if self.device.type != "cuda":
+            return f"no CUDA graphs on {self.device.type}"
+        graphs = DecodeGraphs(self._step, self.slots, self.cache.capacity, self.device, min_length)
+        try:
+            graphs.capture()
+        except Exception as error:  # e.g. a forward that reads a value back to the host: not capturable
+            self._clear_cache()
+            return f"capturing the decode step failed ({type(error).__name__}: {error})"
+        self._clear_cache()
+        self._steps = graphs
+        try:
+            self.self_check()
+        except RuntimeError as error:
+            self._steps = None
+            return f"the replayed decode step failed its check ({error})"
+        return ""
 
     def _forward(self, inputs: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         primary = {"inputs_embeds": inputs} if inputs.is_floating_point() else {"input_ids": inputs}
@@ -158,8 +199,11 @@ class BatchDecoder:
         except Exception as error:
             raise RuntimeError(f"the batch decoder's check at load failed: {error}") from error
         finally:
-            for buffer in self.cache.keys + self.cache.values:
-                buffer.zero_()
+            self._clear_cache()
+
+    def _clear_cache(self) -> None:
+        for buffer in self.cache.keys + self.cache.values:
+            buffer.zero_()
 
     def _compare_with_whole_sequences(self) -> None:
         sequences = ([3, 5, 7], [11, 13, 17, 19, 23])[: self.slots]  # two rows of different lengths where there are two

@@ -10,6 +10,7 @@ import threading
 
 import numpy as np
 import pytest
+from torch.utils._python_dispatch import TorchDispatchMode
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -22,6 +23,7 @@ from thinkserve_backend.inflight_batching import (  # noqa: E402
     InflightBatcher,
 )
 from thinkserve_backend.torch_batch_decoding import BatchDecoder, kv_bytes_per_token  # noqa: E402
+from thinkserve_backend.torch_decode_graphs import bucket_of, power_buckets  # noqa: E402
 from thinkserve_backend.torch_decoding import TorchKVCacheDecoder  # noqa: E402
 from thinkserve_backend.torch_modules import GeneratorModules, TokenEmbeddings, generator_modules  # noqa: E402
 
@@ -84,22 +86,29 @@ def submit(batcher, prompt, params, collector: Collector) -> None:
     batcher.submit(BatchedGeneration(prompt, progress, collector.emit, collector.fail, collector.is_cancelled))
 
 
-def batcher_of(modules, rows: int, max_waiting: int = 64, max_prefill_tokens: int = 4096) -> InflightBatcher:
+def batcher_of(modules, rows: int, max_waiting: int = 64, max_prefill_tokens: int = 4096,
+               bucketed: bool = False) -> InflightBatcher:
     decoder = BatchDecoder(modules, rows, CONTEXT, torch.device("cpu"), torch.float32)
+    if bucketed:  # the shapes the CUDA graphs run at (rows and length rounded up), eagerly
+        decoder.use_bucketed_steps(min_length=16)
     return InflightBatcher(
         decoder, max_waiting=max_waiting, max_prefill_tokens=max_prefill_tokens, name="test", cancel_check_interval_s=0.0,
     )
 
 
-def test_requests_joining_a_running_batch_get_the_tokens_they_get_alone(modules):
+@pytest.mark.parametrize("bucketed", [False, True], ids=["exact shapes", "bucketed shapes"])
+def test_requests_joining_a_running_batch_get_the_tokens_they_get_alone(modules, bucketed):
     """Ten requests, greedy and seeded sampling mixed, through four rows: they join as rows free up (mid-flight),
-    and each one's tokens, log-probabilities and entropies are its own one-at-a-time run's."""
+    and each one's tokens, log-probabilities and entropies are its own one-at-a-time run's. Bucketed: every decode
+    step at the shapes a CUDA graph replays (1, 2 or 4 rows, padding rows at position 0 of free rows; 16 to 256
+    attended positions), run eagerly since there is no GPU here: the same tokens."""
     cases = [
         (prompt, GenerationParams(24 + i, temperature=0.0 if i % 3 else 0.9, top_p=1.0 if i % 2 else 0.8, seed=i))
         for i, prompt in enumerate(prompts(10))
     ]
     expected = [alone(modules, prompt, params) for prompt, params in cases]
-    batcher = batcher_of(modules, rows=4, max_prefill_tokens=128)  # prefill in small groups too
+    batcher = batcher_of(modules, rows=4, max_prefill_tokens=128, bucketed=bucketed)  # prefill in small groups too
+    assert batcher.decoder.decode_mode == ("bucketed" if bucketed else "eager")
     try:
         collectors = [Collector() for _ in cases]
         for (prompt, params), collector in zip(cases, collectors):
@@ -283,3 +292,72 @@ def test_a_scheduler_fault_fails_what_runs_and_serving_goes_on(modules, monkeypa
         batcher.close()
     assert isinstance(hit.error, RuntimeError) and "IndexError: boom" in str(hit.error)
     assert after.error is None and after.steps[-1].finish_reason in ("length", "eos")
+
+
+def test_decode_buckets_cover_every_size_up_to_the_largest():
+    assert power_buckets(32) == (1, 2, 4, 8, 16, 32) and power_buckets(24) == (1, 2, 4, 8, 16, 24)
+    assert power_buckets(8192, 256) == (256, 512, 1024, 2048, 4096, 8192) and power_buckets(100, 256) == (100,)
+    assert [bucket_of(n, power_buckets(24)) for n in (1, 3, 5, 17, 24)] == [1, 4, 8, 24, 24]
+    with pytest.raises(ValueError, match="exceeds"):
+        bucket_of(25, power_buckets(24))
+
+
+def test_a_padded_step_gives_the_real_rows_the_logits_of_an_exact_one(modules):
+    """Three running rows decoded at bucketed shapes (4 rows, 64 positions): their logits are the exact step's, and
+    the padding row only wrote position 0 of a free row, which that row's next prefill overwrites."""
+    exact = BatchDecoder(modules, 4, CONTEXT, torch.device("cpu"), torch.float32)
+    padded = BatchDecoder(modules, 4, CONTEXT, torch.device("cpu"), torch.float32)
+    padded.use_bucketed_steps(min_length=64)
+    rows = [p for p in prompts(3, seed=5)]
+    for decoder in (exact, padded):
+        decoder.prefill(0, rows)
+    positions = [r.shape[1] for r in rows]
+    expected = exact.decode([7, 8, 9], positions)
+    got = padded.decode([7, 8, 9], positions)
+    assert got.shape == expected.shape == (3, VOCAB)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert padded.cache.keys[0][3, :, 1:].abs().max() == 0  # the padding row: position 0 alone
+
+
+def test_cuda_graphs_are_declined_off_a_gpu_and_the_eager_step_stays(modules):
+    decoder = BatchDecoder(modules, 2, CONTEXT, torch.device("cpu"), torch.float32)
+    assert decoder.use_cuda_graphs() == "no CUDA graphs on cpu"
+    assert decoder.decode_mode == "eager"
+
+
+class HostReads(TorchDispatchMode):
+    """Records the operators that read a tensor's value back to the host or give a shape that depends on values:
+    under CUDA graph capture each of them fails the capture (a captured step may not synchronise with the host)."""
+
+    READS = {"aten::_local_scalar_dense", "aten::item", "aten::is_nonzero", "aten::nonzero", "aten::masked_select",
+             "aten::_unique2", "aten::unique_dim"}  # item and is_nonzero: how .item() and bool() dispatch in inference mode
+
+    def __init__(self):
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func._schema.name in self.READS:
+            self.seen.append(func._schema.name)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("embedded", [False, True], ids=["token ids", "embeddings (a VLM's text model)"])
+def test_the_decode_step_reads_nothing_back_to_the_host(modules, embedded):
+    """What a CUDA graph captures (BatchDecoder._step, through this transformers' model code) must not read a value
+    back to the host: on the GPU such a read fails the capture and the model falls back to eager steps. Checked on
+    the CPU with a dispatch mode that sees every operator; `.item()` in a step is what it catches."""
+    if embedded:
+        modules = GeneratorModules(modules.backbone, modules.lm_head, modules.text_config,
+                                   embeddings=TokenEmbeddings(modules.backbone.get_input_embeddings()))
+    decoder = BatchDecoder(modules, 4, CONTEXT, torch.device("cpu"), torch.float32)
+    prompt = prompts(1, seed=2)[0]
+    with torch.inference_mode():
+        decoder.prefill(0, [modules.embeddings(torch.from_numpy(prompt)) if embedded else prompt] * 2)
+        ids, positions = torch.tensor([3, 4, 0, 0]), torch.tensor([prompt.shape[1]] * 2 + [0, 0])
+        with HostReads() as reads:
+            decoder._step(ids, positions, 64)
+        assert reads.seen == []
+        with HostReads() as reads:  # the check sees a read when there is one
+            decoder._step(ids, positions, 64).argmax().item()
+        assert reads.seen == ["aten::item"]

@@ -118,6 +118,7 @@ class LanguageModel:
             try:
                 decoder = BatchDecoder(torch_decoder.modules, rows, self.max_context, torch_decoder.device, torch_decoder.dtype)
                 decoder.self_check()
+                graphs = decode_graphs(decoder, params)
                 batcher = InflightBatcher(
                     decoder,
                     max_waiting=params.integer("max_waiting_generations", 4 * rows),
@@ -129,7 +130,8 @@ class LanguageModel:
                 per_token = kv_bytes_per_token(torch_decoder.modules.text_config, torch_decoder.dtype)
                 pb_utils.Logger.log_info(
                     f"{self.model_name}: in-flight batching, {rows} sequences of up to {self.max_context} positions "
-                    f"({kv_mb:.0f} MiB of KV cache, {per_token} bytes a token) on {torch_decoder.device}"
+                    f"({kv_mb:.0f} MiB of KV cache, {per_token} bytes a token) on {torch_decoder.device}; "
+                    f"decode step: {decoder.decode_mode}" + (f" ({graphs})" if graphs else "")
                 )
             except Exception as error:  # e.g. a transformers whose attention ignores the cache it is handed
                 reason = f"the batch decoder failed its check at load ({error})"
@@ -268,6 +270,16 @@ class _BatchingMetrics:
     def close(self) -> None:
         self._gauges.clear()  # a Metric must go before its MetricFamily
         self._families.clear()
+
+
+def decode_graphs(decoder, params: ModelParameters) -> str:
+    """On a GPU, the batch decoder's decode step as CUDA graphs (torch_decode_graphs) unless the `cuda_graphs`
+    parameter is off; returns why they do not serve ("" when they do or on the CPU, where there are none)."""
+    if decoder.device.type != "cuda":
+        return ""
+    if not params.flag("cuda_graphs", True):
+        return "the cuda_graphs parameter is off"
+    return decoder.use_cuda_graphs()
 
 
 class VisionLanguageModel(LanguageModel):

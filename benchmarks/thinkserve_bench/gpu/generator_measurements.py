@@ -178,6 +178,7 @@ class InProcessGenerator:
         self.pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="in-process")
         self.batcher = None
         self.no_batching_reason = ""
+        self.decode_mode, self.no_graphs_reason = "", ""
         if params.get("inflight_batching", "false").lower() == "true":
             from thinkserve_backend.inflight_batching import InflightBatcher
             from thinkserve_backend.torch_batch_decoding import BatchDecoder
@@ -189,6 +190,10 @@ class InProcessGenerator:
             except Exception as error:  # noqa: BLE001 - as the served model (models.generator): one per thread
                 self.no_batching_reason = f"the batch decoder failed its check at load ({error})"
             else:
+                # the decode step as the served model runs it: CUDA graphs on a GPU unless its parameter is off
+                if self.device.type == "cuda" and params.get("cuda_graphs", "true").lower() == "true":
+                    self.no_graphs_reason = decoder.use_cuda_graphs()
+                self.decode_mode = decoder.decode_mode
                 self.batcher = InflightBatcher(decoder, max_waiting=1_000_000,
                                                max_prefill_tokens=int(params.get("max_prefill_tokens", "8192")),
                                                name=f"in-process-{model}")
@@ -395,6 +400,7 @@ async def measure_generators(client: TritonClient, repository: Path, options: Op
                 row.update(model=name, streams=streams, prompt_positions=positions, new_tokens=options.new_tokens,
                            image_tokens=facts.image_tokens if images else 0, served_threads=model.workers,
                            scheduling=model.scheduling, no_batching_reason=model.no_batching_reason or None,
+                           decode_step=model.decode_mode or None, no_graphs_reason=model.no_graphs_reason or None,
                            batch_rows=model.batcher.decoder.slots if model.batcher else None)
                 rates = [r for r in (row["triton"].get("tokens_per_s"), row["in_process"].get("tokens_per_s")) if r]
                 rate = min(rates) if rates else rate

@@ -112,7 +112,8 @@ def _encoders(rows: list[dict]) -> list[str]:
 def _scheduling(row: dict) -> str:
     """How the served model (and the in-process side with it) scheduled generations: its rows, or its threads."""
     if row.get("batch_rows"):
-        return f"{row['batch_rows']} rows (batched)"
+        step = f", decode step {row['decode_step']}" if row.get("decode_step") else ""  # rows of earlier runs: eager
+        return f"{row['batch_rows']} rows (batched{step})"
     return f"{row['served_threads']} threads"
 
 
