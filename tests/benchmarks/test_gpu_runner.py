@@ -502,3 +502,31 @@ def test_a_replay_level_whose_queries_all_fail_still_ends(monkeypatch):
     level = asyncio.run(call_mix.replay_level(None, ["plan"], [], 2, warmup_s=0.0, window_s=0.05))
     assert level["completed"] == 0 and level["errors"] >= 3 and level["window_s"] < 0.5
     assert level["error_messages"] == ["RuntimeError: Triton is down"]
+
+
+def test_a_failing_part_is_recorded_and_the_next_parts_still_run(tmp_path):
+    """On the lease every part gets its turn: one that raises is recorded in the results (written to disk) and the
+    parts after it still run; the run's status says something failed."""
+    import asyncio
+
+    from thinkserve_bench.gpu import measurements
+
+    parts = ("generators", "encoders", "e2e")
+    results = measurements.Results(tmp_path, options.Options(parts, "cpu"), tmp_path / "repo-tiny-cpu")
+    ran, lines = [], []
+
+    async def measure(part: str) -> None:
+        ran.append(part)
+        if part == "encoders":
+            raise RuntimeError("a network failed to load")
+
+    status = asyncio.run(measurements.measure_parts(parts, measure, results, lines.append))
+    assert status == 1 and ran == list(parts)
+    assert results.data["part_errors"] == {"encoders": "RuntimeError: a network failed to load"}
+    assert results.data["error"] == "encoders: RuntimeError: a network failed to load"
+    saved = read_json(tmp_path / "gpu-generators-encoders-e2e.json")
+    assert saved["part_errors"] == results.data["part_errors"]
+    assert lines == ["error in encoders: RuntimeError: a network failed to load"]
+    report = (tmp_path / "gpu-generators-encoders-e2e.md").read_text()
+    assert "**failed: encoders: RuntimeError: a network failed to load**" in report
+    assert asyncio.run(measurements.measure_parts(("generators",), measure, results, lines.append)) == 0

@@ -60,7 +60,7 @@ def _header(results: Sequence[dict], setups: Sequence[dict]) -> list[str]:
                          f"of the 60 MiB goal (64 MiB limit): " + ", ".join(f"{k} {v / 2**20:.1f}" for k, v in parts))
         lines.append(f"Command `{'+'.join(r['parts'])}`: Triton ready in {number(r.get('triton_start_s'))} s; parts "
                      + ", ".join(f"{k} {v:.0f} s" for k, v in (r.get("part_seconds") or {}).items())
-                     + (f"; **error: {r['error']}**" if r.get("error") else ""))
+                     + _errors(r))
         flags = (r.get("triton") or {}).get("flags")
         if flags is not None:
             lines.append(f"Triton's GPU flags: {' '.join(flags) or 'none'}")
@@ -107,6 +107,13 @@ def _encoders(rows: list[dict]) -> list[str]:
                              "each row since the previous one, both paths (GPU utilisation covers both; Triton's counters "
                              "only its own).")
     return lines + [""]
+
+
+def _errors(result: dict) -> str:
+    """The command's failures: each part's (a failed part leaves the next ones their time), or its one error."""
+    if result.get("part_errors"):
+        return "; **failed: " + "; ".join(f"{part}: {error}" for part, error in result["part_errors"].items()) + "**"
+    return f"; **error: {result['error']}**" if result.get("error") else ""
 
 
 def _scheduling(row: dict) -> str:
