@@ -170,3 +170,15 @@ def test_the_torch_target_takes_the_gpu_only_when_torch_sees_one(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     chosen = select_target("torch")
     assert chosen.device == "cuda" and chosen.instance_kind == "gpu"
+
+
+def test_the_judgers_calibration_runs_on_a_gpu_only_for_a_torch_checkpoint_where_torch_sees_one(monkeypatch):
+    """On the GPU machine the 1.5B stand-in's 32 calibration probes took most of the build on the CPU; with the
+    torch checkpoint written they run on the GPU (float32, the same loop). ONNX alone, or no GPU: on the CPU."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert export.calibration_device(frozenset({export.TORCH})).type == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert export.calibration_device(frozenset({export.TORCH, export.ONNX})).type == "cuda"
+    assert export.calibration_device(frozenset({export.ONNX})).type == "cpu"
