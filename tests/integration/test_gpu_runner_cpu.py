@@ -95,6 +95,11 @@ def test_the_cpu_dry_run_runs_the_whole_flow(tmp_path):
         served = row["observed"]["triton"][model]
         assert served["requests"] >= 2 * 3 and served["compute_infer_ms_per_request"] > 0, (model, batch, served)
         assert row["observed"]["gpu"]["available"] and row["observed"]["gpu"]["samples"] >= 1
+        # inside the served model's execute (stage_timing, set in the serving copy): one execute a request here
+        stages = row["triton_stages"][str(batch)]
+        assert stages["executions"] >= 3 and stages["forward_ms"] > 0, (model, batch, stages)
+        assert all(stages[f"{stage}_ms"] >= 0 for stage in ("inputs", "to_device", "outputs"))
+    assert "Inside Triton's `execute`" in (out / "gpu-encoders-generators-mix.md").read_text()
     assert results["triton"]["flags"] == ["--allow-gpu-metrics=false", "--pinned-memory-pool-byte-size=0"]
     generators = {(r["model"], r["streams"]): r for r in results["generators"]}
     assert set(generators) == {(m, s) for m in ("llm", "vlm") for s in (1, 2)}

@@ -103,6 +103,24 @@ class InProcessNetwork:
             self.torch.cuda.empty_cache()
 
 
+def _log_size(log_path: Optional[Callable[[], Optional[Path]]]) -> int:
+    path = log_path() if log_path else None
+    return path.stat().st_size if path is not None and path.is_file() else 0
+
+
+def _stage_times(log_path: Optional[Callable[[], Optional[Path]]], offset: int, network: str) -> dict:
+    """The served model's stage times logged since `offset`, per batch size (rows of one execute, as text keys)."""
+    from thinkserve_backend import stage_times  # the line's format, beside the code that writes it
+
+    path = log_path() if log_path else None
+    if path is None or not path.is_file():
+        return {}
+    with open(path, "rb") as log:
+        log.seek(offset)
+        text = log.read().decode("utf-8", errors="replace")
+    return {str(rows): means for rows, means in sorted(stage_times.parse(text, network).items())}
+
+
 def path_result(latencies: list[float], wall: float, batch: int) -> dict:
     return {**call_latency_summary(latencies), "rows_per_s": batch * len(latencies) / wall if wall > 0 else None}
 
@@ -146,7 +164,9 @@ async def round_trip_check(client: TritonClient, repository: Path, device: str) 
 
 
 async def measure_encoders(client: TritonClient, repository: Path, options: Options, record: Callable[[dict], None],
-                           progress: Callable[[str], None]) -> None:
+                           progress: Callable[[str], None], log_path: Optional[Callable[[], Optional[Path]]] = None) -> None:
+    """Each network at each batch size both ways; with `log_path` (Triton's log), the served model's stage times over
+    the row (thinkserve_backend.stage_times: its execute's inputs, to device, forward, outputs), where it logs them."""
     for network in measured_networks(repository, options):
         if options.left() < 6 * options.seconds * len(options.batches):
             progress(f"  {network}: skipped, out of time")
@@ -160,6 +180,7 @@ async def measure_encoders(client: TritonClient, repository: Path, options: Opti
         try:
             for batch in options.batches:
                 arrays = encoder_inputs(config, batch, length, seed=batch)
+                log_offset = _log_size(log_path)
                 local, wall_local = time_window(lambda: model(arrays), options.seconds, options.min_calls)
 
                 async def call(arrays=arrays):
@@ -178,6 +199,9 @@ async def measure_encoders(client: TritonClient, repository: Path, options: Opti
                     pipelined, wall = await time_async_window(call, options.seconds, options.min_calls, options.inflight)
                     row["triton_inflight"] = {**path_result(pipelined, wall, batch), "inflight": options.inflight}
                 row["triton_share"] = share(row["triton"]["rows_per_s"], row["in_process"]["rows_per_s"])
+                stages = _stage_times(log_path, log_offset, network)
+                if stages:
+                    row["triton_stages"] = stages
                 record(row)
                 progress(f"  {network} batch {batch}: in-process {row['in_process']['rows_per_s']:.1f} rows/s, "
                          f"Triton {row['triton']['rows_per_s']:.1f} rows/s (share {percent(row['triton_share'])})")

@@ -103,10 +103,27 @@ def _encoders(rows: list[dict]) -> list[str]:
         lines += ["", f"Goal (Triton's share at batch {largest} <= {percent(ENCODER_GOAL)}): {len(passed)} of "
                       f"{len(at_largest)} models meet it; the largest share is {worst['model']}'s, "
                       f"{percent(worst['triton_share'])}."]
+    lines += _stage_table(measured)
     lines += _observed_table([(f"{r['model']} batch {r['batch']}", r.get("observed")) for r in measured],
                              "each row since the previous one, both paths (GPU utilisation covers both; Triton's counters "
                              "only its own).")
     return lines + [""]
+
+
+def _stage_table(rows: list[dict]) -> list[str]:
+    """Inside the served model's execute (thinkserve_backend.stage_times), per row and rows per execute."""
+    timed = [(r, rows_per_execute, means) for r in rows for rows_per_execute, means in (r.get("triton_stages") or {}).items()]
+    if not timed:
+        return []
+    lines = ["", "Inside Triton's `execute` of the served model (`stage_timing`: mean ms per execute; the forward pass waited "
+                 "for on a GPU, so its time is the device's): rows per execute, executions, inputs out of the requests, onto "
+                 "the device, the forward pass, the responses made.", "",
+             "| model | batch | rows per execute | executions | inputs | to device | forward | outputs |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r, rows_per_execute, means in timed:
+        lines.append(f"| {r['model']} | {r['batch']} | {rows_per_execute} | {int(means['executions'])} | "
+                     + " | ".join(number(means.get(f"{stage}_ms"), 2) for stage in ("inputs", "to_device", "forward", "outputs")) + " |")
+    return lines
 
 
 def _errors(result: dict) -> str:

@@ -65,7 +65,7 @@ from .end_to_end import measure_end_to_end
 from .generator_measurements import measure_generators
 from .observation import GpuSampler, ServerStatistics, UnitObserver
 from .options import DEFAULT_COST, PARTS, ROOT, Options
-from .served_models import model_names, models_for, serving_repository
+from .served_models import measured_networks, model_names, models_for, serving_repository
 from .triton_log import TritonLogMirror
 
 
@@ -117,7 +117,10 @@ async def run(args, options: Options, progress: Callable[[str], None]) -> int:
     if args.carry_json:  # what the command carried, as run_on_device measured it (pack.command_carry)
         results.data["carry"] = json.loads(args.carry_json)
     results.save()
-    serving = serving_repository(args.repository, models_for(args.repository, options), args.work / "serving")
+    # the measured encoders time their execute's stages (thinkserve_backend.stage_times), read back per row
+    timed = {network: {"stage_timing": "true"} for network in measured_networks(args.repository, options)} \
+        if "encoders" in options.parts else {}
+    serving = serving_repository(args.repository, models_for(args.repository, options), args.work / "serving", timed)
     settings = TritonSettings(
         model_repository=serving, model_environment=args.model_env, install_root=args.install_root,
         log_dir=args.work / "logs", startup_timeout_s=max(60.0, min(900.0, options.left() - 60)),
@@ -206,7 +209,8 @@ async def _measure_part(part: str, args, options: Options, client: TritonClient,
     progress(f"{part}:")
     observer.begin()
     if part == "encoders":
-        await measure_encoders(client, serving, options, lambda row: (results.data["encoders"].append(observed(row)), results.save()), progress)
+        await measure_encoders(client, serving, options, lambda row: (results.data["encoders"].append(observed(row)), results.save()), progress,
+                               lambda: server.log_path)
     elif part == "generators":
         await measure_generators(client, serving, options, lambda row: (results.data["generators"].append(observed(row)), results.save()), progress)
     elif part == "mix":

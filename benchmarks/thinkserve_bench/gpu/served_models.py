@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Optional, TYPE_CHECKING, Sequence
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
@@ -86,11 +86,16 @@ def measured_networks(repository: Path, options: "Options") -> list[str]:
     return [n for n in networks if n in options.networks] if options.networks else networks
 
 
-def serving_repository(repository: Path, models: Sequence[str], destination: Path) -> Path:
-    """A repository of `models` alone: their folders hard-linked (nothing copied), so Triton loads only those."""
+def serving_repository(repository: Path, models: Sequence[str], destination: Path,
+                       parameters: Optional[dict[str, dict[str, str]]] = None) -> Path:
+    """A repository of `models` alone: their folders hard-linked (nothing copied), so Triton loads only those;
+    `parameters`: per model, config parameters set in its copy (the runner's diagnostics, e.g. stage_timing)."""
     shutil.rmtree(destination, ignore_errors=True)
     destination.mkdir(parents=True)
     for model in models:
+        if parameters and model in parameters:
+            renamed_copy(repository, model, destination, model, parameters[model])
+            continue
         shutil.copytree(repository / model, destination / model, copy_function=_link,
                         ignore=shutil.ignore_patterns("__pycache__"))
     return destination
