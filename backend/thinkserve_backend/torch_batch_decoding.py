@@ -16,7 +16,8 @@ may see them). The next token of every row is chosen where the logits lie, in on
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -155,6 +156,16 @@ class BatchDecoder:
         if isinstance(self._steps, DecodeGraphs):
             return f"cuda graphs ({len(self._steps)})"
         return "bucketed" if self._steps is not None else "eager"
+
+    @contextmanager
+    def eager_steps(self) -> Iterator[None]:
+        """Within: every decode step eagerly at its exact shapes (to time the CUDA graphs against), then as before.
+        Only while no generation runs: the in-flight batcher's thread owns the decoder otherwise."""
+        steps, self._steps = self._steps, None
+        try:
+            yield
+        finally:
+            self._steps = steps
 
     @torch.inference_mode()
     def use_bucketed_steps(self, min_length: int = 256) -> None:

@@ -361,3 +361,13 @@ def test_the_decode_step_reads_nothing_back_to_the_host(modules, embedded):
         with HostReads() as reads:  # the check sees a read when there is one
             decoder._step(ids, positions, 64).argmax().item()
         assert reads.seen == ["aten::item"]
+
+
+def test_eager_steps_set_the_bucketed_or_graphed_step_aside_and_back(modules):
+    """What the GPU runner times the CUDA graphs against, in the same process: within `eager_steps` each decode step
+    runs at its exact shapes, after it as before."""
+    decoder = BatchDecoder(modules, 4, CONTEXT, torch.device("cpu"), torch.float32)
+    decoder.use_bucketed_steps(min_length=16)
+    with decoder.eager_steps():
+        assert decoder.decode_mode == "eager"
+    assert decoder.decode_mode == "bucketed"

@@ -101,7 +101,11 @@ def test_the_cpu_dry_run_runs_the_whole_flow(tmp_path):
         assert all(stages[f"{stage}_ms"] >= 0 for stage in ("inputs", "to_device", "outputs"))
     assert "Inside Triton's `execute`" in (out / "gpu-encoders-generators-mix.md").read_text()
     assert results["triton"]["flags"] == ["--allow-gpu-metrics=false", "--pinned-memory-pool-byte-size=0"]
-    generators = {(r["model"], r["streams"]): r for r in results["generators"]}
+    # the decode step alone, before the levels: eager here (no CUDA graphs on the CPU), at each level's rows
+    steps = {r["model"]: r["decode_step_ms"] for r in results["generators"] if "decode_step_ms" in r}
+    assert set(steps) == {"llm", "vlm"} and all(set(s) == {"eager"} and set(s["eager"]) == {"1", "2"} for s in steps.values())
+    assert all(ms > 0 for s in steps.values() for ms in s["eager"].values())
+    generators = {(r["model"], r["streams"]): r for r in results["generators"] if "streams" in r}
     assert set(generators) == {(m, s) for m in ("llm", "vlm") for s in (1, 2)}
     for row in generators.values():
         for path in ("in_process", "triton"):
@@ -123,6 +127,7 @@ def test_the_cpu_dry_run_runs_the_whole_flow(tmp_path):
     text = (out / "gpu-encoders-generators-mix.md").read_text()
     assert text.startswith("# CPU dry run of the GPU device runner (tooling check, NOT GPU figures)")
     assert "Server side, per unit" in text and "Triton's GPU flags: --allow-gpu-metrics=false" in text
+    assert "| llm | eager |" in text  # the decode step alone
     assert "successfully loaded" in (out / "gpu-triton.log").read_text()  # the whole log, copied as it grew
     assert (out / "gpu-run.log").is_file()
 

@@ -18,6 +18,7 @@ import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -305,6 +306,33 @@ class InProcessGenerator:
                    for prompt in prompts]
         return [future.result() for future in futures]
 
+    def decode_step_ms(self, rows_levels: Sequence[int], position: int, steps: int = 20) -> dict:
+        """The batch decoder's decode step alone, in this process, as it serves (CUDA graphs where they were captured)
+        and eagerly at exact shapes, the two timed in turn at each number of running rows: what the graphs gain,
+        measured in one run. Called between levels, when the batcher runs nothing."""
+        decoder = self.batcher.decoder
+        position = min(position, decoder.cache.capacity - steps - 1)
+        modes = {decoder.decode_mode: nullcontext}
+        if decoder.decode_mode != "eager":
+            modes["eager"] = decoder.eager_steps
+        timings: dict = {}
+        for rows in sorted({min(r, decoder.slots) for r in rows_levels}):
+            for mode, within in modes.items():
+                with within():
+                    for _ in range(3):  # warm: the bucket's graph or the eager kernels for these shapes
+                        decoder.decode([7] * rows, [position] * rows)
+                    self._synchronize()
+                    began = time.perf_counter()
+                    for step in range(steps):
+                        decoder.decode([7] * rows, [position + step] * rows)
+                    self._synchronize()
+                    timings.setdefault(mode, {})[str(rows)] = 1000 * (time.perf_counter() - began) / steps
+        return timings
+
+    def _synchronize(self) -> None:
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize(self.device)
+
     def logits_at(self, text: str, images: Sequence[bytes], tokens: Sequence[int]) -> np.ndarray:
         """The in-process model's logits after the prompt and `tokens`, replayed on one of the pool's warmed threads
         as its streams step (divergence.logits_after)."""
@@ -389,6 +417,13 @@ async def measure_generators(client: TritonClient, repository: Path, options: Op
             warm = max(model.workers, min(len(prompts), model.batcher.decoder.slots if model.batcher else 0))
             model.warm(prompts[:warm], images, 4)
             await triton_level(models, prompts[:warm], images, 4)
+            if model.batcher is not None and options.left() > 60:
+                # the decode step alone, as served against eager, at the levels' rows (the batcher is idle here)
+                timings = model.decode_step_ms(options.streams, positions)
+                record({"model": name, "decode_step_ms": timings, "position": positions})
+                progress(f"  {name} decode step alone, ms by running rows: "
+                         + "; ".join(f"{mode} " + ", ".join(f"{rows}: {ms:.1f}" for rows, ms in by_rows.items())
+                                     for mode, by_rows in timings.items()))
             rate = None  # tokens/s of the slower path at the last level: how long the next one will take
             for streams in options.streams:
                 needed = 20 + (4.4 * streams * options.new_tokens / rate if rate else 0)  # the warm round and one more, both paths

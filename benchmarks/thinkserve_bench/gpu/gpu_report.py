@@ -126,6 +126,21 @@ def _stage_table(rows: list[dict]) -> list[str]:
     return lines
 
 
+def _decode_steps(rows: list[dict]) -> list[str]:
+    """The in-process decode step alone: as served (CUDA graphs on a GPU) against eager, ms a step by running rows."""
+    if not rows:
+        return []
+    columns = sorted({n for r in rows for by_rows in r["decode_step_ms"].values() for n in by_rows}, key=int)
+    lines = ["", "The decode step alone, in process, as served and eagerly at exact shapes (ms a step, 20 steps after 3 "
+                 "untimed, at the prompt's length; by running rows):", "",
+             "| model | decode step | " + " | ".join(f"{n} rows" for n in columns) + " |",
+             "|---|---|" + "---:|" * len(columns)]
+    for r in rows:
+        for mode, by_rows in r["decode_step_ms"].items():
+            lines.append(f"| {r['model']} | {mode} | " + " | ".join(number(by_rows.get(n), 2) for n in columns) + " |")
+    return lines
+
+
 def _errors(result: dict) -> str:
     """The command's failures: each part's (a failed part leaves the next ones their time), or its one error."""
     if result.get("part_errors"):
@@ -176,6 +191,7 @@ def _generators(rows: list[dict]) -> list[str]:
     for r in rows:
         if "skipped" in r:
             lines.append(f"| {r['model']} | {r['streams']} | skipped: {r['skipped']} | | | | | | | | | | |")
+    lines += _decode_steps([r for r in rows if "decode_step_ms" in r])
     largest = max((r["streams"] for r in measured), default=None)
     for r in (r for r in measured if r["streams"] == largest):
         ratio = r.get("throughput_ratio")
