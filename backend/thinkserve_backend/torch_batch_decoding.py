@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from .sampling import RowSampling, TokenChoice
+from .torch_decode_attention import use_grouped_decode_attention
 from .torch_decode_graphs import BucketedSteps, DecodeGraphs
 from .torch_decoding import DeviceLogits
 from .torch_modules import GeneratorModules
@@ -100,6 +101,8 @@ class BatchDecoder:
         self.cache = SlotKVCache(modules.text_config, slots, capacity, device, dtype)
         self._min = torch.finfo(dtype).min
         self._steps: Optional[BucketedSteps] = None  # None: each step eagerly at its exact shapes
+        # grouped query heads folded onto their key/value head in a decode step ("" when on, else why not)
+        self.no_grouped_attention_reason = use_grouped_decode_attention(modules.text_config)
 
     @property
     def slots(self) -> int:

@@ -332,6 +332,8 @@ def test_triton_loads_only_what_the_parts_need(tmp_path):
     assert served_models.models_for(tmp_path, encoders) == ["text_embedder", "text_embedder_encode", "text_embedder_tokenize"]
     generators = options.Options(("generators",), "cpu")
     assert served_models.models_for(tmp_path, generators) == ["llm", "text_embedder", "text_embedder_encode", "text_embedder_tokenize", "vlm"]
+    llm_only = options.Options(("generators",), "cpu", generators=("llm",))  # --generators llm
+    assert served_models.models_for(tmp_path, llm_only) == ["llm", "text_embedder", "text_embedder_encode", "text_embedder_tokenize"]
     serving = served_models.serving_repository(tmp_path, ["llm", "vlm"], tmp_path.parent / "serving")
     assert served_models.model_names(serving) == ["llm", "vlm"]
     assert (serving / "llm" / "config.pbtxt").stat().st_ino == (tmp_path / "llm" / "config.pbtxt").stat().st_ino

@@ -329,6 +329,47 @@ class InProcessGenerator:
                     timings.setdefault(mode, {})[str(rows)] = 1000 * (time.perf_counter() - began) / steps
         return timings
 
+    def decode_step_kernels(self, rows: int, position: int, steps: int = 3, top: int = 8) -> dict:
+        """Where one decode step's device time goes, by kernel (torch.profiler; operators on a CPU), eagerly at exact
+        shapes so each kernel is seen: with the attention the decoder serves and, where that is the grouped decode
+        attention, with transformers' sdpa path (which copies key/value heads), in the same run. Per attention: the
+        step's total kernel ms and its `top` kernels. Called between levels, when the batcher runs nothing."""
+        from thinkserve_backend.torch_decode_attention import NAME as GROUPED
+        from torch.profiler import ProfilerActivity, profile
+
+        decoder = self.batcher.decoder
+        config = decoder.modules.text_config
+        rows, position = min(rows, decoder.slots), min(position, decoder.cache.capacity - steps - 4)
+        served = config._attn_implementation
+        attentions = [served] + (["sdpa"] if served == GROUPED else [])
+        on_gpu = self.device.type == "cuda"
+        activity = ProfilerActivity.CUDA if on_gpu else ProfilerActivity.CPU
+        found: dict = {}
+        try:
+            for attention in attentions:
+                config._attn_implementation = attention
+                with decoder.eager_steps():
+                    for _ in range(2):
+                        decoder.decode([7] * rows, [position] * rows)
+                    self._synchronize()
+                    with profile(activities=[activity]) as profiler:
+                        for step in range(steps):
+                            decoder.decode([7] * rows, [position + 2 + step] * rows)
+                        self._synchronize()
+                kernels = []
+                for event in profiler.key_averages():
+                    us = event.self_device_time_total if on_gpu else event.self_cpu_time_total
+                    if us > 0 and (on_gpu or event.key.startswith("aten::")):
+                        kernels.append((event.key, us / 1000 / steps, event.count // steps))
+                kernels.sort(key=lambda k: -k[1])
+                found[attention] = {"ms": round(sum(k[1] for k in kernels), 3),
+                                    "top": [{"kernel": name[:120], "ms": round(ms, 3), "calls": calls}
+                                            for name, ms, calls in kernels[:top]]}
+        finally:
+            config._attn_implementation = served
+        return {"rows": rows, "position": position, "device_time": "kernels" if on_gpu else "cpu operators",
+                "by_attention": found}
+
     def _synchronize(self) -> None:
         if self.device.type == "cuda":
             self.torch.cuda.synchronize(self.device)
@@ -403,7 +444,7 @@ async def measure_generators(client: TritonClient, repository: Path, options: Op
     models = TritonModels(client)
     image = page_image(0)
     for name in (contracts.LLM.name, contracts.VLM.name):
-        if name not in model_names(repository):
+        if name not in model_names(repository) or name not in options.generators:
             continue
         facts = await models.generator_facts(name)
         positions = min(options.prompt_tokens, facts.context_tokens - options.new_tokens)
@@ -424,6 +465,12 @@ async def measure_generators(client: TritonClient, repository: Path, options: Op
                 progress(f"  {name} decode step alone, ms by running rows: "
                          + "; ".join(f"{mode} " + ", ".join(f"{rows}: {ms:.1f}" for rows, ms in by_rows.items())
                                      for mode, by_rows in timings.items()))
+                kernels = model.decode_step_kernels(max(options.streams), positions)
+                record({"model": name, "decode_step_kernels": kernels})
+                progress(f"  {name} decode step's {kernels['device_time']} at {kernels['rows']} rows, ms a step: "
+                         + "; ".join(f"{attention} {found['ms']:.2f} (top: {found['top'][0]['kernel'][:60]} "
+                                     f"{found['top'][0]['ms']:.2f})" for attention, found in kernels["by_attention"].items()
+                                     if found["top"]))
             rate = None  # tokens/s of the slower path at the last level: how long the next one will take
             for streams in options.streams:
                 needed = 20 + (4.4 * streams * options.new_tokens / rate if rate else 0)  # the warm round and one more, both paths

@@ -141,6 +141,22 @@ def _decode_steps(rows: list[dict]) -> list[str]:
     return lines
 
 
+def _decode_kernels(rows: list[dict]) -> list[str]:
+    """One eager decode step's device time by kernel, per attention (the served one, and sdpa's copying path)."""
+    if not rows:
+        return []
+    lines = ["", "One decode step's device time, eagerly at exact shapes (torch.profiler: kernels on a GPU, operators on a "
+                 "CPU), with the attention served and with transformers' sdpa path (which copies key/value heads), "
+                 "at the largest level's rows:", "",
+             "| model | rows | attention | ms a step | largest kernels (ms a step, calls) |", "|---|---:|---|---:|---|"]
+    for r in rows:
+        found = r["decode_step_kernels"]
+        for attention, step in found["by_attention"].items():
+            top = "; ".join(f"`{k['kernel'][:70]}` {k['ms']:.2f} ({k['calls']})" for k in step["top"][:4])
+            lines.append(f"| {r['model']} | {found['rows']} | {attention} | {step['ms']:.2f} | {top} |")
+    return lines
+
+
 def _errors(result: dict) -> str:
     """The command's failures: each part's (a failed part leaves the next ones their time), or its one error."""
     if result.get("part_errors"):
@@ -192,6 +208,7 @@ def _generators(rows: list[dict]) -> list[str]:
         if "skipped" in r:
             lines.append(f"| {r['model']} | {r['streams']} | skipped: {r['skipped']} | | | | | | | | | | |")
     lines += _decode_steps([r for r in rows if "decode_step_ms" in r])
+    lines += _decode_kernels([r for r in rows if "decode_step_kernels" in r])
     largest = max((r["streams"] for r in measured), default=None)
     for r in (r for r in measured if r["streams"] == largest):
         ratio = r.get("throughput_ratio")

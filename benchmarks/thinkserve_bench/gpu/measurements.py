@@ -242,6 +242,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--mix-concurrency", help="replay concurrency levels (default 1,4,16)")
     parser.add_argument("--mix-window", type=float, help="measured seconds per replay level")
     parser.add_argument("--networks", help="encoder networks to measure, comma-separated (default: every one)")
+    parser.add_argument("--generators", help="generators to measure, comma-separated (default llm,vlm)")
     parser.add_argument("--cost", type=Path, help=f"the cost run to replay (default {DEFAULT_COST.relative_to(ROOT)})")
     parser.add_argument("--source-image-tokens", type=int, help="prompt positions per image of the cost run's VLM (tiny: 36)")
     parser.add_argument("--e2e-concurrency", help="end-to-end concurrent queries per level (default 1,8,32)")
@@ -261,6 +262,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     overrides: dict = {"deadline": args.deadline}
     if args.networks:
         overrides["networks"] = tuple(n.strip() for n in args.networks.split(",") if n.strip())
+    if args.generators:
+        overrides["generators"] = tuple(n.strip() for n in args.generators.split(",") if n.strip())
     for name, value in (("batches", args.batches), ("streams", args.streams), ("mix_concurrency", args.mix_concurrency),
                         ("e2e_concurrency", args.e2e_concurrency)):
         if value:

@@ -26,6 +26,7 @@ class Options:
     seconds: float = 1.5  # timed seconds per encoder case and path
     min_calls: int = 5
     streams: tuple[int, ...] = (1, 8, 32)
+    generators: tuple[str, ...] = ("llm", "vlm")  # the generators measured (public model names)
     prompt_tokens: int = 1024
     new_tokens: int = 128
     # generator levels run in rounds (both paths each) until both tokens/s are within this relative half-width of

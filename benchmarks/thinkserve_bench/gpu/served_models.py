@@ -73,7 +73,7 @@ def models_for(repository: Path, options: "Options") -> list[str]:
     if "encoders" in options.parts:
         wanted |= set(measured_networks(repository, options))
     if "generators" in options.parts:
-        wanted |= {contracts.LLM.name, contracts.VLM.name}
+        wanted |= {name for name in (contracts.LLM.name, contracts.VLM.name) if name in options.generators}
     if "mix" in options.parts:
         wanted |= recorded_models(read_json(options.cost), options.cost_config)
     if "e2e" in options.parts:  # the orchestrator's every model (the repository is built without OCR's)
