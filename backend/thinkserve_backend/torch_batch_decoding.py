@@ -93,7 +93,8 @@ class SlotKVCache:
 class BatchDecoder:
     """One causal LM and its slot cache: prefill new rows, advance every running row by one token."""
 
-    def __init__(self, modules: GeneratorModules, slots: int, capacity: int, device: torch.device, dtype: torch.dtype):
+    def __init__(self, modules: GeneratorModules, slots: int, capacity: int, device: torch.device, dtype: torch.dtype,
+                 grouped_attention: bool = True):
         self.modules = modules
         self.device, self.dtype = device, dtype
         self.takes_embeddings = modules.embeddings is not None
@@ -102,7 +103,8 @@ class BatchDecoder:
         self._min = torch.finfo(dtype).min
         self._steps: Optional[BucketedSteps] = None  # None: each step eagerly at its exact shapes
         # grouped query heads folded onto their key/value head in a decode step ("" when on, else why not)
-        self.no_grouped_attention_reason = use_grouped_decode_attention(modules.text_config)
+        self.no_grouped_attention_reason = (use_grouped_decode_attention(modules.text_config) if grouped_attention
+                                            else "the grouped_decode_attention parameter is off")
 
     @property
     def slots(self) -> int:

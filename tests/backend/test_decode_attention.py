@@ -87,6 +87,10 @@ def test_models_it_does_not_fit_keep_sdpa_and_say_why():
     decoder = BatchDecoder(without_groups, 2, CONTEXT, torch.device("cpu"), torch.float32)
     assert decoder.no_grouped_attention_reason == "the model has no grouped key/value heads"
     assert without_groups.text_config._attn_implementation == "sdpa"
+    turned_off = qwen2_modules()  # the served model's grouped_decode_attention parameter, off
+    decoder = BatchDecoder(turned_off, 2, CONTEXT, torch.device("cpu"), torch.float32, grouped_attention=False)
+    assert decoder.no_grouped_attention_reason == "the grouped_decode_attention parameter is off"
+    assert turned_off.text_config._attn_implementation == "sdpa"
     eager = qwen2_modules()
     eager.text_config._attn_implementation = "eager"
     assert torch_decode_attention.use_grouped_decode_attention(eager.text_config) == "the model's attention is 'eager', not sdpa"

@@ -116,7 +116,8 @@ class LanguageModel:
             torch_decoder = self.decoder
             rows = params.integer("max_batch_sequences", self.default_batch_sequences)
             try:
-                decoder = BatchDecoder(torch_decoder.modules, rows, self.max_context, torch_decoder.device, torch_decoder.dtype)
+                decoder = BatchDecoder(torch_decoder.modules, rows, self.max_context, torch_decoder.device, torch_decoder.dtype,
+                                       grouped_attention=params.flag("grouped_decode_attention", True))
                 decoder.self_check()
                 graphs = decode_graphs(decoder, params)
                 batcher = InflightBatcher(

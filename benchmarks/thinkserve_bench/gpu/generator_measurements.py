@@ -186,7 +186,8 @@ class InProcessGenerator:
 
             rows = int(params.get("max_batch_sequences", "8"))
             try:
-                decoder = BatchDecoder(self.runtime.decoder.modules, rows, self.max_context, self.device, self.dtype)
+                decoder = BatchDecoder(self.runtime.decoder.modules, rows, self.max_context, self.device, self.dtype,
+                                       grouped_attention=params.get("grouped_decode_attention", "true").lower() == "true")
                 decoder.self_check()
             except Exception as error:  # noqa: BLE001 - as the served model (models.generator): one per thread
                 self.no_batching_reason = f"the batch decoder failed its check at load ({error})"

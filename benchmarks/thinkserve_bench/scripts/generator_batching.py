@@ -6,7 +6,8 @@ generation per worker thread (the loop it replaced), at 1, 8 and 32 concurrent s
 
 One Triton serves two copies of the repository's `llm` (hard links; only their scheduling parameters differ):
 `batched`, as the build writes it (in-flight batching, its max_batch_sequences rows), and `per_thread`
-(inflight_batching off: max_concurrent_generations worker threads, each running decoding.generate). Each level runs
+(inflight_batching off: max_concurrent_generations worker threads, each running decoding.generate); with
+`--attention-copy` a third, `batched_sdpa` (the grouped decode attention off: transformers' sdpa path). Each level runs
 `--rounds` rounds per copy; rounds are the outer loop (round 1 of every level and copy, then round 2, ...) and which
 copy goes first alternates, so every level and copy sees the same load on this shared machine. A round: that many
 streams at once over gRPC, each a distinct prompt of about `--prompt-tokens` tokens (each round its own prompts),
@@ -41,6 +42,14 @@ from thinkserve_bench.result_files import RESULTS, uncommitted_changes, write_an
 from thinkserve_bench.stats import distribution, gaps_ms, ratio
 
 COPIES = {"batched": {}, "per_thread": {"inflight_batching": "false"}}
+# --attention-copy: a third copy, batched with transformers' sdpa attention in its decode steps (the grouped decode
+# attention off), to compare the two attentions in the same run
+SDPA_COPY = ("batched_sdpa", {"grouped_decode_attention": "false"})
+
+
+def copies_of(options) -> dict[str, dict[str, str]]:
+    """The copies served and measured: batched and per_thread, and batched_sdpa with --attention-copy."""
+    return {**COPIES, **dict([SDPA_COPY])} if getattr(options, "attention_copy", False) else dict(COPIES)
 WORDS = ("revenue", "factory", "report", "employees", "risk", "growth", "market", "energy", "board", "customers",
          "margin", "plant", "supply", "forecast", "region", "product")
 
@@ -102,18 +111,19 @@ async def full_length_prompts(client: TritonClient, count: int, options) -> dict
 
 
 async def measure(endpoint: str, options) -> dict:
+    copies = copies_of(options)
     async with TritonClient(endpoint, default_timeout_s=600) as client:
         reference = await full_length_prompts(client, max(options.streams), options)
         pool = list(reference)
-        for copy in COPIES:  # warm-up: first calls pay lazy initialisation
+        for copy in copies:  # warm-up: first calls pay lazy initialisation
             await one_round(client, copy, [prompt(i, options.prompt_tokens) for i in pool[:2]], options)
-        rounds = {streams: {copy: [] for copy in COPIES} for streams in options.streams}
-        used = {streams: {copy: [] for copy in COPIES} for streams in options.streams}
+        rounds = {streams: {copy: [] for copy in copies} for streams in options.streams}
+        used = {streams: {copy: [] for copy in copies} for streams in options.streams}
         for number in range(options.rounds):  # rounds outermost: every level and copy sees the machine's load alike
             for streams in options.streams:
                 # each round its own prompts from the pool (a level of one stream is not one prompt's figure)
                 chosen = [pool[(number * streams + i) % len(pool)] for i in range(streams)]
-                order = list(COPIES) if number % 2 == 0 else list(reversed(COPIES))
+                order = list(copies) if number % 2 == 0 else list(reversed(copies))
                 for copy in order:
                     rounds[streams][copy].append(
                         await one_round(client, copy, [prompt(i, options.prompt_tokens) for i in chosen], options))
@@ -128,6 +138,8 @@ async def measure(endpoint: str, options) -> dict:
                     s["tokens"] == reference[i]
                     for r, chosen in zip(measured, used[streams][copy]) for i, s in zip(chosen, r["streams"]))
             level["batched_over_per_thread"] = ratio(level["batched"]["tokens_per_s"], level["per_thread"]["tokens_per_s"])
+            if SDPA_COPY[0] in level:
+                level["batched_over_batched_sdpa"] = ratio(level["batched"]["tokens_per_s"], level[SDPA_COPY[0]]["tokens_per_s"])
             levels.append(level)
         return {"levels": levels, "reference_tokens": {str(k): v for k, v in reference.items()}}
 
@@ -135,7 +147,8 @@ async def measure(endpoint: str, options) -> dict:
 def report(payload: dict) -> str:
     options, levels = payload["options"], payload["result"]["levels"]
     machine = payload["machine"]
-    single = {copy: next((lv[copy]["tokens_per_s"] for lv in levels if lv["streams"] == 1), None) for copy in COPIES}
+    copies = payload.get("copies") or list(COPIES)  # results before --attention-copy: the two copies
+    single = {copy: next((lv[copy]["tokens_per_s"] for lv in levels if lv["streams"] == 1), None) for copy in copies}
     lines = [
         "# The torch target's LLM: in-flight batching against one generation per thread",
         "",
@@ -152,7 +165,7 @@ def report(payload: dict) -> str:
         "|---:|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for level in levels:
-        for copy in COPIES:
+        for copy in copies:
             s = level[copy]
             lines.append(
                 f"| {level['streams']} | {copy} | {s['tokens_per_s']:,.1f} | {times(ratio(s['tokens_per_s'], single[copy]))} "
@@ -162,6 +175,9 @@ def report(payload: dict) -> str:
             )
     lines += ["", "Batched over per-thread, tokens/s: " + ", ".join(
         f"{lv['streams']} streams {times(lv['batched_over_per_thread'])}" for lv in levels)]
+    if SDPA_COPY[0] in copies:
+        lines += ["", "Batched, the grouped decode attention over transformers' sdpa path, tokens/s: " + ", ".join(
+            f"{lv['streams']} streams {times(lv.get('batched_over_batched_sdpa'))}" for lv in levels)]
     eight = next((lv for lv in levels if lv["streams"] == 8), None)
     if eight and single["batched"]:
         reached = ratio(eight["batched"]["tokens_per_s"], single["batched"])
@@ -193,6 +209,8 @@ def declare_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", default="generator_batching")
     parser.add_argument("--output", type=Path, default=RESULTS / "generator_batching")
     parser.add_argument("--model-environment", type=Path, default=Path(".venv-triton"))
+    parser.add_argument("--attention-copy", action="store_true",
+                        help="also serve batched_sdpa (the grouped decode attention off) and compare it in the same run")
 
 
 def run_benchmark(options: argparse.Namespace, command: str) -> None:
@@ -201,7 +219,7 @@ def run_benchmark(options: argparse.Namespace, command: str) -> None:
     with tempfile.TemporaryDirectory(prefix="generator-batching-") as folder:
         repository = Path(folder) / "repository"
         repository.mkdir()
-        for copy, overrides in COPIES.items():
+        for copy, overrides in copies_of(options).items():
             renamed_copy(options.repository, contracts.LLM.name, repository, copy, overrides)
         settings = TritonSettings(model_repository=repository, model_environment=options.model_environment, log_dir=Path(folder))
         with TritonServer(settings, required=()) as server:
@@ -209,6 +227,7 @@ def run_benchmark(options: argparse.Namespace, command: str) -> None:
     payload = {
         "command": command,
         "machine": machine_facts(),
+        "copies": list(copies_of(options)),
         "uncommitted": uncommitted_changes(),
         "options": {**vars(options), **{key: str(getattr(options, key)) for key in ("repository", "model_environment", "output")}},
         "model": {key: shape.get(key) for key in ("architectures", "hidden_size", "num_hidden_layers", "num_attention_heads",
