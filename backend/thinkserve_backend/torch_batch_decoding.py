@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from .sampling import RowSampling, TokenChoice
-from .torch_decode_attention import use_grouped_decode_attention
+from .torch_decode_attention import use_grouped_decode_attention, use_sdpa_attention
 from .torch_decode_graphs import BucketedSteps, DecodeGraphs
 from .torch_decoding import DeviceLogits
 from .torch_modules import GeneratorModules
@@ -209,11 +209,18 @@ class BatchDecoder:
     def self_check(self) -> None:
         """Two rows of different lengths prefilled together, then one decode step each, against the same token
         sequences run whole without a cache: raises if the logits disagree (an attention implementation or a
-        transformers version that ignores the cache or the per-row mask this decoder hands it)."""
+        transformers version that ignores the cache or the per-row mask this decoder hands it). When the grouped
+        decode attention serves and the check fails, it is checked once more with transformers' sdpa path, which
+        then serves (`no_grouped_attention_reason` says why): batching is not given up for the attention alone."""
         try:
             self._compare_with_whole_sequences()
         except Exception as error:
-            raise RuntimeError(f"the batch decoder's check at load failed: {error}") from error
+            if self.no_grouped_attention_reason:
+                raise RuntimeError(f"the batch decoder's check at load failed: {error}") from error
+            self._clear_cache()
+            use_sdpa_attention(self.modules.text_config)
+            self.no_grouped_attention_reason = f"the grouped decode attention failed the check at load ({error})"
+            self.self_check()
         finally:
             self._clear_cache()
 

@@ -12,11 +12,15 @@ positions: queries [rows, heads, 1, d] are viewed as [rows, kv_heads, groups, d]
 [rows, kv_heads, length, d] as they are, the row's mask [rows, 1, 1, length] broadcast over the groups. The result
 is the same attention (each query head meets its own key/value head, under its row's mask), with no copy. Every
 other call (a prefill, a model without grouped heads, no mask) goes to transformers' sdpa path unchanged.
+
+transformers 5.23 does the same in its own sdpa path (`pack_gqa`, for one query position); 5.17, the GPU machine's,
+does not. Where the installed transformers has it, its path serves and this one stays out (the model's log says
+so); this module can go once every machine's transformers has it.
 """
 
 from __future__ import annotations
 
-import torch.nn.functional as F
+from torch.nn.functional import scaled_dot_product_attention
 
 NAME = "thinkserve_grouped_decode"  # the attention implementation's name in transformers' AttentionInterface
 
@@ -30,13 +34,20 @@ def grouped_decode_attention(module, query, key, value, attention_mask, dropout:
     if positions != 1 or kv_heads == heads or attention_mask is None or attention_mask.shape[1] != 1:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     folded = query.reshape(rows, kv_heads, heads // kv_heads, head_dim)
-    output = F.scaled_dot_product_attention(folded, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling)
+    output = scaled_dot_product_attention(folded, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling)
     return output.reshape(rows, heads, 1, head_dim).transpose(1, 2).contiguous(), None
+
+
+def transformers_folds_grouped_heads() -> bool:
+    """Whether the installed transformers' sdpa path folds grouped query heads itself in a decode step."""
+    from transformers.integrations import sdpa_attention
+
+    return hasattr(sdpa_attention, "pack_gqa")
 
 
 def use_grouped_decode_attention(text_config) -> str:
     """Serve the model of `text_config` with grouped_decode_attention where it runs transformers' sdpa path (the
-    default); returns "" when it does, else why not (for the model's log)."""
+    default) and that path copies grouped heads; returns "" when it does, else why not (for the model's log)."""
     current = getattr(text_config, "_attn_implementation", None)
     if current == NAME:
         return ""
@@ -44,6 +55,8 @@ def use_grouped_decode_attention(text_config) -> str:
         return f"the model's attention is {current!r}, not sdpa"
     if text_config.num_attention_heads == (getattr(text_config, "num_key_value_heads", None) or text_config.num_attention_heads):
         return "the model has no grouped key/value heads"
+    if transformers_folds_grouped_heads():
+        return "transformers' sdpa path folds grouped query heads itself"
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
@@ -54,3 +67,8 @@ def use_grouped_decode_attention(text_config) -> str:
     AttentionMaskInterface.register(NAME, sdpa_mask)
     text_config._attn_implementation = NAME
     return ""
+
+
+def use_sdpa_attention(text_config) -> None:
+    """Back to transformers' sdpa path (the grouped decode attention failed the batch decoder's check at load)."""
+    text_config._attn_implementation = "sdpa"

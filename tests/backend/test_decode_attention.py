@@ -1,6 +1,9 @@
 """The batched decoder's grouped decode attention (thinkserve_backend.torch_decode_attention): a decode step with the
-query heads folded onto their key/value head gives the logits transformers' sdpa path gives (which copies the
-key/value heads), whole generations keep their tokens, and models it does not fit keep sdpa, saying why."""
+query heads folded onto their key/value head gives the logits transformers' sdpa path gives, whole generations keep
+their tokens, and models it does not fit keep sdpa, saying why. A transformers whose sdpa path folds the heads itself
+(5.23's `pack_gqa`) keeps its own path; the tests that exercise this module's fold say the installed one lacks it
+(as 5.17, the GPU machine's, does: there the sdpa path copies each key/value head, and these tests passed against it
+with PYTHONPATH pointing at a 5.17 install)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,12 @@ from thinkserve_backend.torch_batch_decoding import BatchDecoder  # noqa: E402
 from thinkserve_backend.torch_modules import generator_modules  # noqa: E402
 
 CONTEXT = 128
+
+
+@pytest.fixture(autouse=True)
+def transformers_without_the_fold(monkeypatch):
+    """This module's fold serves, whatever the installed transformers' sdpa path does (a test below says otherwise)."""
+    monkeypatch.setattr(torch_decode_attention, "transformers_folds_grouped_heads", lambda: False)
 
 
 def qwen2_modules(heads: int = 6, kv_heads: int = 2, seed: int = 0):
@@ -41,20 +50,20 @@ def test_a_folded_decode_step_gives_the_logits_of_the_copying_sdpa_path():
     prompts, following = [[5, 9, 14], [3, 8, 21, 34, 55, 89], [7], [40, 41]], [17, 23, 31, 2]
 
     calls = []
-    original = torch_decode_attention.F.scaled_dot_product_attention
+    original = torch_decode_attention.scaled_dot_product_attention
 
     def counted(query, *args, **kwargs):
         calls.append(tuple(query.shape))
         return original(query, *args, **kwargs)
 
-    torch_decode_attention.F.scaled_dot_product_attention = counted
+    torch_decode_attention.scaled_dot_product_attention = counted
     try:
         folded_prefill, folded = step_logits(decoder, prompts, following)
     finally:
-        torch_decode_attention.F.scaled_dot_product_attention = original
-    # per layer: the prefill through sdpa (6 query heads, 6 positions), then the decode step folded (2 key/value
-    # heads, each with its 3 query heads in the place of positions)
-    assert calls == [(4, 6, 6, 8)] * 2 + [(4, 2, 3, 8)] * 2
+        torch_decode_attention.scaled_dot_product_attention = original
+    # per layer, the decode step only (the prefill goes to transformers' sdpa path): 2 key/value heads, each with
+    # its 3 query heads in the place of positions
+    assert calls == [(4, 2, 3, 8)] * 2
     modules.text_config._attn_implementation = "sdpa"  # the same cache, rows and mask through transformers' copy
     copied_prefill, copied = step_logits(decoder, prompts, following)
     torch.testing.assert_close(folded_prefill, copied_prefill, rtol=0, atol=0)  # prefill: sdpa either way
@@ -113,3 +122,31 @@ def test_the_one_at_a_time_decoder_sharing_the_modules_keeps_its_tokens():
     BatchDecoder(modules, 2, CONTEXT, torch.device("cpu"), torch.float32)
     assert modules.text_config._attn_implementation == torch_decode_attention.NAME
     assert tokens(modules) == before
+
+
+def test_a_grouped_attention_that_fails_the_load_check_leaves_sdpa_and_batching(monkeypatch):
+    """Should the folded attention disagree with whole sequences (another transformers, another kernel), the load
+    check falls back to sdpa, says why, and passes: the model keeps in-flight batching."""
+    modules = qwen2_modules(seed=3)
+    decoder = BatchDecoder(modules, 2, CONTEXT, torch.device("cpu"), torch.float32)
+    original = torch_decode_attention.scaled_dot_product_attention
+    monkeypatch.setattr(torch_decode_attention, "scaled_dot_product_attention",
+                        lambda *args, **kwargs: original(*args, **kwargs) + 1.0)  # the fold's call, wrong
+    decoder.self_check()
+    assert decoder.no_grouped_attention_reason.startswith("the grouped decode attention failed the check at load")
+    assert modules.text_config._attn_implementation == "sdpa"
+    monkeypatch.setattr(torch_decode_attention, "scaled_dot_product_attention", original)
+    cache_ignored = BatchDecoder(qwen2_modules(seed=4), 2, CONTEXT, torch.device("cpu"), torch.float32)
+    monkeypatch.setattr(cache_ignored.cache, "update", lambda key, value, layer, kwargs=None: (key, value))
+    with pytest.raises(RuntimeError, match="check at load failed"):  # a fault sdpa shares still fails the check
+        cache_ignored.self_check()
+    assert cache_ignored.no_grouped_attention_reason.startswith("the grouped decode attention failed")
+
+
+def test_a_transformers_that_folds_grouped_heads_itself_keeps_its_own_path(monkeypatch):
+    monkeypatch.setattr(torch_decode_attention, "transformers_folds_grouped_heads", lambda: True)
+    modules = qwen2_modules(seed=5)
+    decoder = BatchDecoder(modules, 2, CONTEXT, torch.device("cpu"), torch.float32)
+    assert decoder.no_grouped_attention_reason == "transformers' sdpa path folds grouped query heads itself"
+    assert modules.text_config._attn_implementation == "sdpa"
+    decoder.self_check()

@@ -105,11 +105,11 @@ def test_the_cpu_dry_run_runs_the_whole_flow(tmp_path):
     steps = {r["model"]: r["decode_step_ms"] for r in results["generators"] if "decode_step_ms" in r}
     assert set(steps) == {"llm", "vlm"} and all(set(s) == {"eager"} and set(s["eager"]) == {"1", "2"} for s in steps.values())
     assert all(ms > 0 for s in steps.values() for ms in s["eager"].values())
-    # one eager decode step's operators (kernels on a GPU), with the grouped decode attention the tiny LLM serves
-    # (4 query heads on 2 key/value heads) and with transformers' sdpa path, in the same run
+    # one eager decode step's operators (kernels on a GPU): with the attention served and, where that is this
+    # project's grouped decode attention (a transformers whose sdpa path copies grouped heads), with sdpa's too
     kernels = {r["model"]: r["decode_step_kernels"] for r in results["generators"] if "decode_step_kernels" in r}
     assert set(kernels) == {"llm", "vlm"} and kernels["llm"]["rows"] == 2
-    assert set(kernels["llm"]["by_attention"]) == {"thinkserve_grouped_decode", "sdpa"}
+    assert set(kernels["llm"]["by_attention"]) in ({"thinkserve_grouped_decode", "sdpa"}, {"sdpa"})
     for found in (f for k in kernels.values() for f in k["by_attention"].values()):
         assert found["ms"] > 0 and found["top"] and all(k["kernel"].startswith("aten::") for k in found["top"])
     generators = {(r["model"], r["streams"]): r for r in results["generators"] if "streams" in r}
@@ -135,7 +135,7 @@ def test_the_cpu_dry_run_runs_the_whole_flow(tmp_path):
     assert text.startswith("# CPU dry run of the GPU device runner (tooling check, NOT GPU figures)")
     assert "Server side, per unit" in text and "Triton's GPU flags: --allow-gpu-metrics=false" in text
     assert "| llm | eager |" in text  # the decode step alone
-    assert "| llm | 2 | thinkserve_grouped_decode |" in text and "| llm | 2 | sdpa |" in text  # and its operators
+    assert "| llm | 2 | sdpa |" in text  # and its operators
     assert "successfully loaded" in (out / "gpu-triton.log").read_text()  # the whole log, copied as it grew
     assert (out / "gpu-run.log").is_file()
 

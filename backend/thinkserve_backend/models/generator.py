@@ -134,7 +134,7 @@ class LanguageModel:
                     f"({kv_mb:.0f} MiB of KV cache, {per_token} bytes a token) on {torch_decoder.device}; "
                     f"decode step: {decoder.decode_mode}" + (f" ({graphs})" if graphs else "")
                     + "; attention: " + (decoder.no_grouped_attention_reason and f"sdpa ({decoder.no_grouped_attention_reason})"
-                                         or "grouped query heads folded in a decode step")
+                                         or "grouped query heads folded in a decode step (torch_decode_attention)")
                 )
             except Exception as error:  # e.g. a transformers whose attention ignores the cache it is handed
                 reason = f"the batch decoder failed its check at load ({error})"

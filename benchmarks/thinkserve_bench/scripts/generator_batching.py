@@ -7,7 +7,8 @@ generation per worker thread (the loop it replaced), at 1, 8 and 32 concurrent s
 One Triton serves two copies of the repository's `llm` (hard links; only their scheduling parameters differ):
 `batched`, as the build writes it (in-flight batching, its max_batch_sequences rows), and `per_thread`
 (inflight_batching off: max_concurrent_generations worker threads, each running decoding.generate); with
-`--attention-copy` a third, `batched_sdpa` (the grouped decode attention off: transformers' sdpa path). Each level runs
+`--attention-copy` a third, `batched_sdpa` (the grouped decode attention off: transformers' sdpa path; where the
+model environment's transformers folds grouped heads itself, as 5.23 does, both batched copies run its path). Each level runs
 `--rounds` rounds per copy; rounds are the outer loop (round 1 of every level and copy, then round 2, ...) and which
 copy goes first alternates, so every level and copy sees the same load on this shared machine. A round: that many
 streams at once over gRPC, each a distinct prompt of about `--prompt-tokens` tokens (each round its own prompts),
