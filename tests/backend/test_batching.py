@@ -44,3 +44,20 @@ def test_the_torch_batch_pads_like_the_numpy_one():
     assert torch.equal(torch_batching.pad_and_concatenate(pixels), torch.cat(pixels))
     with pytest.raises(ValueError, match="ranks"):
         torch_batching.pad_and_concatenate([torch.zeros(1, 2), torch.zeros(1, 2, 3)])
+
+
+def test_a_batch_is_joined_on_the_device_as_the_host_join_would_make_it():
+    """torch_batching.batch_on_device (what the torch runner feeds its network): one request's tensor as it is,
+    equal shapes concatenated, ragged ones padded, every case equal to pad_and_concatenate's batch."""
+    import torch
+
+    from thinkserve_backend import torch_batching
+
+    cpu = torch.device("cpu")
+    one = [torch.randint(0, 255, (3, 3, 8, 8), dtype=torch.uint8)]
+    assert torch_batching.batch_on_device(one, 0, cpu) is one[0]  # nothing copied on the CPU
+    equal = one + [torch.randint(0, 255, (2, 3, 8, 8), dtype=torch.uint8)]
+    ragged = [torch.tensor([[1, 2, 3]]), torch.tensor([[4], [5]]), torch.tensor([[6, 7, 8, 9]])]
+    for tensors, pad in ((equal, 0), (ragged, -1)):
+        batch = torch_batching.batch_on_device(tensors, pad, cpu)
+        assert batch.dtype == tensors[0].dtype and torch.equal(batch, torch_batching.pad_and_concatenate(tensors, pad))

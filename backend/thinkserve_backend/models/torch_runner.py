@@ -16,7 +16,7 @@ import triton_python_backend_utils as pb_utils
 from torch.utils.dlpack import from_dlpack
 
 from ..stage_times import StageTimes
-from ..torch_batching import pad_and_concatenate
+from ..torch_batching import batch_on_device
 from ..torch_modules import NetworkKind, load_network
 from .common import error_response
 from .parameters import ModelParameters
@@ -52,7 +52,7 @@ class TorchRunnerModel:
             self._mark(marks)
             feeds = {}
             for name, tensors in batches.items():
-                batch = pad_and_concatenate(tensors, self.pad_values.get(name, 0)).to(self.device, non_blocking=True)
+                batch = batch_on_device(tensors, self.pad_values.get(name, 0), self.device)
                 feeds[name] = batch.to(self.dtype) if batch.is_floating_point() else batch
             self._mark(marks)
             with torch.inference_mode():
