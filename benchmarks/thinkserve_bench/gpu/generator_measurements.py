@@ -336,6 +336,7 @@ class InProcessGenerator:
         attention, with transformers' sdpa path (which copies key/value heads), in the same run. Per attention: the
         step's total kernel ms and its `top` kernels. Called between levels, when the batcher runs nothing."""
         from thinkserve_backend.torch_decode_attention import NAME as GROUPED
+        from torch.autograd import DeviceType
         from torch.profiler import ProfilerActivity, profile
 
         decoder = self.batcher.decoder
@@ -359,8 +360,11 @@ class InProcessGenerator:
                         self._synchronize()
                 kernels = []
                 for event in profiler.key_averages():
+                    # on a GPU the kernels themselves (an operator's self device time repeats its kernels'), on a
+                    # CPU the operators
+                    kernel = event.device_type != DeviceType.CPU if on_gpu else event.key.startswith("aten::")
                     us = event.self_device_time_total if on_gpu else event.self_cpu_time_total
-                    if us > 0 and (on_gpu or event.key.startswith("aten::")):
+                    if kernel and us > 0:
                         kernels.append((event.key, us / 1000 / steps, event.count // steps))
                 kernels.sort(key=lambda k: -k[1])
                 found[attention] = {"ms": round(sum(k[1] for k in kernels), 3),
