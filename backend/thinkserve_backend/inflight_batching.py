@@ -167,17 +167,21 @@ class InflightBatcher:
         name: str = "generator",
         on_state: Optional[Callable[[BatcherState], None]] = None,
         cancel_check_interval_s: float = 0.05,
+        inline_lone_steps: bool = True,
     ):
         """`decoder`: a BatchDecoder (slots, prefill, decode, choose, move_row). `max_prefill_tokens`: prompts prefilled in
         one pass hold at most this many positions, padding included (one prompt is always admitted). A running
         request is asked whether it was cancelled at most every `cancel_check_interval_s` (asking Triton is a
-        message to its process: per token and row it cost as much as sending the token)."""
+        message to its process: per token and row it cost as much as sending the token). `inline_lone_steps`: a
+        lone request's step is sent from this scheduler's thread (_Delivery); off, every step goes to the delivery
+        thread, whose sending then overlaps the next step (the served model turns it off on a GPU)."""
         self.decoder = decoder
         self.max_waiting = max_waiting
         self.max_prefill_tokens = max_prefill_tokens
         self.name = name
         self._on_state = on_state
         self.cancel_check_interval_s = cancel_check_interval_s
+        self.inline_lone_steps = inline_lone_steps
         # a full step of every row may queue before delivery counts as behind
         self._delivery = _Delivery(name, bound=4 * decoder.slots, merge_backlog=2 * decoder.slots)
         self._waiting: deque[BatchedGeneration] = deque()
@@ -343,7 +347,7 @@ class InflightBatcher:
             return True
 
     def _emit(self, generation: BatchedGeneration, step: GenerationStep) -> None:
-        self._delivery.emit(generation, step, inline=len(self._running) <= 1)
+        self._delivery.emit(generation, step, inline=self.inline_lone_steps and len(self._running) <= 1)
 
     def _fail(self, generation: BatchedGeneration, error: BaseException) -> None:
         self._delivery.fail(generation, error)

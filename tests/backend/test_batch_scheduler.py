@@ -243,6 +243,26 @@ def test_the_cache_is_allocated_once_at_its_bound(modules):
     assert decoder.cache.nbytes == 3 * CONTEXT * per_token
 
 
+@pytest.mark.parametrize("inline", [True, False], ids=["sent inline", "sent from the delivery thread"])
+def test_a_lone_requests_steps_are_sent_inline_or_from_the_delivery_thread(modules, inline):
+    """inline_lone_steps (the served model's `inline_delivery`: on the CPU by default, off on a GPU): a lone
+    request's steps reach it on the scheduler's thread, or every one on the delivery thread; the tokens are the same."""
+    prompt, params = prompts(1, seed=7)[0], GenerationParams(12)
+    decoder = BatchDecoder(modules, 2, CONTEXT, torch.device("cpu"), torch.float32)
+    batcher = InflightBatcher(decoder, max_waiting=4, max_prefill_tokens=4096, name="lone", inline_lone_steps=inline)
+    threads: list[str] = []
+    collector = Collector()
+    emit = collector.emit
+    collector.emit = lambda step: (threads.append(threading.current_thread().name), emit(step))
+    try:
+        submit(batcher, prompt, params, collector)
+        assert collector.done.wait(60)
+    finally:
+        batcher.close()
+    assert collector.tokens == alone(modules, prompt, params) and len(threads) >= 2
+    assert set(threads) == {"lone-batcher" if inline else "lone-delivery"}
+
+
 def test_steps_queued_behind_a_slow_delivery_go_out_together():
     """What a request receives when delivery falls behind: its queued steps joined, in order, nothing lost."""
     from thinkserve_backend.decoding import GenerationStep

@@ -34,6 +34,7 @@ COPIES = {
     "llm": {},
     "llm_one_row": {"max_batch_sequences": "1", "max_waiting_generations": "1"},
     "llm_per_thread": {"inflight_batching": "false"},
+    "llm_handoff": {"inline_delivery": "false"},  # a lone request's tokens from the delivery thread, as on a GPU
 }
 PROMPTS = [
     f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
@@ -156,8 +157,26 @@ def test_concurrent_streams_run_together_and_stream_the_tokens_they_get_alone(ll
     # (torch_decode_attention) where the model environment's transformers copies them, else transformers' own;
     # the log says which
     loaded = next(line for line in llm_copies.log_path.read_text().splitlines() if '"llm: in-flight batching' in line)
+    assert "a lone request's tokens sent from the scheduler's thread" in loaded  # on the CPU (inline_delivery)
     assert ("attention: grouped query heads folded in a decode step (torch_decode_attention)" in loaded
             or "attention: sdpa (transformers' sdpa path folds grouped query heads itself)" in loaded), loaded
+
+
+def test_tokens_sent_from_the_delivery_thread_are_the_ones_sent_inline(llm_copies):
+    """`inline_delivery` off (the GPU default): a lone stream's tokens all leave from the delivery thread, and they
+    are the tokens, log-probabilities and finish the inline copy sends."""
+
+    async def work(client):
+        return ([await stream(client, "llm", prompt, 24) for prompt in PROMPTS[:2]],
+                [await stream(client, "llm_handoff", prompt, 24) for prompt in PROMPTS[:2]])
+
+    inline, handed_off = run(llm_copies, work)
+    assert [r.tokens for r in handed_off] == [r.tokens for r in inline]
+    for sent, reference in zip(handed_off, inline):
+        assert np.allclose([p for c in sent.chunks for p in c.log_probs], [p for c in reference.chunks for p in c.log_probs], atol=1e-4)
+        assert sent.chunks[-1].finish_reason == reference.chunks[-1].finish_reason
+    loaded = next(line for line in llm_copies.log_path.read_text().splitlines() if '"llm_handoff: in-flight batching' in line)
+    assert "every token sent from the delivery thread" in loaded, loaded
 
 
 def test_vlm_streams_with_images_batch_and_equal_alone(llm_copies):

@@ -196,9 +196,10 @@ class InProcessGenerator:
                 if self.device.type == "cuda" and params.get("cuda_graphs", "true").lower() == "true":
                     self.no_graphs_reason = decoder.use_cuda_graphs()
                 self.decode_mode = decoder.decode_mode
+                inline = params.get("inline_delivery", str(self.device.type == "cpu")).lower() == "true"
                 self.batcher = InflightBatcher(decoder, max_waiting=1_000_000,
                                                max_prefill_tokens=int(params.get("max_prefill_tokens", "8192")),
-                                               name=f"in-process-{model}")
+                                               name=f"in-process-{model}", inline_lone_steps=inline)
         self.scheduling = "in-flight batching" if self.batcher is not None else "one generation per thread"
         if self.vision:
             self.image_token = params["image_token"]
