@@ -146,8 +146,8 @@ def _decode_kernels(rows: list[dict]) -> list[str]:
     if not rows:
         return []
     lines = ["", "One decode step's device time, eagerly at exact shapes (torch.profiler: kernels on a GPU, operators on a "
-                 "CPU), with the attention served and with transformers' sdpa path (which copies key/value heads), "
-                 "at the largest level's rows:", "",
+                 "CPU), with the attention served and, where that is the project's grouped decode attention, with "
+                 "transformers' sdpa path (which then copies key/value heads), at the largest level's rows:", "",
              "| model | rows | attention | ms a step | largest kernels (ms a step, calls) |", "|---|---:|---|---:|---|"]
     for r in rows:
         found = r["decode_step_kernels"]

@@ -51,6 +51,8 @@ SDPA_COPY = ("batched_sdpa", {"grouped_decode_attention": "false"})
 def copies_of(options) -> dict[str, dict[str, str]]:
     """The copies served and measured: batched and per_thread, and batched_sdpa with --attention-copy."""
     return {**COPIES, **dict([SDPA_COPY])} if getattr(options, "attention_copy", False) else dict(COPIES)
+
+
 WORDS = ("revenue", "factory", "report", "employees", "risk", "growth", "market", "energy", "board", "customers",
          "margin", "plant", "supply", "forecast", "region", "product")
 
