@@ -397,6 +397,10 @@ def test_the_report_states_the_goals_and_labels_a_dry_run():
     assert "NOT GPU figures" not in text
     dry = gpu_report.markdown([_result(dry_run=True)])
     assert dry.startswith("# CPU dry run of the GPU device runner (tooling check, NOT GPU figures)")
+    # a decode-step profile that could not run (measure_generators records the error and goes on to the levels)
+    failed = _result(dry_run=False)
+    failed["generators"].append({"model": "llm", "decode_step_kernels_error": "RuntimeError: CUPTI unavailable"})
+    assert "llm's decode step was not profiled: RuntimeError: CUPTI unavailable." in gpu_report.markdown([failed])
 
 
 # ---------------------------------------------------------------- the model environment on the GPU machine

@@ -209,6 +209,8 @@ def _generators(rows: list[dict]) -> list[str]:
             lines.append(f"| {r['model']} | {r['streams']} | skipped: {r['skipped']} | | | | | | | | | | |")
     lines += _decode_steps([r for r in rows if "decode_step_ms" in r])
     lines += _decode_kernels([r for r in rows if "decode_step_kernels" in r])
+    lines += [f"\n{r['model']}'s decode step was not profiled: {r['decode_step_kernels_error']}."
+              for r in rows if "decode_step_kernels_error" in r]
     largest = max((r["streams"] for r in measured), default=None)
     for r in (r for r in measured if r["streams"] == largest):
         ratio = r.get("throughput_ratio")
