@@ -21,7 +21,7 @@ import triton_python_backend_utils as pb_utils
 
 from ..decoding import GenerationParams, GenerationStep, SequenceProgress, generate, splice_image_features
 from ..images import ImagePreprocessing, pixels_of, place_images
-from ..inflight_batching import BatchedGeneration, BatcherState, InflightBatcher
+from ..inflight_batching import BatchedGeneration, BatcherState, InflightBatcher, inline_lone_steps_by_default
 from .common import (
     bytes_tensor,
     error_response,
@@ -279,13 +279,9 @@ class _BatchingMetrics:
 
 
 def inline_lone_steps(params: ModelParameters, device) -> bool:
-    """Whether a lone request's tokens are sent from the scheduler's thread (`inline_delivery`; by default on the CPU
-    only). On the 2-core CPU that saved two thread switches a token (one stream's time between tokens 5.9 -> 3.3-3.9
-    ms through Triton). On a GPU the scheduler's thread waits for the device through most of a step, free of the
-    GIL, so sending from the delivery thread can overlap the next step; sent inline, the send and the step add up:
-    on the H200 one stream's tokens took 6.8 ms through Triton against 4.2 in process (2026-11-30). The GPU default
-    is that reasoning, not yet measured there."""
-    return params.flag("inline_delivery", device.type == "cpu")
+    """Whether a lone request's tokens are sent from the scheduler's thread (`inline_delivery`; the default is
+    inflight_batching.inline_lone_steps_by_default's)."""
+    return params.flag("inline_delivery", inline_lone_steps_by_default(device))
 
 
 def decode_graphs(decoder, params: ModelParameters) -> str:

@@ -181,7 +181,7 @@ class InProcessGenerator:
         self.no_batching_reason = ""
         self.decode_mode, self.no_graphs_reason = "", ""
         if params.get("inflight_batching", "false").lower() == "true":
-            from thinkserve_backend.inflight_batching import InflightBatcher
+            from thinkserve_backend.inflight_batching import InflightBatcher, inline_lone_steps_by_default
             from thinkserve_backend.torch_batch_decoding import BatchDecoder
 
             rows = int(params.get("max_batch_sequences", "8"))
@@ -196,7 +196,7 @@ class InProcessGenerator:
                 if self.device.type == "cuda" and params.get("cuda_graphs", "true").lower() == "true":
                     self.no_graphs_reason = decoder.use_cuda_graphs()
                 self.decode_mode = decoder.decode_mode
-                inline = params.get("inline_delivery", str(self.device.type == "cpu")).lower() == "true"
+                inline = params.get("inline_delivery", str(inline_lone_steps_by_default(self.device))).lower() == "true"
                 self.batcher = InflightBatcher(decoder, max_waiting=1_000_000,
                                                max_prefill_tokens=int(params.get("max_prefill_tokens", "8192")),
                                                name=f"in-process-{model}", inline_lone_steps=inline)
