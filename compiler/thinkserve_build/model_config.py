@@ -56,8 +56,8 @@ INSTANCE_KINDS = {"cpu": mc.ModelInstanceGroup.KIND_CPU, "gpu": mc.ModelInstance
 class QueueLimits:
     """Bounds on a model's request queue, so an overload is refused at once instead of piling up in Triton."""
 
-    max_size: int  # requests waiting; beyond it a new request is refused (UNAVAILABLE)
-    timeout_us: int  # a request waiting longer is refused; a client's own timeout overrides it
+    max_size: int  # requests waiting; beyond it a new request is refused (UNAVAILABLE); 0: no bound
+    timeout_us: int  # a request waiting longer is refused; a client's own timeout overrides it; 0: none
 
 
 @dataclass(frozen=True)
@@ -102,14 +102,15 @@ def schedule(
     config: mc.ModelConfig, queue_delay_us: int, instances: int, kind: str, queue: Optional[QueueLimits],
     warmup: tuple[WarmupInput, ...] = (),
 ) -> None:
-    """Dynamic batching (with a bounded queue), the instance group and the warm-up request of a model."""
+    """Dynamic batching, the instance group and the warm-up request of a model; Triton's queue policy only where
+    `queue` is given (a policy turns off the batcher's prefetching: ServingOptions.max_queue_size)."""
     config.dynamic_batching.max_queue_delay_microseconds = queue_delay_us
     if queue is not None:
         policy = config.dynamic_batching.default_queue_policy
         policy.max_queue_size = queue.max_size
         policy.default_timeout_microseconds = queue.timeout_us
         policy.timeout_action = mc.ModelQueuePolicy.REJECT
-        policy.allow_timeout_override = True
+        policy.allow_timeout_override = queue.timeout_us > 0
     group = config.instance_group.add()
     try:
         group.kind = INSTANCE_KINDS[kind]

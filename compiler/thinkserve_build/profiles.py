@@ -135,11 +135,21 @@ class ServingOptions:
     batch_sequences: int = 8
     waiting_generations: int = 64
     intra_op_threads: int = 2  # onnxruntime threads per session
-    # Each model's queue is bounded: past max_queue_size waiting requests Triton refuses new ones at once, and a
-    # request that waited queue_timeout_ms is refused (a client's own timeout overrides it). A bulk ingest sends
-    # a document's texts as requests of max_batch_size rows, a few dozen per document.
-    max_queue_size: int = 1024
-    queue_timeout_ms: int = 120_000
+    # The torch target's LLM and VLM on the CPU: intra-op threads of their prefill and decode steps. One, measured
+    # through tritonserver on 2-core machines (benchmarks/results/generator_batching): Triton's gRPC frontend, the
+    # thread that sends each row's token and the clients need a core too, and a step split over both cores waits for
+    # whichever of its threads was preempted. Raise it on a machine with cores to spare.
+    generator_cpu_threads: int = 1
+    # Triton's own bound on each model's queue: past max_queue_size waiting requests it refuses new ones at once,
+    # and a request that waited queue_timeout_ms is refused (a client's own timeout overrides it). 0 and 0 (the
+    # default): no queue policy. Any of it turns off the dynamic batcher's prefetching in tritonserver 2.51
+    # (PriorityQueue's support_prefetching_), and the batcher then waits for a wake-up that is sometimes lost: a
+    # burst of concurrent requests waits the batcher's 500 ms idle timeout (the embedder's encode step, bursts of
+    # 16 requests: 6 of 80 stalled with the policy, none without; benchmarks/results/triton_queue_policy). Overload is
+    # bounded before Triton instead: the server's admission (server.max_queued_queries / max_queued_ingests) and
+    # the generators' waiting bound (waiting_generations).
+    max_queue_size: int = 0
+    queue_timeout_ms: int = 0
 
 
 @dataclass(frozen=True)

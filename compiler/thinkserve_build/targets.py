@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Optional, Protocol
 
 from orchestrator import prompts
 from orchestrator.models import contracts
@@ -77,7 +77,10 @@ class Target(Protocol):
     def write_extras(self, repository: Path, profile, artifacts: dict[str, Artifact]) -> list[str]: ...
 
 
-def queue_limits(serving: ServingOptions) -> QueueLimits:
+def queue_limits(serving: ServingOptions) -> Optional[QueueLimits]:
+    """Triton's queue policy of every model, or None (the default: see ServingOptions.max_queue_size)."""
+    if not serving.max_queue_size and not serving.queue_timeout_ms:
+        return None
     return QueueLimits(serving.max_queue_size, serving.queue_timeout_ms * 1000)
 
 
@@ -112,6 +115,10 @@ class PythonTarget:
     def generation_scheduling(self, serving: ServingOptions) -> dict[str, object]:
         """The generators' scheduling parameters beyond their worker threads (none: one generation per thread)."""
         return {}
+
+    def generator_threads(self, serving: ServingOptions) -> int:
+        """Intra-op threads of the generators' sessions: the networks' (onnxruntime)."""
+        return serving.intra_op_threads
 
     def tokenizer_parameters(self) -> dict[str, object]:
         """Extra parameters of the ensembles' tokenizer steps (a native backend needs fixed-shape buckets)."""
@@ -153,7 +160,7 @@ class PythonTarget:
             eos_token_ids=artifact.facts["eos_token_ids"],
             default_max_tokens=artifact.facts["default_max_tokens"],
             max_concurrent_generations=serving.concurrent_generations,
-            intra_op_threads=serving.intra_op_threads,
+            intra_op_threads=self.generator_threads(serving),
             **self.generation_scheduling(serving),
         )
         for fact, parameter in (
@@ -300,6 +307,10 @@ class TorchTarget(PythonTarget):
             "max_batch_sequences": serving.batch_sequences,
             "max_waiting_generations": serving.waiting_generations,
         }
+
+    def generator_threads(self, serving: ServingOptions) -> int:
+        """On the CPU the generators' own thread count (ServingOptions.generator_cpu_threads); unused on a GPU."""
+        return serving.generator_cpu_threads if self.device == "cpu" else serving.intra_op_threads
 
     def _checkpoint(self, artifact: Artifact) -> tuple[dict[str, Path], dict[str, object]]:
         facts = artifact.facts

@@ -17,6 +17,7 @@ import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -93,7 +94,7 @@ class EngineSpec:
         return self.max_batch_size * self.max_seq_len
 
 
-def engine_config(spec: EngineSpec, engines_mount: str, queue: QueueLimits) -> PlannedModel:
+def engine_config(spec: EngineSpec, engines_mount: str, queue: Optional[QueueLimits]) -> PlannedModel:
     """The tensorrt_llm model of an engine: decoupled (streaming), in-flight batched by the backend itself."""
     config = mc.ModelConfig(name=spec.model, backend="tensorrtllm", max_batch_size=spec.max_batch_size)
     config.model_transaction_policy.decoupled = True

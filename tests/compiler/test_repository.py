@@ -13,7 +13,8 @@ from orchestrator.models.contracts import all_contracts
 from tests.compiler.test_compiler import CACHE
 from tests.conftest import ROOT
 from thinkserve_build import compiler, profiles
-from thinkserve_build.model_config import DATATYPES, parse
+from thinkserve_build.model_config import DATATYPES, parse, schedule
+from thinkserve_build.targets import queue_limits
 
 TORCH_REPOSITORY = ROOT / "model_repository" / "tiny-torch"  # `make models-torch`
 
@@ -122,12 +123,28 @@ def test_generators_declare_their_chat_format_and_the_page_filter_its_prompt_in_
     assert prompt.startswith("<|im_start|>user\n{image}\n") and prompt.endswith("Question: {question}<|im_end|>\n<|im_start|>assistant\n")
 
 
-def test_every_model_queue_is_bounded(repository):
+def test_no_model_has_a_queue_policy_so_the_dynamic_batcher_prefetches(repository):
+    """Any queue policy field turns off tritonserver's batch prefetching, and with it off a burst of requests
+    sometimes waits the batcher's 500 ms idle timeout (ServingOptions.max_queue_size): the default writes none."""
     for name, config in configs(repository).items():
         if config.platform != "ensemble":
-            policy = config.dynamic_batching.default_queue_policy
-            assert policy.max_queue_size > 0 and policy.default_timeout_microseconds > 0, name
-            assert policy.timeout_action == mc.ModelQueuePolicy.REJECT and policy.allow_timeout_override, name
+            assert not config.dynamic_batching.HasField("default_queue_policy"), name
+            assert not config.dynamic_batching.priority_levels, name
+
+
+def test_a_queue_bound_asked_for_is_written_as_tritons_policy():
+    serving = profiles.ServingOptions(max_queue_size=256, queue_timeout_ms=5_000)
+    config = mc.ModelConfig(name="m", max_batch_size=8)
+    schedule(config, serving.queue_delay_us, 1, "cpu", queue_limits(serving))
+    policy = config.dynamic_batching.default_queue_policy
+    assert (policy.max_queue_size, policy.default_timeout_microseconds) == (256, 5_000_000)
+    assert policy.timeout_action == mc.ModelQueuePolicy.REJECT and policy.allow_timeout_override
+    bounded_only = queue_limits(profiles.ServingOptions(max_queue_size=256))
+    config = mc.ModelConfig(name="m", max_batch_size=8)
+    schedule(config, 0, 1, "cpu", bounded_only)
+    policy = config.dynamic_batching.default_queue_policy
+    assert policy.max_queue_size == 256 and not policy.default_timeout_microseconds and not policy.allow_timeout_override
+    assert queue_limits(profiles.ServingOptions()) is None
 
 
 def test_the_torch_repository_runs_every_network_and_generator_in_pytorch():

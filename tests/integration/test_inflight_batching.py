@@ -285,24 +285,27 @@ def test_the_torch_target_serves_its_generators_batched():
 
 
 def test_the_batching_benchmark_runs_and_finds_the_same_tokens(tmp_path, triton_settings):
-    """benchmarks/thinkserve_bench/scripts/generator_batching.py, small: the three copies served (--attention-copy:
-    batched with transformers' sdpa attention too), every stream's tokens compared with the same prompt generated
-    alone."""
+    """benchmarks/thinkserve_bench/scripts/generator_batching.py, small: the four copies served (--attention-copy:
+    batched with transformers' sdpa attention too; --threads-copy 2: batched with two intra-op threads), every
+    stream's tokens compared with the same prompt generated alone."""
     from thinkserve_bench.result_files import read_json
     from thinkserve_bench.command import main as benchmark
 
     benchmark(["generator_batching",
         "--streams", "1", "3", "--rounds", "1", "--new-tokens", "8", "--prompt-tokens", "16",
         "--model-environment", str(triton_settings.model_environment), "--output", str(tmp_path), "--name", "smoke",
-        "--attention-copy",
+        "--attention-copy", "--threads-copy", "2",
     ])
     result = read_json(tmp_path / "smoke.json")
     levels = result["result"]["levels"]
     assert [level["streams"] for level in levels] == [1, 3]
     for level in levels:
-        for copy in ("batched", "per_thread", "batched_sdpa"):
+        for copy in ("batched", "per_thread", "batched_sdpa", "batched_2_threads"):
             assert level[copy]["same_tokens_as_alone"] and level[copy]["tokens"] == 8 * level["streams"]
-        assert level["batched_over_batched_sdpa"] > 0
-    assert result["copies"] == ["batched", "per_thread", "batched_sdpa"]
-    assert "| 3 | batched_sdpa |" in (tmp_path / "smoke.md").read_text()
-    assert "Goal (8 streams" not in (tmp_path / "smoke.md").read_text()  # no 8-stream level was run
+        assert level["batched_over_batched_sdpa"] > 0 and level["batched_over_threads_copy"] > 0
+    assert result["copies"] == ["batched", "per_thread", "batched_sdpa", "batched_2_threads"]
+    assert result["parameters"]["intra_op_threads"] == "1"  # the build's: ServingOptions.generator_cpu_threads
+    report = (tmp_path / "smoke.md").read_text()
+    assert "| 3 | batched_sdpa |" in report and "| 3 | batched_2_threads |" in report
+    assert "Batched as built (intra_op_threads 1) over batched_2_threads" in report
+    assert "Goal (8 streams" not in report  # no 8-stream level was run

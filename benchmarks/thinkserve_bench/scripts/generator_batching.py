@@ -3,12 +3,14 @@ generation per worker thread (the loop it replaced), at 1, 8 and 32 concurrent s
 
     thinkserve-bench generator_batching [--repository model_repository/tiny-torch]
         [--streams 1 8 32] [--new-tokens 64] [--prompt-tokens 64] [--rounds 3] [--name generator_batching] [--output DIR]
+        [--attention-copy] [--threads-copy N]
 
 One Triton serves two copies of the repository's `llm` (hard links; only their scheduling parameters differ):
 `batched`, as the build writes it (in-flight batching, its max_batch_sequences rows), and `per_thread`
 (inflight_batching off: max_concurrent_generations worker threads, each running decoding.generate); with
 `--attention-copy` a third, `batched_sdpa` (the grouped decode attention off: transformers' sdpa path; where the
-model environment's transformers folds grouped heads itself, as 5.23 does, both batched copies run its path). Each level runs
+model environment's transformers folds grouped heads itself, as 5.23 does, both batched copies run its path); with
+`--threads-copy N` another, `batched_N_threads` (N intra-op threads instead of the build's). Each level runs
 `--rounds` rounds per copy; rounds are the outer loop (round 1 of every level and copy, then round 2, ...) and which
 copy goes first alternates, so every level and copy sees the same load on this shared machine. A round: that many
 streams at once over gRPC, each a distinct prompt of about `--prompt-tokens` tokens (each round its own prompts),
@@ -48,9 +50,21 @@ COPIES = {"batched": {}, "per_thread": {"inflight_batching": "false"}}
 SDPA_COPY = ("batched_sdpa", {"grouped_decode_attention": "false"})
 
 
+def threads_copy(threads: int) -> tuple[str, dict[str, str]]:
+    """--threads-copy N: a copy batched as built but with N intra-op threads (the build's is the profile's
+    generator_cpu_threads), to compare thread counts in the same run."""
+    return f"batched_{threads}_threads", {"intra_op_threads": str(threads)}
+
+
 def copies_of(options) -> dict[str, dict[str, str]]:
-    """The copies served and measured: batched and per_thread, and batched_sdpa with --attention-copy."""
-    return {**COPIES, **dict([SDPA_COPY])} if getattr(options, "attention_copy", False) else dict(COPIES)
+    """The copies served and measured: batched and per_thread, batched_sdpa with --attention-copy, and
+    batched_N_threads with --threads-copy N."""
+    copies = dict(COPIES)
+    if getattr(options, "attention_copy", False):
+        copies.update([SDPA_COPY])
+    if getattr(options, "threads_copy", None):
+        copies.update([threads_copy(options.threads_copy)])
+    return copies
 
 
 WORDS = ("revenue", "factory", "report", "employees", "risk", "growth", "market", "energy", "board", "customers",
@@ -143,6 +157,9 @@ async def measure(endpoint: str, options) -> dict:
             level["batched_over_per_thread"] = ratio(level["batched"]["tokens_per_s"], level["per_thread"]["tokens_per_s"])
             if SDPA_COPY[0] in level:
                 level["batched_over_batched_sdpa"] = ratio(level["batched"]["tokens_per_s"], level[SDPA_COPY[0]]["tokens_per_s"])
+            if getattr(options, "threads_copy", None):
+                name = threads_copy(options.threads_copy)[0]
+                level["batched_over_threads_copy"] = ratio(level["batched"]["tokens_per_s"], level[name]["tokens_per_s"])
             levels.append(level)
         return {"levels": levels, "reference_tokens": {str(k): v for k, v in reference.items()}}
 
@@ -181,6 +198,10 @@ def report(payload: dict) -> str:
     if SDPA_COPY[0] in copies:
         lines += ["", "Batched, the grouped decode attention over transformers' sdpa path, tokens/s: " + ", ".join(
             f"{lv['streams']} streams {times(lv.get('batched_over_batched_sdpa'))}" for lv in levels)]
+    if options.get("threads_copy"):
+        lines += ["", f"Batched as built (intra_op_threads {payload['parameters'].get('intra_op_threads')}) over "
+                      f"{threads_copy(int(options['threads_copy']))[0]}, tokens/s: " + ", ".join(
+            f"{lv['streams']} streams {times(lv.get('batched_over_threads_copy'))}" for lv in levels)]
     eight = next((lv for lv in levels if lv["streams"] == 8), None)
     if eight and single["batched"]:
         reached = ratio(eight["batched"]["tokens_per_s"], single["batched"])
@@ -214,6 +235,8 @@ def declare_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-environment", type=Path, default=Path(".venv-triton"))
     parser.add_argument("--attention-copy", action="store_true",
                         help="also serve batched_sdpa (the grouped decode attention off) and compare it in the same run")
+    parser.add_argument("--threads-copy", type=int, default=None, metavar="N",
+                        help="also serve batched_N_threads (N intra-op threads) and compare it in the same run")
 
 
 def run_benchmark(options: argparse.Namespace, command: str) -> None:
@@ -235,7 +258,7 @@ def run_benchmark(options: argparse.Namespace, command: str) -> None:
         "options": {**vars(options), **{key: str(getattr(options, key)) for key in ("repository", "model_environment", "output")}},
         "model": {key: shape.get(key) for key in ("architectures", "hidden_size", "num_hidden_layers", "num_attention_heads",
                                                   "num_key_value_heads", "vocab_size")},
-        "parameters": {key: built.get(key) for key in ("max_batch_sequences", "max_concurrent_generations", "max_context")},
+        "parameters": {key: built.get(key) for key in ("max_batch_sequences", "max_concurrent_generations", "max_context", "intra_op_threads")},
         "result": result,
     }
     write_and_show(options.name, payload, report(payload), options.output)
