@@ -145,9 +145,9 @@ class ServingOptions:
     # default): no queue policy. Any of it turns off the dynamic batcher's prefetching in tritonserver 2.51
     # (PriorityQueue's support_prefetching_), and the batcher then waits for a wake-up that is sometimes lost: a
     # burst of concurrent requests waits the batcher's 500 ms idle timeout (the embedder's encode step, bursts of
-    # 16 requests: 6 of 80 stalled with the policy, none without; benchmarks/results/triton_queue_policy). Overload is
-    # bounded before Triton instead: the server's admission (server.max_queued_queries / max_queued_ingests) and
-    # the generators' waiting bound (waiting_generations).
+    # 16 requests: 6 and 12 of 80 stalled with the policy in two runs, none without;
+    # benchmarks/results/triton_queue_policy). Overload is bounded before Triton instead: the server's admission
+    # (server.max_queued_queries / max_queued_ingests) and the generators' waiting bound (waiting_generations).
     max_queue_size: int = 0
     queue_timeout_ms: int = 0
 
