@@ -131,18 +131,14 @@ def test_concurrent_streams_run_together_and_stream_the_tokens_they_get_alone(ll
 
     async def work(client):
         alone = [await stream(client, "llm", prompt, 48) for prompt in PROMPTS]
-        # up to three rounds of the six at once: on the 2-core machine the streams' first chunks were seen to
-        # stagger by 0.5 s in about one run in six (five streams waiting while the first ran through alone), which
-        # leaves fewer than four overlapping though the server batches; without batching no round reaches four
-        rounds = []
-        while len(rounds) < 3 and (not rounds or most_at_once(rounds[-1]) < 4):
-            rounds.append(await asyncio.gather(*(stream(client, "llm", prompt, 48) for prompt in PROMPTS)))
+        # one round: the streams' first chunks once staggered by 0.5 s in about one run in six (five requests
+        # waiting while the first ran alone): Triton's dynamic batcher missing a wake-up when a queue policy stopped
+        # its prefetching (ServingOptions.max_queue_size); the build writes no policy since
+        together = await asyncio.gather(*(stream(client, "llm", prompt, 48) for prompt in PROMPTS))
         per_thread = await asyncio.gather(*(stream(client, "llm_per_thread", prompt, 48) for prompt in PROMPTS))
-        return alone, rounds, per_thread
+        return alone, together, per_thread
 
-    alone, rounds, per_thread = run(llm_copies, work)
-    together = max(rounds, key=most_at_once)
-    assert all([r.tokens for r in each] == [r.tokens for r in alone] for each in rounds)
+    alone, together, per_thread = run(llm_copies, work)
     assert [r.tokens for r in together] == [r.tokens for r in alone] == [r.tokens for r in per_thread]
     for batched, single in zip(together, alone):
         assert np.allclose([p for c in batched.chunks for p in c.log_probs], [p for c in single.chunks for p in c.log_probs], atol=1e-4)
