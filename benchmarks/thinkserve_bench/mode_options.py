@@ -90,7 +90,8 @@ OPTIONS = (
     _option("run", {"load"}, "--no-open-loop", action="store_true"),
     _option("run", {"load"}, "--no-ceiling", action="store_true", help="skip the model-bound ceiling run"),
     _option("run", {"ablations"}, "--ablations", nargs="+", help="run only these (default: all, with the deployment "
-            "variants 'dynamic batching off' and 'int8 embedder' when the command starts the deployment)"),
+            "variants 'dynamic batching off' and 'int8 embedder' when the command starts the deployment; the "
+            "deployment variant 'queue policy' only when named)"),
     _option("run", {"ablations"}, "--int8-repository", type=Path, help="the int8-embedder build (default: "
             "model_repository/<profile>-int8, built with thinkserve_build when missing)"),
     _option("run", {"ablations"}, "--throughput-concurrency", type=int, default=4,

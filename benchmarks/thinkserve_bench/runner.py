@@ -58,9 +58,9 @@ class Run:
         import tempfile
 
         from .target import default_documents
-        from .variants import VARIANTS, variant_targets
+        from .variants import variant_targets, wanted_variants
 
-        wanted = [v for v in VARIANTS if self.mode == "ablations" and (not self.ablations or v in self.ablations)]
+        wanted = wanted_variants(self.mode, self.ablations)
         if not wanted or self.address:
             async with open_target(self.address, self.triton_url, self.settings, self.collection, self.documents, self.progress,
                                    self.token) as (target, corpus):

@@ -6,6 +6,9 @@
                          config.pbtxt files are new files, so the original repository is never written)
   int8 embedder          the same repository with the models whose config differs taken from a repository built
                          with `thinkserve_build --embedder-precision int8` (the text embedder's encoder)
+  queue policy           (only when named) every dynamically batched model with the queue policy the build wrote
+                         until 2026-11-30 (1,024 requests, 120 s, timeouts overridable), which turns off
+                         tritonserver's batch prefetching (compiler profiles.ServingOptions.max_queue_size)
 
 Each variant ingests the same documents into its own data folder (the int8 embedder must embed the collection
 it searches), so the questions, expected pages and options are the baseline's.
@@ -30,8 +33,19 @@ from .stats import percentile
 
 NO_BATCHING = "dynamic batching off"
 INT8 = "int8 embedder"
-VARIANTS = (NO_BATCHING, INT8)
+QUEUE_POLICY = "queue policy"
+VARIANTS = (NO_BATCHING, INT8, QUEUE_POLICY)
+BY_DEFAULT = (NO_BATCHING, INT8)  # the ones an ablations run without --ablations starts
+# the policy every model carried before the build stopped writing one
+OLD_QUEUE_POLICY = {"max_queue_size": 1024, "default_timeout_microseconds": 120_000_000, "allow_timeout_override": True}
 CONFIG = "config.pbtxt"
+
+
+def wanted_variants(mode: str, named: Optional[Sequence[str]]) -> list[str]:
+    """The deployment variants a run starts: an ablations run's named ones, or BY_DEFAULT when it names none."""
+    if mode != "ablations":
+        return []
+    return [v for v in VARIANTS if (v in named if named else v in BY_DEFAULT)]
 
 
 def remove_block(text: str, name: str) -> str:
@@ -73,6 +87,28 @@ def without_dynamic_batching(source: Path, target: Path) -> list[str]:
         (target / model.name / CONFIG).write_text(stripped)  # a new file: the link tree has no config
         if stripped != text:
             changed.append(model.name)
+    return changed
+
+
+def with_queue_policy(source: Path, target: Path) -> list[str]:
+    """A repository at `target` serving `source`'s models, each dynamically batched one with OLD_QUEUE_POLICY
+    (timeouts rejected); the models changed."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    changed = []
+    for model in sorted(p for p in source.iterdir() if (p / CONFIG).is_file()):
+        _link_tree(model, target / model.name, skip_configs=True)
+        text = (model / CONFIG).read_text()
+        config = text_format.Parse(text, mc.ModelConfig())
+        if config.HasField("dynamic_batching"):
+            policy = config.dynamic_batching.default_queue_policy
+            for field_name, value in OLD_QUEUE_POLICY.items():
+                setattr(policy, field_name, value)
+            policy.timeout_action = mc.ModelQueuePolicy.REJECT
+            text = text_format.MessageToString(config)
+            changed.append(model.name)
+        (target / model.name / CONFIG).write_text(text)  # a new file: the link tree has no config
     return changed
 
 
@@ -130,6 +166,9 @@ def variant_repositories(baseline: Path, labels: Sequence[str], profile: str, in
                 if not changed:
                     raise ConfigurationError(f"{built} serves the same models as {baseline}: is it an int8 build?")
                 out[label] = VariantRepository(label, path, tuple(changed), f"{baseline.name} with {', '.join(changed)} from {built}")
+            elif label == QUEUE_POLICY:
+                changed = with_queue_policy(baseline, path)
+                out[label] = VariantRepository(label, path, tuple(changed), f"{baseline.name} with the old queue policy")
             else:
                 raise ValueError(f"unknown deployment variant {label!r} (known: {', '.join(VARIANTS)})")
         yield out

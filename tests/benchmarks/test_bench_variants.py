@@ -10,7 +10,8 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from thinkserve_bench.variants import NO_BATCHING, remove_block, variant_repositories, with_models_from
+from thinkserve_bench.variants import (NO_BATCHING, OLD_QUEUE_POLICY, QUEUE_POLICY, remove_block, variant_repositories,
+                                       with_models_from)
 from tests.conftest import require_repository
 
 
@@ -47,6 +48,33 @@ def test_no_batching_repository_is_links_with_rewritten_configs():
         folder = variant.path.parent
     assert not folder.exists()  # removed after the run
     assert {p: p.read_text() for p in tiny.glob("*/config.pbtxt")} == originals  # the original never written
+
+
+def test_the_queue_policy_repository_adds_the_old_policy_to_every_batched_model_and_nothing_else():
+    tiny = require_repository()
+    originals = {p: p.read_text() for p in tiny.glob("*/config.pbtxt")}
+    with variant_repositories(tiny, [QUEUE_POLICY], "tiny") as variants:
+        variant = variants[QUEUE_POLICY]
+        batched = sorted(p.parent.name for p in originals if _config(p).HasField("dynamic_batching"))
+        assert sorted(variant.changed) == batched and "llm" in batched and "text_embedder_encode" in batched
+        for path in originals:
+            copy, expected = _config(variant.path / path.parent.name / "config.pbtxt"), _config(path)
+            if expected.HasField("dynamic_batching"):
+                policy = copy.dynamic_batching.default_queue_policy
+                assert {name: getattr(policy, name) for name in OLD_QUEUE_POLICY} == OLD_QUEUE_POLICY
+                assert policy.timeout_action == model_config_pb2.ModelQueuePolicy.REJECT
+                copy.dynamic_batching.ClearField("default_queue_policy")
+            assert copy == expected  # everything else as it was
+    assert {p: p.read_text() for p in tiny.glob("*/config.pbtxt")} == originals  # the original never written
+
+
+def test_an_ablations_run_starts_the_queue_policy_deployment_only_when_named():
+    from thinkserve_bench.variants import INT8, wanted_variants
+
+    assert wanted_variants("ablations", None) == [NO_BATCHING, INT8]
+    assert wanted_variants("ablations", [QUEUE_POLICY, "no graph"]) == [QUEUE_POLICY]
+    assert wanted_variants("ablations", ["no graph"]) == []
+    assert wanted_variants("load", [QUEUE_POLICY]) == []
 
 
 def test_models_whose_config_differs_are_taken_from_the_other_build(tmp_path):

@@ -7,7 +7,8 @@ choose). Questions are interleaved across configurations (question 1 under every
 on the server with Triton's statistics snapshotted around it. Recall: the share of a question's expected pages
 among the first 5 evidence items (generated or replayed questions with expected pages only).
 
-Switches that need another deployment (dynamic batching off, the int8 embedder; benchmarks/thinkserve_bench/variants.py)
+Switches that need another deployment (dynamic batching off, the int8 embedder, and when named the old queue
+policy; benchmarks/thinkserve_bench/variants.py)
 run against a deployment of their own, started in the same run and loaded with the same documents, with the
 baseline's options: their queries are interleaved with the others like any configuration. Dynamic batching
 matters when requests meet, which one query alone on the server rarely shows, so those deployments (and the
@@ -25,7 +26,8 @@ from ..summary import paired_ok, recall_summary, summarize
 from ..workload import VISUAL_STAGES, WorkloadQuestion
 
 RECALL_K = 5
-DEPLOYMENT_VARIANTS = ("dynamic batching off", "int8 embedder")  # benchmarks/thinkserve_bench/variants.py
+DEPLOYMENT_VARIANTS = ("dynamic batching off", "int8 embedder")  # benchmarks/thinkserve_bench/variants.py, BY_DEFAULT
+NAMED_VARIANTS = ("queue policy",)  # started only when --ablations names them
 BASELINE = "complex (all stages)"
 # rerank=True and the visual stages: a profile whose cross-encoder, page encoders and VLM have no say (tiny) would
 # not run them otherwise
@@ -56,7 +58,7 @@ async def run_ablations(session: BenchSession, questions: Sequence[WorkloadQuest
     chosen = {name: ABLATIONS[name] for name in (names or ABLATIONS) if name in ABLATIONS}
     if BASELINE not in chosen:
         chosen = {BASELINE: ABLATIONS[BASELINE], **chosen}
-    unknown = set(names or ()) - set(ABLATIONS) - set(variants) - set(DEPLOYMENT_VARIANTS)
+    unknown = set(names or ()) - set(ABLATIONS) - set(variants) - set(DEPLOYMENT_VARIANTS) - set(NAMED_VARIANTS)
     options = {name: {**(common or {}), **switches} for name, switches in chosen.items()}
     sessions = {name: session for name in options}
     for label, other in variants.items():
@@ -77,7 +79,8 @@ async def run_ablations(session: BenchSession, questions: Sequence[WorkloadQuest
     throughput = {}
     if throughput_concurrency > 0 and variants:
         throughput = await throughput_windows({BASELINE: session, **variants}, questions, options[BASELINE], throughput_concurrency)
-    missing = [name for name in DEPLOYMENT_VARIANTS if name not in variants and (not names or name in names)]
+    missing = [name for name in DEPLOYMENT_VARIANTS + NAMED_VARIANTS
+               if name not in variants and (name in names if names else name in DEPLOYMENT_VARIANTS)]
     return {"mode": "ablations", "rounds": rounds, "questions": len(questions), "recall_k": RECALL_K,
             "server_stats": session.server_stats, "baseline": BASELINE, "configs": configs,
             "deployment_variants": list(variants), "throughput": throughput,
