@@ -90,6 +90,14 @@ def without_dynamic_batching(source: Path, target: Path) -> list[str]:
     return changed
 
 
+def add_old_queue_policy(config) -> None:
+    """OLD_QUEUE_POLICY, timeouts rejected, on a model config's dynamic batching (a ModelConfig message)."""
+    policy = config.dynamic_batching.default_queue_policy
+    for field_name, value in OLD_QUEUE_POLICY.items():
+        setattr(policy, field_name, value)
+    policy.timeout_action = policy.REJECT
+
+
 def with_queue_policy(source: Path, target: Path) -> list[str]:
     """A repository at `target` serving `source`'s models, each dynamically batched one with OLD_QUEUE_POLICY
     (timeouts rejected); the models changed."""
@@ -102,10 +110,7 @@ def with_queue_policy(source: Path, target: Path) -> list[str]:
         text = (model / CONFIG).read_text()
         config = text_format.Parse(text, mc.ModelConfig())
         if config.HasField("dynamic_batching"):
-            policy = config.dynamic_batching.default_queue_policy
-            for field_name, value in OLD_QUEUE_POLICY.items():
-                setattr(policy, field_name, value)
-            policy.timeout_action = mc.ModelQueuePolicy.REJECT
+            add_old_queue_policy(config)
             text = text_format.MessageToString(config)
             changed.append(model.name)
         (target / model.name / CONFIG).write_text(text)  # a new file: the link tree has no config

@@ -1,5 +1,5 @@
 """Bursts of concurrent requests to one model served twice by the same tritonserver: with a queue policy (the
-bound and timeout the build wrote before, ServingOptions(max_queue_size=1024, queue_timeout_ms=120_000)) and
+bound and timeout the build wrote before: thinkserve_bench.variants.OLD_QUEUE_POLICY) and
 without one (what it writes now).
 
     thinkserve-bench triton_queue_policy [--repository model_repository/tiny] [--bursts 80] [--concurrency 4 8 16]
@@ -33,9 +33,9 @@ from thinkserve_bench.gpu.served_models import read_config, renamed_copy
 from thinkserve_bench.machine import machine_facts
 from thinkserve_bench.result_files import RESULTS, uncommitted_changes, write_and_show
 from thinkserve_bench.stats import percentile
+from thinkserve_bench.variants import OLD_QUEUE_POLICY as POLICY, add_old_queue_policy
 
 MODEL = "text_embedder_encode"
-POLICY = {"max_queue_size": 1024, "default_timeout_microseconds": 120_000_000, "allow_timeout_override": True}
 COPIES = ("with_policy", "without_policy")
 STALLED_MS = 300.0
 POSITIONS = 16
@@ -48,11 +48,7 @@ def serve_copies(repository: Path, destination: Path) -> None:
         config = read_config(destination, copy)
         config.dynamic_batching.ClearField("default_queue_policy")
         if copy == "with_policy":
-            policy = config.dynamic_batching.default_queue_policy
-            policy.max_queue_size = POLICY["max_queue_size"]
-            policy.default_timeout_microseconds = POLICY["default_timeout_microseconds"]
-            policy.allow_timeout_override = POLICY["allow_timeout_override"]
-            policy.timeout_action = policy.REJECT
+            add_old_queue_policy(config)
         (destination / copy / "config.pbtxt").write_text(text_format.MessageToString(config))
 
 
